@@ -1,0 +1,368 @@
+"""The run-directory contract v1: the one definition both halves share.
+
+A run directory holds `run.yaml` (who, what, how) and Parquet tables of raw
+measurements. The collector writes it, the builder reads it; neither knows
+the other. Everything a reader may rely on is declared here, so a change to
+the format is a change to this file (and `docs/data-format.md`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+RUN_YAML = "run.yaml"
+REQUESTS_FILE = "requests.parquet"
+CELLS_FILE = "cells.parquet"
+SERVER_METRICS_FILE = "server_metrics.parquet"
+
+# Phases of a cell.
+PREFILL = "prefill"
+DECODE = "decode"
+PHASES = (PREFILL, DECODE)
+
+# Cell statuses (see docs/methodology.md for what each means).
+VALID = "valid"
+OVER_CAPACITY = "over_capacity"
+REQUESTS_QUEUED = "requests_queued"
+LOOPED = "looped"
+ERROR = "error"
+PENDING = "pending"  # planned, not (yet) measured: an interrupted run
+STATUSES = (VALID, OVER_CAPACITY, REQUESTS_QUEUED, LOOPED, ERROR, PENDING)
+
+# Why a request was sent.
+PURPOSE_MEASURE = "measure"  # a saturating decode stream (clipped to the window)
+PURPOSE_PREFIX_FILL = "prefix_fill"  # warms the prefix cache before a decode cell
+PURPOSE_PREFILL = "prefill_sample"  # a cold request timed for prefill
+PURPOSES = (PURPOSE_MEASURE, PURPOSE_PREFIX_FILL, PURPOSE_PREFILL)
+
+# How a cell's chunk token counts were obtained.
+COUNT_USAGE_CONTINUOUS = "usage_continuous"  # server's cumulative usage per chunk
+COUNT_TOKENIZER = "tokenizer"  # client re-tokenized the streamed text
+COUNT_CHUNKS = "chunks"  # one token per content chunk (last resort)
+TOKEN_COUNTING = (COUNT_USAGE_CONTINUOUS, COUNT_TOKENIZER, COUNT_CHUNKS)
+
+SOURCE_MEASURED = "measured"
+SOURCE_IMPORTED = "imported"
+
+# Canonical server-metric names in server_metrics.parquet.
+METRIC_RUNNING = "running"
+METRIC_WAITING = "waiting"
+METRIC_KV_USAGE = "kv_usage"
+METRIC_GENERATION_TOKENS = "generation_tokens_total"
+METRIC_PROMPT_TOKENS = "prompt_tokens_total"
+METRIC_PREFIX_CACHE_HITS = "prefix_cache_hits_total"
+
+
+class ContractError(ValueError):
+    """A run directory does not meet the contract; the message is one line
+    naming the file and the field."""
+
+
+# --------------------------------------------------------------------------
+# run.yaml
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Hardware:
+    type: str | None = None  # "Discrete GPU", "CPU", ...
+    gpu_name: str | None = None
+    gpu_count: int | None = None
+    vram_gb_per_gpu: float | None = None
+    cpu: str | None = None
+    os: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+
+
+@dataclass
+class Engine:
+    name: str | None = None
+    version: str | None = None
+    quantization: str | None = None
+    backend: str | None = None
+    repository: str | None = None
+    build: str | None = None
+    commit: str | None = None
+
+
+@dataclass
+class Model:
+    name: str | None = None  # display name for titles; else last part of repository_id
+    served_name: str | None = None
+    repository_id: str | None = None
+    revision: str | None = None
+    max_model_len: int | None = None
+
+
+@dataclass
+class Parameters:
+    contexts: list[int] = field(default_factory=list)
+    concurrency: list[int] = field(default_factory=list)
+    prefill_contexts: list[int] = field(default_factory=list)
+    duration_s: float | None = None
+    max_output_tokens: int | None = None
+    prefill_mode: str | None = None
+    prefill_repeats: int | None = None
+    decode_test: str | None = None
+    tool_name: str | None = None
+    tool_version: str | None = None
+
+
+@dataclass
+class Clock:
+    """Anchors the run's monotonic nanoseconds to wall-clock time:
+    wall_ns = wall_anchor_ns + (t - monotonic_anchor_ns)."""
+
+    monotonic_anchor_ns: int = 0
+    wall_anchor_ns: int = 0
+
+
+@dataclass
+class KvBudget:
+    tokens: int | None = None
+    source: str | None = None  # how it was found, e.g. "vllm:cache_config_info"
+
+
+@dataclass
+class Imported:
+    """Set for runs imported from a published page: they carry aggregates only."""
+
+    source_file: str | None = None
+    source_sha256: str | None = None
+    format: str | None = None
+
+
+@dataclass
+class RunInfo:
+    schema_version: int
+    run_id: str
+    source: str = SOURCE_MEASURED
+    measured_at: str | None = None  # ISO 8601, UTC
+    submitter: str | None = None
+    hardware: Hardware = field(default_factory=Hardware)
+    engine: Engine = field(default_factory=Engine)
+    model: Model = field(default_factory=Model)
+    parameters: Parameters = field(default_factory=Parameters)
+    clock: Clock = field(default_factory=Clock)
+    kv_budget: KvBudget = field(default_factory=KvBudget)
+    launch_command: str | None = None  # secrets already redacted
+    notes: str = ""  # Markdown
+    imported: Imported | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = RUN_YAML) -> RunInfo:
+        if not isinstance(data, dict):
+            raise ContractError(f"{where}: expected a mapping at the top level")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ContractError(
+                f"{where}: field schema_version: unknown schema version {version!r} "
+                f"(this tool reads version {SCHEMA_VERSION})"
+            )
+        run = _build(cls, data, where, "")
+        if run.source not in (SOURCE_MEASURED, SOURCE_IMPORTED):
+            raise ContractError(
+                f"{where}: field source: expected 'measured' or 'imported', got {run.source!r}"
+            )
+        if not run.run_id:
+            raise ContractError(f"{where}: field run_id: must not be empty")
+        return run
+
+
+def _type_name(tp: Any) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true/false"}
+    return names.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _convert(tp: Any, value: Any, where: str, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(args[0], value, where, path)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ContractError(f"{where}: field {path}: expected a list, got {value!r}")
+        return [_convert(item, v, where, f"{path}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ContractError(f"{where}: field {path}: expected a mapping, got {value!r}")
+        return _build(tp, value, where, path + ".")
+    ok = (
+        (tp is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+        or (tp is int and isinstance(value, int) and not isinstance(value, bool))
+        or (tp is str and isinstance(value, str))
+        or (tp is bool and isinstance(value, bool))
+    )
+    if not ok:
+        raise ContractError(
+            f"{where}: field {path}: expected {_type_name(tp)}, got {value!r}"
+        )
+    return float(value) if tp is float else value
+
+
+def _build(cls: Any, data: dict, where: str, prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ContractError(f"{where}: field {prefix}{unknown[0]}: unknown field")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if required:
+                raise ContractError(f"{where}: field {prefix}{f.name}: missing")
+            continue
+        kwargs[f.name] = _convert(hints[f.name], data[f.name], where, prefix + f.name)
+    return cls(**kwargs)
+
+
+# --------------------------------------------------------------------------
+# Parquet tables
+# --------------------------------------------------------------------------
+
+_NS = pa.int64()
+
+REQUESTS_SCHEMA = pa.schema(
+    [
+        pa.field("phase", pa.string(), nullable=False),
+        pa.field("context", pa.int64(), nullable=False),
+        pa.field("concurrency", pa.int64(), nullable=False),
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("purpose", pa.string(), nullable=False),
+        pa.field("stream_index", pa.int64(), nullable=False),  # which of the C slots
+        pa.field("send_ns", _NS, nullable=False),
+        pa.field("end_ns", _NS),  # stream closed (finished, failed or cancelled)
+        pa.field("prompt_tokens", pa.int64()),
+        pa.field("cached_tokens", pa.int64()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("error", pa.string()),
+        pa.field("cancelled", pa.bool_(), nullable=False),  # closed by the window's end
+        pa.field("chunk_ns", pa.list_(_NS), nullable=False),
+        pa.field("chunk_tokens", pa.list_(pa.int64()), nullable=False),  # cumulative
+        pa.field("content_tail", pa.string()),  # last characters, evidence for Looped
+        pa.field("reasoning_tail", pa.string()),
+    ]
+)
+
+CELLS_SCHEMA = pa.schema(
+    [
+        pa.field("phase", pa.string(), nullable=False),
+        pa.field("context", pa.int64(), nullable=False),
+        pa.field("concurrency", pa.int64(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("reason", pa.string()),
+        pa.field("window_start_ns", _NS),
+        pa.field("window_end_ns", _NS),
+        pa.field("warmup_s", pa.float64()),
+        pa.field("token_counting", pa.string()),
+        pa.field("client_bound", pa.bool_()),
+        # Published aggregates: only imported runs (no raw data) fill these.
+        pa.field("pub_total_tok_s", pa.float64()),
+        pa.field("pub_per_request_tok_s", pa.float64()),
+        pa.field("pub_ttft_ms", pa.float64()),
+        pa.field("pub_tbt_ms", pa.float64()),
+        pa.field("pub_avg_active", pa.float64()),
+        pa.field("pub_completed", pa.int64()),
+        pa.field("pub_output_tokens", pa.int64()),
+        pa.field("pub_measured_s", pa.float64()),
+    ]
+)
+
+SERVER_METRICS_SCHEMA = pa.schema(
+    [
+        pa.field("t_ns", _NS, nullable=False),
+        pa.field("name", pa.string(), nullable=False),  # canonical, e.g. "running"
+        pa.field("source", pa.string(), nullable=False),  # the server's metric name
+        pa.field("labels", pa.string(), nullable=False),  # Prometheus label set, as text
+        pa.field("value", pa.float64(), nullable=False),
+    ]
+)
+
+TABLE_SCHEMAS = {
+    REQUESTS_FILE: REQUESTS_SCHEMA,
+    CELLS_FILE: CELLS_SCHEMA,
+    SERVER_METRICS_FILE: SERVER_METRICS_SCHEMA,
+}
+
+
+def check_table(name: str, table: pa.Table, where: str | None = None) -> pa.Table:
+    """Validate a table against its contract schema; return it cast to it.
+
+    Extra columns are allowed (a newer writer may add some); missing columns
+    and columns of the wrong type are not.
+    """
+    where = where or name
+    schema = TABLE_SCHEMAS[name]
+    for fld in schema:
+        if fld.name not in table.column_names:
+            raise ContractError(f"{where}: column {fld.name}: missing")
+        actual = table.schema.field(fld.name).type
+        if not _compatible(actual, fld.type):
+            raise ContractError(
+                f"{where}: column {fld.name}: expected {fld.type}, got {actual}"
+            )
+        if not fld.nullable and table.column(fld.name).null_count:
+            raise ContractError(f"{where}: column {fld.name}: has empty values")
+    table = table.select(schema.names).cast(schema)
+    if name in (REQUESTS_FILE, CELLS_FILE):
+        _check_values(name, table, where)
+    return table
+
+
+def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
+    if actual == expected or pa.types.is_null(actual):
+        return True
+    if pa.types.is_large_string(actual) and pa.types.is_string(expected):
+        return True
+    if pa.types.is_integer(actual) and pa.types.is_integer(expected):
+        return True
+    if pa.types.is_integer(actual) and pa.types.is_floating(expected):
+        return True
+    if pa.types.is_floating(actual) and pa.types.is_floating(expected):
+        return True
+    if (pa.types.is_list(actual) or pa.types.is_large_list(actual)) and pa.types.is_list(expected):
+        return _compatible(actual.value_type, expected.value_type)
+    return False
+
+
+def _check_values(name: str, table: pa.Table, where: str) -> None:
+    phases = set(table.column("phase").unique().to_pylist())
+    bad = phases - set(PHASES)
+    if bad:
+        raise ContractError(f"{where}: column phase: unknown value {sorted(bad)[0]!r}")
+    if name == CELLS_FILE:
+        bad = set(table.column("status").unique().to_pylist()) - set(STATUSES)
+        if bad:
+            raise ContractError(f"{where}: column status: unknown value {sorted(bad)[0]!r}")
+    if name == REQUESTS_FILE:
+        bad = set(table.column("purpose").unique().to_pylist()) - set(PURPOSES)
+        if bad:
+            raise ContractError(f"{where}: column purpose: unknown value {sorted(bad)[0]!r}")
+        import pyarrow.compute as pc
+
+        ns_len = pc.list_value_length(table.column("chunk_ns"))
+        tok_len = pc.list_value_length(table.column("chunk_tokens"))
+        if not pc.all(pc.equal(ns_len, tok_len)).as_py() if len(table) else False:
+            raise ContractError(
+                f"{where}: column chunk_tokens: length differs from chunk_ns in some row"
+            )
+
+
+def empty_table(name: str) -> pa.Table:
+    return TABLE_SCHEMAS[name].empty_table()

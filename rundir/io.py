@@ -1,0 +1,118 @@
+"""Reading and writing run directories: validated reads, atomic writes.
+
+Every write goes to a temporary file in the same directory and is renamed
+into place, so a reader never sees a half-written file under a real name.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from rundir.contract import (
+    CELLS_FILE,
+    REQUESTS_FILE,
+    RUN_YAML,
+    SERVER_METRICS_FILE,
+    SOURCE_IMPORTED,
+    ContractError,
+    RunInfo,
+    check_table,
+    empty_table,
+)
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call write(tmp) on a temporary sibling of path, then rename it to path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_run_info(run_dir: Path, info: RunInfo) -> None:
+    text = yaml.safe_dump(info.to_dict(), sort_keys=False, allow_unicode=True, width=100)
+    atomic_write_text(Path(run_dir) / RUN_YAML, text)
+
+
+def write_table(run_dir: Path, name: str, table: pa.Table) -> None:
+    """Validate table against the contract and write it atomically."""
+    table = check_table(name, table)
+    atomic_write(Path(run_dir) / name, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+
+
+def read_run_info(run_dir: Path) -> RunInfo:
+    path = Path(run_dir) / RUN_YAML
+    if not path.is_file():
+        raise ContractError(f"{path}: missing (not a run directory)")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise ContractError(f"{path}:{line} not valid YAML") from None
+    return RunInfo.from_dict(data, where=str(path))
+
+
+def read_table(run_dir: Path, name: str, required: bool = True) -> pa.Table:
+    path = Path(run_dir) / name
+    if not path.is_file():
+        if required:
+            raise ContractError(f"{path}: missing")
+        return empty_table(name)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ContractError(f"{path}: not a readable Parquet file ({first})") from None
+    return check_table(name, table, where=str(path))
+
+
+@dataclass
+class RunData:
+    """A validated run directory, loaded whole."""
+
+    path: Path
+    info: RunInfo
+    cells: pa.Table
+    requests: pa.Table
+    server_metrics: pa.Table
+
+    @property
+    def imported(self) -> bool:
+        return self.info.source == SOURCE_IMPORTED
+
+
+def read_run(run_dir: Path) -> RunData:
+    """Read and validate a whole run directory; ContractError names what is wrong."""
+    run_dir = Path(run_dir)
+    info = read_run_info(run_dir)
+    imported = info.source == SOURCE_IMPORTED
+    cells = read_table(run_dir, CELLS_FILE)
+    requests = read_table(run_dir, REQUESTS_FILE, required=not imported)
+    metrics = read_table(run_dir, SERVER_METRICS_FILE, required=False)
+    return RunData(run_dir, info, cells, requests, metrics)
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / RUN_YAML).is_file()

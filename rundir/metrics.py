@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rundir.contract import METRIC_RUNNING, METRIC_WAITING
+
 QUEUED_ACTIVE_RATIO = 0.95
 
 
@@ -221,3 +223,27 @@ def prefill_metrics(chunks: Chunks, prompt_tokens: np.ndarray) -> PrefillMetrics
         ttft_ms=_median(ttft_ns[ok_pos] / 1e6),
         samples=int(ok_pos.sum()),
     )
+
+
+def window_activity(
+    chunks: Chunks, server_metrics: pa.Table | None, start_ns: int, end_ns: int
+) -> tuple[float, float | None]:
+    """Average active requests over the window (the server's running gauge,
+    summed over label sets, when it was sampled; else the client's streams)
+    and the largest waiting count the server reported inside the window."""
+    avg = None
+    max_waiting = None
+    if server_metrics is not None and len(server_metrics):
+        t = np.asarray(server_metrics.column("t_ns").to_numpy(), dtype=np.int64)
+        names = np.asarray(server_metrics.column("name").to_numpy(zero_copy_only=False))
+        values = np.asarray(server_metrics.column("value").to_numpy(), dtype=np.float64)
+        for name in (METRIC_RUNNING, METRIC_WAITING):
+            sel = names == name
+            times, sums = gauge_series(t[sel], values[sel])
+            if name == METRIC_RUNNING:
+                avg = gauge_time_mean(times, sums, start_ns, end_ns)
+            else:
+                max_waiting = gauge_max_in(times, sums, start_ns, end_ns)
+    if avg is None:
+        avg = client_active(chunks, start_ns, end_ns)
+    return avg, max_waiting

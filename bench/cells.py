@@ -1,0 +1,240 @@
+"""Running one cell of the matrix against the server.
+
+Decode: warm each stream's prefix cache, start C streams and wait until
+all produce tokens (and the server's gauges agree), then measure a fixed
+window during which every stream that finishes is restarted at once. The
+window ends exactly at its duration; open streams are cancelled (closing
+the connection aborts them server-side) and the server is drained to idle
+before the next cell.
+
+Prefill: cold requests with unique prefixes, one output token each; a
+sample that hit a prefix cache is rejected, kept as evidence, and retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bench.engines import ServerInfo
+from bench.plan import Cell
+from bench.prompts import Prompt, PromptFactory, messages
+from bench.records import RequestRecord, Verdict, context_refused, judge_decode
+from bench.sampler import MetricsSampler
+from bench.stream import StreamClient
+from rundir.contract import (
+    ERROR,
+    OVER_CAPACITY,
+    PURPOSE_MEASURE,
+    PURPOSE_PREFILL,
+    PURPOSE_PREFIX_FILL,
+    VALID,
+)
+
+CACHE_HIT_RATIO = 0.1  # a prefill sample with more cached tokens than this is rejected
+
+
+@dataclass
+class Settings:
+    duration_s: float = 30.0
+    max_output: int = 4096
+    prefill_repeats: int = 3
+    warmup_timeout_s: float = 120.0
+    stable_s: float = 3.0
+    drain_timeout_s: float = 60.0
+    stall_timeout_s: float = 60.0
+
+
+@dataclass
+class CellOutcome:
+    records: list[RequestRecord]
+    status: str
+    reason: str | None
+    window: tuple[int, int] | None = None
+    warmup_s: float | None = None
+    counting: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class CellRunner:
+    """Owns the per-run machinery a cell needs: client, prompts, sampler."""
+
+    def __init__(
+        self, info: ServerInfo, client: StreamClient, prompts: PromptFactory,
+        sampler: MetricsSampler, settings: Settings, redact: Callable[[str], str],
+    ) -> None:
+        self.info = info
+        self.client = client
+        self.prompts = prompts
+        self.sampler = sampler
+        self.settings = settings
+        self.redact = redact
+        self._ids = itertools.count()
+
+    # -- requests -------------------------------------------------------
+    def payload(self, prompt: Prompt, max_tokens: int) -> dict:
+        body: dict = {
+            "model": self.info.model,
+            "messages": messages(prompt.text),
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.info.engine in ("vllm", "sglang", "llama.cpp"):
+            body["stream_options"]["continuous_usage_stats"] = True
+            body["ignore_eos"] = True
+        return body
+
+    async def send(
+        self, cell: Cell, prompt: Prompt, max_tokens: int, purpose: str, index: int,
+        cancel: asyncio.Event | None = None, on_start=None,
+    ) -> RequestRecord:
+        rid = f"{self.prompts.run_tag}-{next(self._ids)}"
+        result = await self.client.post_stream(
+            "/v1/chat/completions", self.payload(prompt, max_tokens), rid, cancel, on_start
+        )
+        return RequestRecord.from_stream(cell.key, rid, purpose, index, result, self.redact)
+
+    # -- prefill --------------------------------------------------------
+    async def prefill(self, cell: Cell) -> CellOutcome:
+        s = self.settings
+        records: list[RequestRecord] = []
+        good = 0
+        for attempt in range(s.prefill_repeats * 3):
+            if good >= s.prefill_repeats:
+                break
+            tag = f"p{cell.context}-a{attempt}"
+            prompt = await asyncio.to_thread(self.prompts.build, cell.context, tag)
+            hits_before = self._prefix_hits()
+            rec = await self.send(cell, prompt, 1, PURPOSE_PREFILL, 0)
+            records.append(rec)
+            if rec.error:
+                if context_refused(rec.error, rec.status):
+                    return CellOutcome(records, OVER_CAPACITY, f"server refused the context: {rec.error}")
+                return CellOutcome(records, ERROR, rec.error)
+            hits = self._prefix_hits()
+            cached = rec.cached_tokens or 0
+            if hits is not None and hits_before is not None:
+                cached = max(cached, int(hits - hits_before))
+            if rec.prompt_tokens and cached > CACHE_HIT_RATIO * rec.prompt_tokens:
+                rec.error = f"rejected: prefix-cache hit ({cached} cached tokens)"
+                continue
+            good += 1
+        if good < s.prefill_repeats:
+            return CellOutcome(records, ERROR, f"only {good} cold samples in {len(records)} tries")
+        return CellOutcome(records, VALID, None)
+
+    def _prefix_hits(self) -> float | None:
+        if "prefix_cache_hits_total" not in self.info.gauges:
+            return None
+        sums = self.sampler.scrape()
+        return None if sums is None else sums.get("prefix_cache_hits_total")
+
+    # -- decode ---------------------------------------------------------
+    async def decode(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:
+        s = self.settings
+        c = cell.concurrency
+        base_tag = f"d{cell.context}-c{c}-s0"
+        base = await asyncio.to_thread(self.prompts.build, cell.context, base_tag)
+        prompts = [base] + [
+            self.prompts.variant(base, base_tag, f"d{cell.context}-c{c}-s{i}") for i in range(1, c)
+        ]
+        records: list[RequestRecord] = []
+        # 1. warm each stream's prefix cache.
+        fills = await asyncio.gather(
+            *(self.send(cell, p, 1, PURPOSE_PREFIX_FILL, i) for i, p in enumerate(prompts))
+        )
+        records.extend(fills)
+        failed = [r for r in fills if r.error]
+        if failed:
+            refused = context_refused(failed[0].error, failed[0].status)
+            status = OVER_CAPACITY if refused else ERROR
+            prefix = "server refused the context: " if refused else "prefix warm-up failed: "
+            return CellOutcome(records, status, prefix + str(failed[0].error))
+        # 2. start C saturating streams and wait until the server runs them all.
+        cancel = asyncio.Event()
+        failure = asyncio.Event()
+        live: list = [None] * c
+
+        async def stream_loop(i: int) -> None:
+            while not cancel.is_set():
+                rec = await self.send(
+                    cell, prompts[i], s.max_output, PURPOSE_MEASURE, i, cancel,
+                    on_start=lambda proto, i=i: live.__setitem__(i, proto),
+                )
+                records.append(rec)
+                if rec.error:
+                    failure.set()
+                    return
+
+        warm_start = time.monotonic()
+        tasks = [asyncio.create_task(stream_loop(i)) for i in range(c)]
+        notes: list[str] = []
+        ready = await self._wait_ready(c, live, failure, interrupted)
+        warmup_s = time.monotonic() - warm_start
+        if not ready and not failure.is_set() and not interrupted.is_set():
+            notes.append(f"readiness not reached in {s.warmup_timeout_s:.0f} s")
+        # 3. the measurement window.
+        start_ns = time.monotonic_ns()
+        end_ns = start_ns + int(s.duration_s * 1e9)
+        if not failure.is_set() and not interrupted.is_set():
+            await self._sleep_until(end_ns, failure, interrupted)
+        cancel.set()
+        await asyncio.gather(*tasks)
+        if interrupted.is_set():
+            return CellOutcome(records, "pending", "interrupted", (start_ns, end_ns), warmup_s)
+        await self._drain()
+        metrics_table = self.sampler.table() if self.sampler.enabled else None
+        if failure.is_set() and time.monotonic_ns() < end_ns:
+            end_ns = max(start_ns + 1, min(end_ns, time.monotonic_ns()))
+        verdict: Verdict = judge_decode(records, c, start_ns, end_ns, metrics_table)
+        if notes and verdict.reason is None:
+            verdict.reason = "; ".join(notes)
+        return CellOutcome(
+            records, verdict.status, verdict.reason, (start_ns, end_ns), warmup_s, verdict.counting
+        )
+
+    async def _wait_ready(self, c: int, live: list, failure: asyncio.Event,
+                          interrupted: asyncio.Event) -> bool:
+        """Every stream producing tokens, and (when the server tells) running
+        >= C with nothing waiting, continuously for stable_s seconds."""
+        s = self.settings
+        deadline = time.monotonic() + s.warmup_timeout_s
+        stable_since = None
+        while time.monotonic() < deadline:
+            if failure.is_set() or interrupted.is_set():
+                return False
+            producing = all(p is not None and p.n_events >= 2 for p in live)
+            running, waiting = self.sampler.running_waiting() if self.sampler.enabled else (None, None)
+            server_ok = (running is None or running >= c) and (waiting is None or waiting == 0)
+            if producing and server_ok:
+                stable_since = stable_since or time.monotonic()
+                if time.monotonic() - stable_since >= s.stable_s:
+                    return True
+            else:
+                stable_since = None
+            await asyncio.sleep(0.1)
+        return False
+
+    async def _sleep_until(self, end_ns: int, failure: asyncio.Event,
+                           interrupted: asyncio.Event) -> None:
+        while True:
+            left = (end_ns - time.monotonic_ns()) / 1e9
+            if left <= 0 or failure.is_set() or interrupted.is_set():
+                return
+            await asyncio.sleep(min(left, 0.05))
+
+    async def _drain(self) -> None:
+        """Wait until the server reports nothing running or waiting."""
+        if not self.sampler.enabled:
+            await asyncio.sleep(0.2)
+            return
+        deadline = time.monotonic() + self.settings.drain_timeout_s
+        while time.monotonic() < deadline:
+            sums = await asyncio.to_thread(self.sampler.scrape)
+            if sums and not sums.get("running") and not sums.get("waiting"):
+                return
+            await asyncio.sleep(0.2)

@@ -1,0 +1,172 @@
+"""The sweep plan: which cells run, which are skipped and why (pure).
+
+Contexts × concurrency levels, the largest-context fit rule and the KV
+budget check live here, so the plan printed before a run is exactly the
+plan that runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from rundir.contract import DECODE, OVER_CAPACITY, PENDING, PREFILL
+
+DEFAULT_CONTEXTS = (8192, 16384, 32768, 65536, 131072)
+DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128)
+FIT_MARGIN = 64  # tokens of headroom for the chat template and specials
+TRIM_RATIO = 0.9
+
+
+class PlanError(ValueError):
+    pass
+
+
+def parse_tokens(text: str, flag: str) -> int:
+    """'8k', '8K', '8192' -> tokens (1K = 1024)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", text)
+    if not m:
+        raise PlanError(f"{flag}: expected a token count like 8192, 8k or 1M, got {text!r}")
+    value = float(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
+    if value < 1 or value != int(value):
+        raise PlanError(f"{flag}: expected a positive whole token count, got {text!r}")
+    return int(value)
+
+
+def parse_contexts(text: str | None) -> list[int | str] | None:
+    """Comma-separated contexts; 'max' stands for the largest that fits."""
+    if not text:
+        return None
+    out: list[int | str] = []
+    for part in text.split(","):
+        part = part.strip()
+        if part.lower() == "max":
+            out.append("max")
+        elif part:
+            out.append(parse_tokens(part, "--contexts"))
+    if not out:
+        raise PlanError("--contexts: expected at least one context")
+    return out
+
+
+def parse_concurrency(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise PlanError(f"--concurrency: expected positive integers like 1,2,4, got {part!r}")
+        out.append(int(part))
+    return sorted(set(out))
+
+
+def context_label(tokens: int) -> str:
+    """Whole K, rounded down: 257,984 tokens -> '251K'."""
+    return f"{tokens // 1024}K" if tokens >= 1024 else str(tokens)
+
+
+def fit_context(context: int, max_output: int, max_model_len: int | None) -> int | None:
+    """The largest-context rule: keep, trim to the room left, or drop."""
+    if max_model_len is None:
+        return context
+    room = max_model_len - max_output - FIT_MARGIN
+    if context <= room:
+        return context
+    if room >= TRIM_RATIO * context:
+        return room
+    return None
+
+
+@dataclass
+class Cell:
+    phase: str
+    context: int
+    concurrency: int
+    status: str = PENDING
+    reason: str | None = None
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.phase, self.context, self.concurrency)
+
+
+@dataclass
+class Plan:
+    contexts: list[int]
+    concurrency: list[int]
+    prefill_contexts: list[int]
+    cells: list[Cell] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # contexts that did not fit
+
+    @property
+    def to_run(self) -> list[Cell]:
+        return [c for c in self.cells if c.status == PENDING]
+
+
+def make_plan(
+    *,
+    contexts: list[int | str] | None,
+    concurrency: list[int] | None,
+    max_output: int,
+    max_model_len: int | None,
+    kv_budget: int | None,
+    prefill: bool = True,
+    prefill_contexts: list[int | str] | None = None,
+) -> Plan:
+    """Build the matrix; over-capacity cells are planned as skipped."""
+    requested = list(contexts) if contexts else [*DEFAULT_CONTEXTS, "max"]
+    fitted: list[int] = []
+    dropped: list[str] = []
+    for ctx in requested:
+        if ctx == "max":
+            if max_model_len is None:
+                dropped.append("max (the server does not report its max model length)")
+                continue
+            value = fit_context(max_model_len, max_output, max_model_len)
+        else:
+            value = fit_context(int(ctx), max_output, max_model_len)
+        if value is None or value < 1:
+            dropped.append(
+                f"{context_label(int(ctx))} (does not fit {max_model_len} tokens with "
+                f"{max_output} output)"
+            )
+        elif value not in fitted:
+            fitted.append(value)
+    fitted.sort()
+    levels = sorted(set(concurrency or DEFAULT_CONCURRENCY))
+    if prefill_contexts:
+        pre = sorted({_fit_prefill(c, max_model_len) for c in prefill_contexts} - {None})
+    elif prefill:
+        pre = list(fitted)
+        if max_model_len is not None and contexts is None:
+            full = _fit_prefill("max", max_model_len)
+            if full and full not in pre:
+                pre.append(full)
+    else:
+        pre = []
+    plan = Plan(fitted, levels, pre, dropped=dropped)
+    for ctx in pre:
+        plan.cells.append(Cell(PREFILL, ctx, 1))
+    for ctx in fitted:
+        for c in levels:
+            cell = Cell(DECODE, ctx, c)
+            need = c * (ctx + max_output)
+            if kv_budget is not None and need > kv_budget:
+                cell.status = OVER_CAPACITY
+                cell.reason = (
+                    f"needs {need:,} KV tokens ({c} × ({ctx:,} + {max_output:,})), "
+                    f"server budget is {kv_budget:,}"
+                )
+            plan.cells.append(cell)
+    return plan
+
+
+def _fit_prefill(ctx: int | str, max_model_len: int | None) -> int | None:
+    """Prefill needs room for one output token only."""
+    if max_model_len is None:
+        return None if ctx == "max" else int(ctx)
+    room = max_model_len - 1 - FIT_MARGIN
+    if ctx == "max":
+        return room
+    return int(ctx) if int(ctx) <= room else (room if room >= TRIM_RATIO * int(ctx) else None)

@@ -1,0 +1,127 @@
+"""What the user sees while a sweep runs: the plan, a live matrix, an ETA.
+
+Only presentation lives here; numbers shown live come from the same
+`rundir.metrics` functions the site uses.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from bench.plan import Cell, Plan, context_label
+from rundir.contract import DECODE, PENDING, PREFILL, VALID
+
+LABELS = {
+    "valid": "Valid", "over_capacity": "Over capacity", "requests_queued": "Requests queued",
+    "looped": "Looped", "error": "Error", "pending": "…",
+}
+
+
+def estimate_s(cells: list[Cell], settings) -> float:
+    """Rough time: warm-up + window + drain per decode cell, seconds per prefill."""
+    total = 0.0
+    for c in cells:
+        if c.phase == DECODE:
+            total += settings.duration_s + settings.stable_s + 4 + c.context / 20000
+        else:
+            total += settings.prefill_repeats * (1 + c.context / 5000)
+    return total
+
+
+class Progress:
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.live: Live | None = None
+        self.plan: Plan | None = None
+        self.results: dict[tuple[str, int, int], str] = {}
+        self.current: Cell | None = None
+        self.started = 0.0
+        self.remaining: list[Cell] = []
+        self.settings = None
+
+    def show_plan(self, info, plan: Plan, todo: list[Cell], settings, kv_budget, kv_source, run_dir) -> None:
+        self.settings = settings
+        self.remaining = list(todo)
+        p = self.console.print
+        p(f"[bold]{info.engine}[/] {info.version or ''} at {info.base_url} serving "
+          f"[bold]{info.model}[/] (max model length {info.max_model_len or 'unknown'})")
+        p(f"KV budget: {f'{kv_budget:,} tokens ({kv_source})' if kv_budget else 'unknown'}")
+        p(f"Contexts: {', '.join(context_label(c) for c in plan.contexts) or 'none'}; "
+          f"concurrency: {', '.join(map(str, plan.concurrency))}; "
+          f"prefill at: {', '.join(context_label(c) for c in plan.prefill_contexts) or 'none'}")
+        for text in plan.dropped:
+            p(f"  dropped context {text}")
+        skipped = [c for c in plan.cells if c.status != PENDING and c not in todo]
+        for c in skipped:
+            if c.status != VALID:
+                p(f"  skip {c.phase} {context_label(c.context)} × {c.concurrency}: "
+                  f"{LABELS.get(c.status, c.status)}{' — ' + c.reason if c.reason else ''}")
+        eta = estimate_s(todo, settings)
+        p(f"Will run {len(todo)} cells, about {eta / 60:.0f} min; writing {run_dir}")
+
+    def start(self, plan: Plan, store) -> None:
+        self.plan = plan
+        for key, row in store.rows.items():
+            self.results[key] = LABELS.get(row["status"], row["status"])
+        self.started = time.monotonic()
+        self.live = Live(self._table(), console=self.console, refresh_per_second=2, transient=False)
+        self.live.start()
+
+    def begin(self, cell: Cell) -> None:
+        self.current = cell
+        self.results[cell.key] = "running"
+        self._refresh()
+
+    def end(self, cell: Cell, outcome) -> None:
+        text = LABELS.get(outcome.status, outcome.status)
+        if outcome.window and outcome.records and outcome.status in ("valid", "requests_queued"):
+            from bench.records import records_table
+            from rundir import metrics
+
+            measure = [r for r in outcome.records if r.purpose == "measure"]
+            m = metrics.decode_metrics(
+                metrics.Chunks.from_table(records_table(measure)), *outcome.window,
+                __import__("numpy").zeros(len(measure), dtype=bool),
+            )
+            text = f"{m.total_tok_s:,.1f}" + ("*" if outcome.status != "valid" else "")
+        self.results[cell.key] = text
+        if cell in self.remaining:
+            self.remaining.remove(cell)
+        if outcome.reason and outcome.status != "valid":
+            self.note(f"{cell.phase} {context_label(cell.context)}×{cell.concurrency}: "
+                      f"{LABELS.get(outcome.status, outcome.status)} — {outcome.reason}")
+        self._refresh()
+
+    def note(self, text: str) -> None:
+        self.console.print(text)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def _refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self._table())
+
+    def _table(self) -> Table:
+        plan = self.plan
+        eta = estimate_s(self.remaining, self.settings) if self.settings else 0
+        table = Table(title=f"decode total tok/s (ETA {eta / 60:.1f} min)")
+        table.add_column("context")
+        for c in plan.concurrency if plan else []:
+            table.add_column(str(c), justify="right")
+        for ctx in plan.contexts if plan else []:
+            row = [context_label(ctx)]
+            for c in plan.concurrency:
+                row.append(self.results.get((DECODE, ctx, c), ""))
+            table.add_row(*row)
+        pre = [f"{context_label(c)}: {self.results.get((PREFILL, c, 1), '')}"
+               for c in (plan.prefill_contexts if plan else [])]
+        if pre:
+            table.caption = "prefill " + "  ".join(pre)
+        return table

@@ -1,0 +1,102 @@
+"""Where a run was measured: GPUs, CPU, OS and the server's launch command.
+
+GPU facts come from NVML (nvidia-ml-py) or `nvidia-smi`; the launch
+command from the local process table when the server listens on this
+host. Every string passes through the redactor before it is kept.
+"""
+
+from __future__ import annotations
+
+import platform
+import shlex
+import shutil
+import subprocess
+from urllib.parse import urlsplit
+
+import psutil
+
+from rundir.contract import Hardware
+
+
+def gpu_hardware() -> Hardware | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no NVIDIA driver: try the CLI, then give up
+        return _nvidia_smi()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        if not count:
+            return None
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        name = name.decode() if isinstance(name, bytes) else name
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+        return Hardware(
+            type="Discrete GPU", gpu_name=name.removeprefix("NVIDIA ").strip(), gpu_count=count,
+            vram_gb_per_gpu=round(mem / 1e9), driver=driver,
+            cuda=f"{cuda // 1000}.{cuda % 1000 // 10}",
+        )
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _nvidia_smi() -> Hardware | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not out:
+        return None
+    name, mem_mib, driver = (p.strip() for p in out[0].split(","))
+    return Hardware(
+        type="Discrete GPU", gpu_name=name.removeprefix("NVIDIA ").strip(), gpu_count=len(out),
+        vram_gb_per_gpu=round(float(mem_mib) * 1.048576 / 1000), driver=driver,
+    )
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def detect_hardware() -> Hardware:
+    hw = gpu_hardware() or Hardware(type="CPU")
+    hw.cpu = cpu_name()
+    hw.os = f"{platform.system().lower()} {platform.release()}".strip()
+    return hw
+
+
+def local_launch_command(base_url: str) -> str | None:
+    """The command line of the local process listening on the server's port."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") and not host.startswith("127."):
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.Error, OSError):
+        return None
+    for conn in conns:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+            try:
+                return shlex.join(psutil.Process(conn.pid).cmdline())
+            except psutil.Error:
+                return None
+    return None

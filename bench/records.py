@@ -1,0 +1,172 @@
+"""One request's raw record, and the judgement of a finished cell (pure).
+
+A cell's status is decided from the same functions the site builder uses
+to compute its numbers (`rundir.metrics`), so the collector and the page
+can never disagree about what the raw data says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from bench.chunks import ParsedStream, parse_events
+from bench.loops import loop_period
+from bench.stream import StreamResult
+from rundir import metrics
+from rundir.contract import (
+    COUNT_CHUNKS,
+    COUNT_USAGE_CONTINUOUS,
+    ERROR,
+    LOOPED,
+    OVER_CAPACITY,
+    PURPOSE_MEASURE,
+    REQUESTS_QUEUED,
+    REQUESTS_SCHEMA,
+    VALID,
+)
+
+CONTEXT_REFUSED_MARKERS = (
+    "exceed_context_size",
+    "maximum context length",
+    "context length",
+    "too long",
+    "max_model_len",
+    "exceeds",
+)
+USAGE_MISMATCH_TOLERANCE = 0.005
+
+
+@dataclass
+class RequestRecord:
+    phase: str
+    context: int
+    concurrency: int
+    request_id: str
+    purpose: str
+    stream_index: int
+    send_ns: int
+    end_ns: int | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    finish_reason: str | None
+    error: str | None
+    cancelled: bool
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    content_tail: str | None = None
+    reasoning_tail: str | None = None
+    counting: str = COUNT_CHUNKS
+    final_usage_tokens: int | None = None
+    status: int = 0
+
+    @classmethod
+    def from_stream(
+        cls, key: tuple[str, int, int], request_id: str, purpose: str, index: int,
+        result: StreamResult, redact,
+    ) -> RequestRecord:
+        parsed: ParsedStream = parse_events(result.events)
+        error = result.error or parsed.error
+        if error and result.cancelled:
+            error = None  # we closed it: not a failure
+        if not error and not result.cancelled and result.status == 200 and not result.done:
+            error = "stream ended without [DONE]"
+        phase, context, concurrency = key
+        return cls(
+            phase=phase, context=context, concurrency=concurrency, request_id=request_id,
+            purpose=purpose, stream_index=index, send_ns=result.send_ns,
+            end_ns=result.end_ns or None, prompt_tokens=parsed.prompt_tokens,
+            cached_tokens=parsed.cached_tokens, finish_reason=parsed.finish_reason,
+            error=redact(error) if error else None, cancelled=result.cancelled,
+            chunk_ns=parsed.chunk_ns, chunk_tokens=parsed.chunk_tokens,
+            content_tail=parsed.content or None, reasoning_tail=parsed.reasoning or None,
+            counting=parsed.counting, final_usage_tokens=parsed.final_usage_tokens,
+            status=result.status,
+        )
+
+    @property
+    def tokens(self) -> int:
+        return self.chunk_tokens[-1] if self.chunk_tokens else 0
+
+    @property
+    def first_token_ns(self) -> int | None:
+        for ns, cum in zip(self.chunk_ns, self.chunk_tokens, strict=True):
+            if cum > 0:
+                return ns
+        return None
+
+
+def records_table(records: list[RequestRecord]) -> pa.Table:
+    cols = {name: [getattr(r, name) for r in records] for name in REQUESTS_SCHEMA.names}
+    return pa.table(cols, schema=REQUESTS_SCHEMA)
+
+
+def context_refused(error: str | None, status: int) -> bool:
+    """An HTTP 400 saying the prompt does not fit the server's context."""
+    if not error or status not in (400, 413, 422):
+        return False
+    low = error.lower()
+    return any(marker in low for marker in CONTEXT_REFUSED_MARKERS)
+
+
+@dataclass
+class Verdict:
+    status: str
+    reason: str | None
+    counting: str
+
+
+def counting_of(records: list[RequestRecord]) -> tuple[str, str | None]:
+    """The cell's token-counting method, and a problem with it if any."""
+    if records and all(r.counting == COUNT_USAGE_CONTINUOUS for r in records if r.tokens):
+        return COUNT_USAGE_CONTINUOUS, None
+    for r in records:
+        if r.final_usage_tokens and not r.cancelled and r.tokens:
+            off = abs(r.final_usage_tokens - r.tokens) / r.final_usage_tokens
+            if off > USAGE_MISMATCH_TOLERANCE:
+                return COUNT_CHUNKS, (
+                    f"server sends several tokens per chunk without per-chunk usage "
+                    f"({r.tokens} chunks for {r.final_usage_tokens} tokens): token times unknown"
+                )
+    return COUNT_CHUNKS, None
+
+
+def judge_decode(
+    records: list[RequestRecord], concurrency: int, start_ns: int, end_ns: int,
+    server_metrics: pa.Table | None,
+) -> Verdict:
+    """Status of a decode cell from its raw records and server gauges."""
+    measured = [r for r in records if r.purpose == PURPOSE_MEASURE]
+    counting, count_problem = counting_of(measured)
+    failed = [r for r in records if r.error]
+    refused = [r for r in failed if context_refused(r.error, r.status)]
+    if refused:
+        return Verdict(OVER_CAPACITY, f"server refused the context: {refused[0].error}", counting)
+    if failed:
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        return Verdict(ERROR, f"{failed[0].error}{more}", counting)
+    if count_problem:
+        return Verdict(ERROR, count_problem, counting)
+    for r in measured:
+        for kind, text in (("content", r.content_tail), ("reasoning", r.reasoning_tail)):
+            period = loop_period(text or "")
+            if period:
+                return Verdict(
+                    LOOPED, f"{kind} of {r.request_id} repeats a {period}-character period",
+                    counting,
+                )
+    table = records_table(measured)
+    chunks = metrics.Chunks.from_table(table)
+    inwin = (chunks.ns >= start_ns) & (chunks.ns <= end_ns)
+    if not chunks.tokens[inwin].sum():
+        return Verdict(ERROR, "no tokens arrived during the measurement window", counting)
+    avg_active, max_waiting = metrics.window_activity(chunks, server_metrics, start_ns, end_ns)
+    if metrics.is_queued(concurrency, avg_active, max_waiting):
+        why = (
+            f"server's waiting gauge reached {max_waiting:g}"
+            if max_waiting
+            else f"average active {avg_active:.2f} < 0.95 × {concurrency}"
+        )
+        return Verdict(REQUESTS_QUEUED, why, counting)
+    return Verdict(VALID, None, counting)

@@ -1,0 +1,97 @@
+"""Sampling the server's Prometheus gauges about once a second.
+
+Runs in its own thread with its own HTTP client, so scraping and parsing a
+large /metrics page never delays the event loop that stamps token
+arrivals. Each sample is stamped at the midpoint of its scrape.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pyarrow as pa
+
+from bench.engines import ServerInfo
+from bench.promtext import labels_text, parse_metrics
+from rundir.contract import METRIC_RUNNING, METRIC_WAITING, SERVER_METRICS_SCHEMA
+
+
+class MetricsSampler:
+    def __init__(self, info: ServerInfo, api_key: str | None, interval_s: float = 1.0) -> None:
+        self.info = info
+        self.interval_s = interval_s
+        self._by_source = {src: name for name, src in info.gauges.items()}
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=info.base_url, headers=headers, timeout=5.0)
+        self._rows: dict[str, list] = {k: [] for k in SERVER_METRICS_SCHEMA.names}
+        self._latest: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.info.has_metrics)
+
+    def start(self) -> None:
+        if self.enabled and self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="metrics-sampler", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._http.close()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            self.scrape()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
+
+    def scrape(self) -> dict[str, float] | None:
+        """One scrape; returns the canonical gauges summed over label sets."""
+        t0 = time.monotonic_ns()
+        try:
+            resp = self._http.get("/metrics")
+        except httpx.HTTPError:
+            self.failures += 1
+            return None
+        t1 = time.monotonic_ns()
+        if resp.status_code != 200:
+            self.failures += 1
+            return None
+        stamp = (t0 + t1) // 2
+        samples = parse_metrics(resp.text, wanted=self._by_source)
+        sums: dict[str, float] = {}
+        rows = self._rows
+        with self._lock:
+            for s in samples:
+                name = self._by_source.get(s.name)
+                if name is None:
+                    continue
+                rows["t_ns"].append(stamp)
+                rows["name"].append(name)
+                rows["source"].append(s.name)
+                rows["labels"].append(labels_text(s.labels))
+                rows["value"].append(s.value)
+                sums[name] = sums.get(name, 0.0) + s.value
+            self._latest = sums
+        return sums
+
+    def latest(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._latest)
+
+    def running_waiting(self) -> tuple[float | None, float | None]:
+        latest = self.latest()
+        return latest.get(METRIC_RUNNING), latest.get(METRIC_WAITING)
+
+    def table(self) -> pa.Table:
+        with self._lock:
+            return pa.table({k: list(v) for k, v in self._rows.items()}, schema=SERVER_METRICS_SCHEMA)

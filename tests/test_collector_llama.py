@@ -1,0 +1,73 @@
+"""The collector against a real llama.cpp llama-server (tiny model, CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rundir.contract import PURPOSE_MEASURE
+from rundir.io import read_run
+
+pytestmark = pytest.mark.engine_llama
+
+
+@pytest.fixture(scope="module")
+def thin_run(llama_server, tmp_path_factory) -> Path:
+    from tests.conftest import run_cli
+
+    work = tmp_path_factory.mktemp("thin")
+    res = run_cli("bench", "run", "--base-url", llama_server.base_url, "--contexts", "1k",
+                  "--concurrency", "1,2", "--duration", "5", "--out", "runs/RUN", cwd=work)
+    assert res.returncode == 0, res.stderr
+    return work / "runs" / "RUN"
+
+
+def test_thin_slice_writes_a_valid_run(thin_run: Path) -> None:
+    run = read_run(thin_run)  # validates against the contract
+    assert run.info.engine.name == "llama.cpp"
+    assert run.info.model.served_name == "tiny"
+    assert run.info.launch_command and "llama-server" in run.info.launch_command
+    cells = {(r["phase"], r["concurrency"]): r for r in run.cells.to_pylist()}
+    assert cells[("decode", 1)]["status"] == "valid"
+    assert cells[("decode", 2)]["status"] == "valid"
+    assert cells[("prefill", 1)]["status"] == "valid"
+    for row in run.requests.to_pylist():
+        assert len(row["chunk_ns"]) == len(row["chunk_tokens"])
+        assert row["chunk_ns"] == sorted(row["chunk_ns"])
+        assert all(b >= a for a, b in zip(row["chunk_tokens"], row["chunk_tokens"][1:]))
+        assert row["error"] is None
+        if row["purpose"] == PURPOSE_MEASURE and not row["cancelled"]:
+            # the tiny model never emits EOS: max_tokens is reached exactly
+            assert row["chunk_tokens"][-1] == 4096 and row["finish_reason"] == "length"
+    prompt = [r["prompt_tokens"] for r in run.requests.to_pylist() if r["prompt_tokens"]]
+    assert all(abs(p - 1024) <= 16 for p in prompt)
+
+
+def test_window_is_exact_and_streams_are_cancelled(thin_run: Path) -> None:
+    run = read_run(thin_run)
+    for cell in run.cells.to_pylist():
+        if cell["phase"] == "decode":
+            assert cell["window_end_ns"] - cell["window_start_ns"] == 5_000_000_000
+    cancelled = [r for r in run.requests.to_pylist() if r["cancelled"]]
+    assert cancelled, "streams open at the window's end must be cancelled"
+    for r in cancelled:
+        cell = next(c for c in run.cells.to_pylist()
+                    if c["phase"] == r["phase"] and c["concurrency"] == r["concurrency"])
+        assert r["end_ns"] >= cell["window_end_ns"]
+
+
+def test_queued_when_more_requests_than_slots(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+    from tests.engines import start_llama_server
+
+    engine = start_llama_server(parallel=2, ctx=16384)
+    try:
+        res = run_cli("bench", "run", "--base-url", engine.base_url, "--contexts", "512",
+                      "--concurrency", "4", "--duration", "3", "--no-prefill",
+                      "--max-output", "256", "--warmup-timeout", "8", "--out", "q", cwd=tmp_path)
+    finally:
+        engine.stop()
+    assert res.returncode == 0, res.stderr
+    cell = read_run(tmp_path / "q").cells.to_pylist()[0]
+    assert cell["status"] == "requests_queued", cell

@@ -1,0 +1,109 @@
+"""Pure pieces of the collector: plan, chunk parsing, loops, redaction."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from bench.chunks import parse_events
+from bench.loops import is_looping
+from bench.plan import PlanError, context_label, fit_context, make_plan, parse_contexts, parse_tokens
+from bench.redact import REDACTED, redact
+from rundir.contract import COUNT_CHUNKS, COUNT_USAGE_CONTINUOUS, OVER_CAPACITY, PENDING
+
+
+def test_largest_context_rule() -> None:
+    assert context_label(fit_context(262144, 4096, 262144)) == "251K"
+    assert fit_context(131072, 4096, 262144) == 131072
+    assert fit_context(32768, 4096, 32768) is None  # room 28,608 < 90% of 32,768
+    assert fit_context(30000, 1024, 32768) == 30000
+
+
+def test_parse_tokens_and_errors() -> None:
+    assert parse_tokens("8k", "--x") == 8192 and parse_tokens("1024", "--x") == 1024
+    assert parse_contexts("1k,max") == [1024, "max"]
+    with pytest.raises(PlanError, match="--contexts"):
+        parse_contexts("8q")
+
+
+def test_plan_skips_over_capacity_from_kv_budget() -> None:
+    plan = make_plan(contexts=[8192, 16384], concurrency=[1, 2, 4], max_output=4096,
+                     max_model_len=65536, kv_budget=49000)
+    status = {(c.context, c.concurrency): c.status for c in plan.cells if c.phase == "decode"}
+    assert status[(8192, 4)] == OVER_CAPACITY  # 4 × 12,288 = 49,152 > 49,000
+    assert status[(8192, 2)] == PENDING
+    assert status[(16384, 4)] == OVER_CAPACITY
+    assert status[(16384, 2)] == PENDING  # 2 × 20,480 = 40,960
+
+
+def test_default_plan_adds_largest_context() -> None:
+    plan = make_plan(contexts=None, concurrency=None, max_output=4096,
+                     max_model_len=262144, kv_budget=None)
+    assert [context_label(c) for c in plan.contexts] == ["8K", "16K", "32K", "64K", "128K", "251K"]
+    assert plan.concurrency == [1, 2, 4, 8, 16, 32, 64, 128]
+
+
+def _ev(ns: int, obj: dict) -> tuple[int, bytes]:
+    return ns, json.dumps(obj).encode()
+
+
+def test_usage_counts_multi_token_chunks() -> None:
+    events = [
+        _ev(1, {"choices": [{"delta": {"role": "assistant"}}], "usage": {"completion_tokens": 0}}),
+        _ev(2, {"choices": [{"delta": {"content": "ab"}}], "usage": {"completion_tokens": 3}}),
+        _ev(3, {"choices": [{"delta": {"content": "c"}, "finish_reason": "length"}],
+                "usage": {"completion_tokens": 4, "prompt_tokens": 9}}),
+        _ev(4, {"choices": [], "usage": {"completion_tokens": 4, "prompt_tokens": 9,
+                                          "prompt_tokens_details": {"cached_tokens": 8}}}),
+    ]
+    p = parse_events(events)
+    assert p.counting == COUNT_USAGE_CONTINUOUS
+    assert p.chunk_tokens == [0, 3, 4, 4]
+    assert (p.prompt_tokens, p.cached_tokens, p.finish_reason) == (9, 8, "length")
+
+
+def test_fallback_counts_text_chunks_and_keeps_reasoning() -> None:
+    events = [
+        _ev(1, {"choices": [{"delta": {"role": "assistant", "content": None}}]}),
+        _ev(2, {"choices": [{"delta": {"reasoning_content": "hm"}}]}),
+        _ev(3, {"choices": [{"delta": {"content": "x"}}]}),
+        _ev(4, {"choices": [], "usage": {"completion_tokens": 2}}),
+    ]
+    p = parse_events(events)
+    assert p.counting == COUNT_CHUNKS
+    assert p.chunk_tokens == [0, 1, 2, 2]
+    assert p.reasoning == "hm" and p.content == "x" and p.final_usage_tokens == 2
+
+
+def test_malformed_event_is_an_error() -> None:
+    p = parse_events([(1, b"{not json")])
+    assert p.error and p.error.startswith("malformed SSE event")
+
+
+def test_loop_detector() -> None:
+    rng = random.Random(1)
+    prose = " ".join(rng.choice(["the", "cat", "sat", "on", "a", "mat", "today"]) for _ in range(800))
+    assert not is_looping(prose)
+    assert is_looping(prose[:500] + "I will repeat this. " * 30)
+    assert is_looping("a" * 300)
+    assert not is_looping("short")
+
+
+@pytest.mark.parametrize("text", [
+    "serve m --api-key s3cr3t-value --port 1",
+    "serve m --api-key=s3cr3t-value",
+    "env OPENAI_API_KEY=s3cr3t-value vllm serve m",
+    "env HF_TOKEN='s3cr3t-value' x",
+    "curl -H 'Authorization: Bearer s3cr3t-value'",
+    "http://user:s3cr3t-value@host/v1",
+])
+def test_redaction(text: str) -> None:
+    out = redact(text)
+    assert "s3cr3t-value" not in out and REDACTED in out
+
+
+def test_redaction_of_literal_secret_and_token_shapes() -> None:
+    assert "mykey-123456" not in redact("error mykey-123456 here", ["mykey-123456"])
+    assert "sk-abcdefghijklmnopqrstu" not in redact("x sk-abcdefghijklmnopqrstu y")

@@ -1,0 +1,91 @@
+"""The page metrics on hand-made chunks whose answers are known exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from rundir import metrics
+from rundir.contract import REQUESTS_SCHEMA, SERVER_METRICS_SCHEMA
+
+MS = 1_000_000
+
+
+def table(rows: list[dict]) -> pa.Table:
+    full = []
+    for i, r in enumerate(rows):
+        row = {name: None for name in REQUESTS_SCHEMA.names}
+        row.update(phase="decode", context=1024, concurrency=len(rows), request_id=str(i),
+                   purpose="measure", stream_index=i, cancelled=False)
+        row.update(r)
+        full.append(row)
+    return pa.Table.from_pylist(full, schema=REQUESTS_SCHEMA)
+
+
+def test_multi_token_chunks_count_every_token() -> None:
+    # one stream: role chunk at 5 ms (0 tokens), then chunks of 1, 3, 2 tokens
+    # at 10, 20, 30 ms -> 6 tokens; after the first chunk 5 tokens in 20 ms.
+    t = table([dict(send_ns=0, end_ns=40 * MS, finish_reason="length",
+                    chunk_ns=[5 * MS, 10 * MS, 20 * MS, 30 * MS], chunk_tokens=[0, 1, 4, 6])])
+    c = metrics.Chunks.from_table(t)
+    m = metrics.decode_metrics(c, 0, 100 * MS, np.array([True]))
+    assert m.output_tokens == 6
+    assert m.total_tok_s == pytest.approx(60.0)
+    assert m.per_request_tok_s == pytest.approx(5 / 0.020)
+    assert m.tbt_ms == pytest.approx(4.0)  # 20 ms / 5 tokens, not 10 ms per chunk
+    assert m.ttft_ms == pytest.approx(10.0)  # first token chunk, not the role chunk
+    assert m.completed == 1
+
+
+def test_window_clips_chunks_and_completions() -> None:
+    t = table([
+        dict(send_ns=0, end_ns=95 * MS, finish_reason="length",
+             chunk_ns=[10 * MS, 50 * MS, 60 * MS, 90 * MS], chunk_tokens=[1, 2, 3, 4]),
+        dict(send_ns=0, end_ns=200 * MS, cancelled=True,
+             chunk_ns=[20 * MS, 55 * MS, 150 * MS], chunk_tokens=[1, 2, 3]),
+    ])
+    c = metrics.Chunks.from_table(t)
+    done = np.array([True, False])
+    m = metrics.decode_metrics(c, 40 * MS, 100 * MS, done)
+    assert m.output_tokens == 4  # 50, 60, 90 from the first; 55 from the second
+    assert m.duration_s == pytest.approx(0.06)
+    assert m.completed == 1
+    # client-side active: stream 1 active over 40..95, stream 2 over 40..100
+    assert m.avg_active_client == pytest.approx((55 + 60) / 60)
+
+
+def test_gauge_mean_and_label_sum() -> None:
+    rows = {
+        "t_ns": [0, 0, 10, 10, 20, 20],
+        "name": ["running"] * 6,
+        "source": ["vllm:num_requests_running"] * 6,
+        "labels": ['engine="0"', 'engine="1"'] * 3,
+        "value": [1.0, 1.0, 2.0, 2.0, 3.0, 1.0],
+    }
+    sm = pa.table(rows, schema=SERVER_METRICS_SCHEMA)
+    times, sums = metrics.gauge_series(np.array(rows["t_ns"]), np.array(rows["value"]))
+    assert sums.tolist() == [2.0, 4.0, 4.0]
+    # over [5, 25]: 2 for 5 ns, 4 for 15 ns
+    assert metrics.gauge_time_mean(times, sums, 5, 25) == pytest.approx((2 * 5 + 4 * 15) / 20)
+    empty = metrics.Chunks.from_table(table([]))
+    avg, waiting = metrics.window_activity(empty, sm, 5, 25)
+    assert avg == pytest.approx(3.5) and waiting is None
+
+
+def test_queued_rule() -> None:
+    assert metrics.is_queued(8, 8.0, 0.0) is False
+    assert metrics.is_queued(8, 7.5, 0.0) is True  # < 0.95 × 8
+    assert metrics.is_queued(8, 8.0, 1.0) is True
+
+
+def test_prefill_metrics() -> None:
+    t = table([
+        dict(send_ns=0, chunk_ns=[100 * MS], chunk_tokens=[1]),
+        dict(send_ns=0, chunk_ns=[200 * MS], chunk_tokens=[1]),
+        dict(send_ns=0, chunk_ns=[400 * MS], chunk_tokens=[1]),
+    ])
+    m = metrics.prefill_metrics(metrics.Chunks.from_table(t), np.array([1000, 1000, 1000]))
+    assert m.ttft_ms == pytest.approx(200.0)
+    assert m.prompt_tok_s == pytest.approx(5000.0)
+    assert m.samples == 3

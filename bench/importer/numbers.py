@@ -60,27 +60,26 @@ def parse_count(text: str, what: str = "count") -> int:
     return int(value)
 
 
-def _with_unit(text: str, what: str, units: dict[str, float]) -> float:
+def _with_unit(text: str, what: str, units: dict[str, float], example: str) -> float:
     m = _UNIT_RE.match(text.strip())
     if m is None or m["unit"] not in units:
-        expected = " or ".join(units)
-        raise NumberError(f"{what} {text.strip()!r} is not a number in {expected}")
+        raise NumberError(f"{what} {text.strip()!r} is not a number like {example!r}")
     return float(Decimal(m["n"].replace(",", "")) * Decimal(str(units[m["unit"]])))
 
 
 def parse_ms(text: str, what: str = "latency") -> float:
     """A latency in milliseconds: ``1,317 ms``, ``4.8 ms`` (``1.2 s`` also read)."""
-    return _with_unit(text, what, {"ms": 1, "s": 1000})
+    return _with_unit(text, what, {"ms": 1, "s": 1000}, "1,317 ms")
 
 
 def parse_seconds(text: str, what: str = "duration") -> float:
     """A duration in seconds: ``30.0 s``, ``30 s`` (``500 ms`` and ``2 min`` also read)."""
-    return _with_unit(text, what, {"s": 1, "ms": 0.001, "min": 60})
+    return _with_unit(text, what, {"s": 1, "ms": 0.001, "min": 60}, "30.0 s")
 
 
 def parse_tokens(text: str, what: str = "token count") -> int:
     """A token budget: ``4,096 tokens`` -> 4096."""
-    value = _with_unit(text, what, {"tokens": 1, "token": 1})
+    value = _with_unit(text, what, {"tokens": 1, "token": 1}, "4,096 tokens")
     if value != int(value):
         raise NumberError(f"{what} {text.strip()!r} is not a whole number")
     return int(value)
@@ -120,7 +119,10 @@ def parse_vram(text: str) -> tuple[float, int | None, float]:
     total = parse_number(m["total"], "VRAM")
     if m["count"] is None:
         return total, None, total
-    return total, int(m["count"]), parse_number(m["each"], "VRAM")
+    count, each = int(m["count"]), parse_number(m["each"], "VRAM")
+    if abs(total - count * each) > count * 0.5:  # each GB may be rounded for print
+        raise NumberError(f"VRAM {text.strip()!r}: {count} × {each:g} GB is not {total:g} GB")
+    return total, count, each
 
 
 def parse_tool(text: str) -> tuple[str, str | None]:

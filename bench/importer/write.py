@@ -1,0 +1,195 @@
+"""PublishedPage -> run directory, through ``rundir.io`` only.
+
+Why so careful: an import must be all or nothing and repeatable. The run is
+written into a temporary sibling folder, validated with ``read_run`` and
+renamed into place only when whole; its id is derived from the content, so
+importing the same page twice lands on the same folder and is a no-op, and
+a folder holding a different run is never overwritten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from bench.importer.parse import PageError, PublishedPage, parse_page
+from rundir.contract import (
+    CELLS_FILE,
+    CELLS_SCHEMA,
+    SCHEMA_VERSION,
+    SOURCE_IMPORTED,
+    ContractError,
+    Imported,
+    RunInfo,
+)
+from rundir.io import is_run_dir, read_run, write_run_info, write_table
+
+NOTES = (
+    "Imported from a published Speed test matrix page: only its published numbers "
+    "exist, no raw measurements.\n\n"
+    "Contexts are precise to their labels only: pages print whole K rounded down, "
+    "so a label of nK is stored as n × 1,024 tokens (251K → 257,024)."
+)
+
+
+class TargetError(Exception):
+    """The run cannot be written where asked; the message names the folder."""
+
+
+@dataclass
+class ImportResult:
+    path: Path
+    run_id: str
+    created: bool  # False: the same run was already there (nothing written)
+
+
+def content_digest(page: PublishedPage) -> str:
+    """sha256 of the parsed content, so re-saving a page another way keeps its id."""
+    data = dataclasses.asdict(page)
+    data.pop("format")
+    blob = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9.]+", "-", text.casefold())).strip("-.")
+
+
+def run_id_for(page: PublishedPage) -> str:
+    """``kimi-k2.6-h200-sxm-x8-vllm-0.29.0-1a2b3c4d``: readable, then content-derived."""
+    hw, eng = page.hardware, page.engine
+    parts = [
+        page.model.name,
+        hw.gpu_name,
+        f"x{hw.gpu_count}" if hw.gpu_count else None,
+        eng.name,
+        eng.version,
+    ]
+    slug = _slug("-".join(p for p in parts if p))[:120].strip("-.") or "imported"
+    return f"{slug}-{content_digest(page)[:8]}"
+
+
+def run_info(page: PublishedPage, run_id: str, source_file: str, sha256: str) -> RunInfo:
+    """The run.yaml of an imported page: every published value, nothing invented."""
+    notes = NOTES
+    if page.extra:
+        listed = "\n".join(f"- {block} / {key}: {value}" for block, key, value in page.extra)
+        notes += f"\n\nPublished values with no field in run.yaml:\n\n{listed}"
+    return RunInfo(
+        schema_version=SCHEMA_VERSION,
+        run_id=run_id,
+        source=SOURCE_IMPORTED,
+        measured_at=page.measured_at,
+        submitter=page.submitter,
+        hardware=dataclasses.replace(page.hardware),
+        engine=dataclasses.replace(page.engine),
+        model=dataclasses.replace(page.model),
+        parameters=dataclasses.replace(
+            page.parameters,
+            contexts=list(page.parameters.contexts),
+            concurrency=list(page.parameters.concurrency),
+            prefill_contexts=list(page.parameters.prefill_contexts),
+        ),
+        launch_command=page.launch_command,
+        notes=notes,
+        imported=Imported(source_file=source_file, source_sha256=sha256, format=page.format),
+    )
+
+
+def cells_table(page: PublishedPage) -> pa.Table:
+    """cells.parquet rows: status from the page, published aggregates in ``pub_*``."""
+    rows = [
+        {
+            "phase": c.phase,
+            "context": c.context,
+            "concurrency": c.concurrency,
+            "status": c.status,
+            "reason": c.reason,
+            "pub_total_tok_s": c.total_tok_s,
+            "pub_per_request_tok_s": c.per_request_tok_s,
+            "pub_ttft_ms": c.ttft_ms,
+            "pub_tbt_ms": c.tbt_ms,
+            "pub_avg_active": c.avg_active,
+            "pub_completed": c.completed,
+            "pub_output_tokens": c.output_tokens,
+            "pub_measured_s": c.measured_s,
+        }
+        for c in page.cells
+    ]
+    return pa.Table.from_pylist(rows, schema=CELLS_SCHEMA)
+
+
+def _same_run(target: Path, info: RunInfo, cells: pa.Table) -> bool:
+    """Whether target already holds this run (the source file's name may differ)."""
+    try:
+        existing = read_run(target)
+    except ContractError:
+        return False
+    mine, theirs = info.to_dict(), existing.info.to_dict()
+    mine.pop("imported")
+    theirs.pop("imported")
+    return mine == theirs and existing.cells.to_pylist() == cells.to_pylist()
+
+
+def write_run(page: PublishedPage, out: Path, source_file: str, sha256: str) -> ImportResult:
+    """Write ``out/<run_id>/`` whole or not at all; the same run again is a no-op."""
+    out = Path(out)
+    if is_run_dir(out):
+        raise TargetError(
+            f"{out}: is a run directory; --out takes the folder that receives <run_id>/"
+        )
+    if out.exists() and not out.is_dir():
+        raise TargetError(f"{out}: is not a folder")
+    run_id = run_id_for(page)
+    info = run_info(page, run_id, source_file, sha256)
+    cells = cells_table(page)
+    target = out / run_id
+    if target.exists() or target.is_symlink():
+        if not is_run_dir(target):
+            raise TargetError(f"{target}: exists and is not a run directory; not overwritten")
+        if _same_run(target, info, cells):
+            return ImportResult(target, run_id, created=False)
+        raise TargetError(f"{target}: already holds a different run; not overwritten")
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=".tmp", dir=out))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; a run directory is for sharing
+        write_run_info(tmp, info)
+        write_table(tmp, CELLS_FILE, cells)
+        read_run(tmp)  # the contract's own check, before anything has a real name
+        try:
+            tmp.rename(target)  # atomic; fails if target appeared meanwhile and is not empty
+        except OSError:
+            if is_run_dir(target) and _same_run(target, info, cells):
+                return ImportResult(target, run_id, created=False)  # a concurrent import won
+            raise TargetError(f"{target}: appeared while importing; not overwritten") from None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return ImportResult(target, run_id, created=True)
+
+
+def read_page_text(path: Path) -> tuple[str, str]:
+    """(text, sha256 of the bytes) of a saved page; PageError when it is not text."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise PageError(line, "not a Speed test matrix page (not UTF-8 text)") from None
+    return text, hashlib.sha256(data).hexdigest()
+
+
+def import_file(path: Path, out: Path) -> ImportResult:
+    """Parse the page at path and write its run directory under out."""
+    text, sha = read_page_text(path)
+    page = parse_page(text)
+    return write_run(page, out, Path(path).name, sha)

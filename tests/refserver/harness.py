@@ -1,0 +1,201 @@
+"""Start the reference server in its own process and read its ground truth.
+
+    from tests.refserver.harness import start_refserver
+    from tests.refserver.scenario import Scenario
+
+    srv = start_refserver(Scenario(tokens_per_s=200, slots=4), tmp_path)
+    try:
+        ...  # point the collector at srv.base_url (".../v1" is srv.openai_url)
+        records = srv.truth(min_records=8)
+    finally:
+        srv.stop()
+
+or, in pytest, the `refserver` fixture (import `refserver_fixture` into the
+test module or a conftest): `srv = refserver(tokens_per_s=200)`; its servers
+are killed at teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.refserver.scenario import Scenario
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RefServer:
+    scenario: Scenario
+    workdir: Path
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+    _extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_url(self) -> str:
+        return self.base_url + "/v1"
+
+    @property
+    def truth_path(self) -> Path:
+        return self.workdir / "truth.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "server.log"
+
+    # ---- lifecycle -----------------------------------------------------
+
+    def _start(self, port: int, timeout: float) -> None:
+        port_file = self.workdir / "port"
+        port_file.unlink(missing_ok=True)
+        env = {**os.environ, **self._extra_env}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                          env.get("PYTHONPATH")]))
+        cmd = [sys.executable, "-m", "tests.refserver.server",
+               "--scenario", str(self.workdir / "scenario.json"), "--port", str(port),
+               "--truth", str(self.truth_path), "--port-file", str(port_file)]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log,
+                                         stderr=subprocess.STDOUT)
+        self.starts += 1
+        deadline = time.monotonic() + timeout
+        while not port_file.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"refserver exited with {self.proc.returncode}:\n"
+                                   + self.log_path.read_text(errors="replace")[-3000:])
+            if time.monotonic() > deadline:
+                self.kill()
+                raise TimeoutError(f"refserver did not listen within {timeout} s")
+            time.sleep(0.01)
+        self.port = int(port_file.read_text())
+
+    def stop(self, timeout: float = 5.0) -> int | None:
+        """SIGTERM and wait (SIGKILL if it does not exit in time)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return self.kill()
+
+    def kill(self) -> int | None:
+        """SIGKILL: open connections die with the process, as in a crash."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        return self.proc.wait()
+
+    def restart(self, timeout: float = 10.0, kill: bool = True) -> None:
+        """A new process on the same port (state such as the prefix cache is lost;
+        the truth log is appended to). Kills the old one first if it runs."""
+        self.kill() if kill else self.stop()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._start(self.port, timeout)
+                return
+            except RuntimeError:  # the port may linger a moment after a kill
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def __enter__(self) -> RefServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- ground truth --------------------------------------------------
+
+    def truth(self, min_records: int = 0, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Truth records written so far (waits up to `timeout` for `min_records`).
+        A record is written when its request ends, a moment after the client
+        may have seen the end of its stream."""
+        deadline = time.monotonic() + timeout
+        while True:
+            records = []
+            if self.truth_path.exists():
+                for line in self.truth_path.read_text().splitlines():
+                    try:
+                        records.append(json.loads(line))
+                    except ValueError:
+                        pass  # a line being written
+            if len(records) >= min_records or time.monotonic() > deadline:
+                return records
+            time.sleep(0.01)
+
+    def truth_by_id(self, min_records: int = 0) -> dict[str, dict[str, Any]]:
+        return {r["request_id"]: r for r in self.truth(min_records)}
+
+
+def start_refserver(scenario: Scenario, tmp_path: Path | str, timeout: float = 10.0,
+                    env: dict[str, str] | None = None) -> RefServer:
+    """Start a server process for `scenario`, files under `tmp_path`; returns
+    once it listens."""
+    workdir = Path(tmp_path)
+    workdir.mkdir(parents=True, exist_ok=True)
+    scenario.save(workdir / "scenario.json")
+    srv = RefServer(scenario, workdir, _extra_env=dict(env or {}))
+    srv._start(0, timeout)
+    return srv
+
+
+# ---- true gauges from the records --------------------------------------
+
+
+def true_running(records: list[dict], t_ns: int) -> int:
+    """Requests holding a slot at t (slot assigned, not yet finished)."""
+    return sum(1 for r in records if r["slot_ns"] is not None
+               and r["slot_ns"] <= t_ns < r["finish_ns"])
+
+
+def true_waiting(records: list[dict], t_ns: int) -> int:
+    """Requests accepted and queued for a slot at t."""
+    return sum(1 for r in records if r["accepted"] and r["recv_ns"] <= t_ns
+               and t_ns < (r["slot_ns"] if r["slot_ns"] is not None else r["finish_ns"]))
+
+
+def completion_tokens(record: dict, start_ns: int | None = None,
+                      end_ns: int | None = None) -> int:
+    """Tokens sent in chunks whose send time is in [start, end]."""
+    return sum(n for t, n, _ in record["chunks"]
+               if (start_ns is None or t >= start_ns) and (end_ns is None or t <= end_ns))
+
+
+@pytest.fixture(name="refserver")
+def refserver_fixture(tmp_path):
+    """The `refserver` fixture, a factory: `refserver(scenario=None, **fields) -> RefServer`.
+    Import `refserver_fixture` into a test module or conftest to use it."""
+    servers: list[RefServer] = []
+
+    def factory(scenario: Scenario | None = None, **fields: Any) -> RefServer:
+        sc = scenario if scenario is not None else Scenario(**fields)
+        srv = start_refserver(sc, tmp_path / f"refserver{len(servers)}")
+        servers.append(srv)
+        return srv
+
+    yield factory
+    for srv in servers:
+        srv.kill()

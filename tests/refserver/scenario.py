@@ -1,0 +1,212 @@
+"""What the reference server does: a `Scenario`, plus its toy model.
+
+A scenario is plain JSON-serialisable data (`to_dict` / `from_dict`), so a test
+writes it to a file and the server process reads it back. Every field is
+optional; the defaults describe a fast, well-behaved vLLM-like server.
+
+The toy model the scenario drives (documented here because tests rely on it):
+
+- **Tokenizer**: one token = one whitespace-separated word. A chat prompt's
+  tokens are the words of all message contents concatenated (text parts of
+  list contents included), with no chat-template overhead; a completions
+  prompt is a string (its words) or a list of token ids (one token each).
+- **Token ids** (`/tokenize`): a word's id is `crc32(word) % 100000`; an int
+  stays itself.
+- **Output text**: token k of a channel is the word `w<n> ` where n comes from
+  a seeded hash of (seed, channel, k): the same for every request. The first
+  `reasoning_tokens` tokens go to `delta.reasoning_content`, the rest to
+  `delta.content`. With `loop_after_tokens` = L, the looping channel (content,
+  or reasoning if `loop_in_reasoning`) repeats its words L .. L+loop_period-1
+  forever after its first L tokens; with `loop_in_reasoning` the model never
+  leaves reasoning (every token is reasoning).
+- **Time**: a request gets a slot when one is free (FIFO). Its first token is
+  due `ttft_ms` after the slot, plus prompt_tokens / `prefill_tok_per_s`
+  unless it is a prefix-cache hit (its first `prefix_cache_words` words were
+  prefilled before). One global step clock drives decode: every decoding
+  stream emits one chunk per step, all at the same instant; a step lasts
+  1 / `tokens_per_s` × (1 + `slowdown_per_active` × (running − 1)). A chunk
+  carries `tokens_per_chunk` tokens (an int, or a list cycled per step like
+  speculative decoding), so chunk size does not change the step interval. A
+  first token due between steps waits for the next step while others decode.
+- **Requests** are numbered 1, 2, ... in arrival order (completion requests
+  that pass the API key); `status_every` answers number k with k % n == 0,
+  and the mid-stream faults (reset, fail, stall, malformed; streaming requests
+  only) hit number k with k % `fault_every` == 0, once each, at the first step
+  at which the request has sent at least the given number of tokens. A stall
+  generates nothing meanwhile (the slot stays taken). Without `max_tokens` a
+  request generates `default_max_tokens`, else max_model_len − prompt tokens.
+- **Engines**: "vllm" serves /health, /version, /tokenize, /metrics (vLLM
+  names; kv_cache_usage_perc is 0 without `kv_budget_tokens`); "llamacpp"
+  serves /health, /props, /slots, /tokenize, /metrics (llama.cpp names) and has
+  1 slot unless `slots` says otherwise; "generic" serves only /v1/models
+  (without max_model_len) and the completion endpoints. All serve
+  /v1/chat/completions and /v1/completions, streaming or not.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+ENGINES = ("vllm", "generic", "llamacpp")
+USAGE_MODES = ("continuous", "final", "none")
+ROLE_CHUNK = ("start", "first_token")
+
+
+@dataclass
+class Scenario:
+    # identity and limits
+    model: str = "ref"
+    max_model_len: int = 32768
+    engine: str = "vllm"  # "vllm" | "generic" | "llamacpp"
+    seed: int = 0
+    # timing
+    ttft_ms: float = 10.0
+    prefill_tok_per_s: float | None = None  # None: prefill costs nothing
+    prefix_cache_words: int = 64
+    tokens_per_s: float = 100.0
+    slowdown_per_active: float = 0.0
+    tokens_per_chunk: int | list[int] = 1
+    reasoning_tokens: int = 0
+    # capacity
+    slots: int | None = None  # None: unlimited (llamacpp engine: 1)
+    kv_budget_tokens: int | None = None
+    refuse_over_kv: bool = False
+    dp_ranks: int = 1
+    default_max_tokens: int | None = None  # None: max_model_len - prompt (vLLM)
+    # text
+    loop_after_tokens: int | None = None
+    loop_period: int = 8
+    loop_in_reasoning: bool = False
+    # protocol
+    usage_mode: str = "continuous"  # "continuous" | "final" | "none"
+    role_chunk: str = "start"  # "start": at response start; "first_token": just before it
+    # faults
+    status_every: dict[str, int] | None = None  # {"n": 5, "code": 429}
+    fault_every: int = 1  # mid-stream faults hit requests number k with k % fault_every == 0
+    reset_after_tokens: int | None = None
+    malformed_after_tokens: int | None = None
+    stall_after_tokens: int | None = None
+    stall_s: float = 0.5
+    fail_after_tokens: int | None = None
+    api_key: str | None = None
+    # precision: this long before a step the server leaves the event loop's ms-coarse
+    # timers for a precise blocking sleep and a final spin (I/O waits meanwhile)
+    precise_us: int = 1500
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise ValueError(f"scenario: {what}")
+
+        need(self.engine in ENGINES, f"engine must be one of {ENGINES}, got {self.engine!r}")
+        need(self.usage_mode in USAGE_MODES, f"usage_mode must be one of {USAGE_MODES}")
+        need(self.role_chunk in ROLE_CHUNK, f"role_chunk must be one of {ROLE_CHUNK}")
+        need(self.tokens_per_s > 0, "tokens_per_s must be > 0")
+        need(self.ttft_ms >= 0, "ttft_ms must be >= 0")
+        need(self.prefill_tok_per_s is None or self.prefill_tok_per_s > 0,
+             "prefill_tok_per_s must be > 0")
+        pattern = self.chunk_pattern
+        need(len(pattern) > 0 and all(isinstance(n, int) and n > 0 for n in pattern),
+             "tokens_per_chunk must be a positive int or a non-empty list of them")
+        need(self.slots is None or self.slots > 0, "slots must be > 0")
+        need(self.dp_ranks >= 1, "dp_ranks must be >= 1")
+        need(self.fault_every >= 1, "fault_every must be >= 1")
+        need(self.loop_period >= 1, "loop_period must be >= 1")
+        if self.status_every is not None:
+            need(set(self.status_every) == {"n", "code"} and self.status_every["n"] >= 1,
+                 'status_every must be {"n": N >= 1, "code": CODE}')
+
+    # ---- serialisation -------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Scenario:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"scenario: unknown field(s) {', '.join(unknown)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Scenario:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=2))
+        return path
+
+    # ---- derived -------------------------------------------------------
+
+    @property
+    def chunk_pattern(self) -> list[int]:
+        t = self.tokens_per_chunk
+        return [t] if isinstance(t, int) else list(t)
+
+    @property
+    def effective_slots(self) -> int | None:
+        if self.slots is None and self.engine == "llamacpp":
+            return 1  # llama-server always has slots; -np 1 is the classic default
+        return self.slots
+
+    def step_interval_ns(self, running: int) -> int:
+        base = 1e9 / self.tokens_per_s
+        return int(base * (1.0 + self.slowdown_per_active * max(0, running - 1)))
+
+    def is_reasoning(self, k: int) -> bool:
+        """Whether completion token k (0-based) is reasoning."""
+        if self.loop_in_reasoning and self.loop_after_tokens is not None:
+            return True
+        return k < self.reasoning_tokens
+
+    def token_text(self, k: int) -> str:
+        """Text of completion token k (0-based), including its trailing space."""
+        reasoning = self.is_reasoning(k)
+        pos = k if reasoning else k - self.reasoning_tokens
+        loops = self.loop_after_tokens is not None and reasoning == self.loop_in_reasoning
+        if loops and pos >= self.loop_after_tokens:
+            pos = self.loop_after_tokens + (pos - self.loop_after_tokens) % self.loop_period
+        n = zlib.crc32(f"{self.seed}:{int(reasoning)}:{pos}".encode()) % 100000
+        return f"w{n} "
+
+
+# ---- the toy tokenizer -------------------------------------------------
+
+
+def text_words(text: str) -> list[str]:
+    return text.split()
+
+
+def message_words(messages: list[dict[str, Any]]) -> list[str]:
+    """Prompt tokens of a chat request: words of every message content."""
+    words: list[str] = []
+    for m in messages or []:
+        content = m.get("content")
+        if isinstance(content, str):
+            words += content.split()
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    words += part["text"].split()
+    return words
+
+
+def prompt_words(prompt: Any) -> list[str]:
+    """Prompt tokens of a completions request (string, list of strings, or ids)."""
+    if isinstance(prompt, str):
+        return prompt.split()
+    if isinstance(prompt, list):
+        if all(isinstance(p, int) for p in prompt):
+            return [str(p) for p in prompt]
+        return [w for p in prompt if isinstance(p, str) for w in p.split()]
+    return []
+
+
+def token_ids(words: list[str]) -> list[int]:
+    return [int(w) if w.isdigit() else zlib.crc32(w.encode()) % 100000 for w in words]

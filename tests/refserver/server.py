@@ -1,0 +1,597 @@
+"""The reference server: OpenAI-compatible streaming driven by a `Scenario`,
+logging the true send time of every chunk (scenario.py: the toy model;
+harness.py: how tests start it).
+
+    python -m tests.refserver.server --scenario S.json --port 0 \
+        --truth T.jsonl --port-file P
+
+A raw asyncio HTTP/1.1 server (uvloop when installed; keep-alive; chunked SSE).
+All but the step clock are synchronous callbacks, and every chunk is stamped
+with time.monotonic_ns() right before transport.write(): CLOCK_MONOTONIC is
+shared by all processes, so client stamps compare directly. A step's last
+stretch is slept with a precise blocking sleep and spun, not left to the event
+loop's millisecond timers. One truth record per parsed completion request is
+appended to the truth JSONL (flushed) when the request ends; requests refused
+with 401 or for bad JSON are not logged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import signal
+import socket
+import struct
+import time
+import uuid
+from collections import deque
+from http import HTTPStatus
+
+from tests.refserver.scenario import Scenario, message_words, prompt_words, token_ids
+
+mono = time.monotonic_ns
+WAITING, PREFILL, DECODE, DONE = "waiting", "prefill", "decode", "done"
+JSON, PROM = "application/json", "text/plain; version=0.0.4; charset=utf-8"
+
+
+def dumps(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def error_body(message: str, typ: str, code) -> dict:
+    return {"error": {"message": message, "type": typ, "param": None, "code": code}}
+
+
+def sse(obj) -> bytes:
+    return b"data: " + (obj if isinstance(obj, bytes) else dumps(obj)) + b"\n\n"
+
+
+class Req:
+    """One completion request, its stream state and its truth record."""
+
+    def __init__(self, conn: Conn, index: int, rid: str, chat: bool, body: dict, words):
+        self.conn, self.rid, self.chat = conn, rid, chat
+        self.stream = bool(body.get("stream"))
+        opts = body.get("stream_options") or {}
+        self.cont_usage = bool(opts.get("continuous_usage_stats"))
+        self.final_usage = bool(opts.get("include_usage"))
+        self.prompt_tokens = len(words)
+        self.prefix: tuple[str, ...] = ()  # what the prefix cache keys on
+        mt = body.get("max_completion_tokens") or body.get("max_tokens")
+        self.max_tokens = int(mt) if mt is not None else 0
+        self.cid = ("chatcmpl-" if chat else "cmpl-") + rid
+        self.created = int(time.time())
+        self.state, self.generated, self.step_i, self.ready_ns = WAITING, 0, 0, 0
+        self.faulty = self.malformed_sent = self.stalled = False
+        self.text = ["", ""]  # non-stream body: reasoning, content
+        self.rec = {"request_id": rid, "index": index,
+                    "endpoint": "chat" if chat else "completions", "stream": self.stream,
+                    "recv_ns": 0, "slot_ns": None,
+                    "prompt_tokens": self.prompt_tokens, "max_tokens": None, "cached": False,
+                    "chunks": [], "backlogged": 0, "role_chunk_ns": None, "finish_ns": None,
+                    "finish_reason": None, "cancelled": False, "fault": None, "fault_ns": None,
+                    "status": 200, "accepted": False}
+
+    def usage(self) -> dict:
+        cached = self.prompt_tokens if self.rec["cached"] else 0
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.generated,
+                "total_tokens": self.prompt_tokens + self.generated,
+                "prompt_tokens_details": {"cached_tokens": cached}}
+
+    def chunk(self, model: str, delta: dict | None, finish=None, usage=None) -> bytes:
+        """One SSE event; delta None: the final `choices: []` usage chunk."""
+        choices = []
+        if delta is not None and self.chat:
+            choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+        elif delta is not None:
+            text = delta.get("reasoning_content", "") + delta.get("content", "")
+            choices = [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]
+        obj = {"id": self.cid, "object": "chat.completion.chunk" if self.chat else
+               "text_completion", "created": self.created, "model": model, "choices": choices}
+        if usage is not None:
+            obj["usage"] = usage
+        return sse(obj)
+
+    def body(self, model: str) -> dict:
+        """The whole response of a non-streaming request."""
+        reasoning, content = self.text
+        if self.chat:
+            msg = {"role": "assistant", "content": content}
+            if reasoning:
+                msg["reasoning_content"] = reasoning
+            choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": "length"}
+        else:
+            choice = {"index": 0, "text": reasoning + content, "logprobs": None,
+                      "finish_reason": "length"}
+        return {"id": self.cid, "object": "chat.completion" if self.chat else "text_completion",
+                "created": self.created, "model": model, "choices": [choice],
+                "usage": self.usage()}
+
+
+class Engine:
+    """Slots, the FIFO queue, the global step clock, the counters, the truth log."""
+
+    def __init__(self, sc: Scenario, truth_path: str):
+        self.sc, self.slots, self.pattern = sc, sc.effective_slots, sc.chunk_pattern
+        self.truth = open(truth_path, "a", encoding="utf-8")
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.seen: set[tuple[str, ...]] = set()  # prefixes prefilled before
+        self.n_requests = self.prompt_total = self.gen_total = self.pc_hits = 0
+        self.next_tick: int | None = None  # the step clock; None while nothing decodes
+        self._waiter: asyncio.Future | None = None
+
+    def start(self, r: Req) -> None:
+        """An accepted request: response headers (and role chunk) now, then a slot."""
+        if r.stream:
+            r.conn.start_stream(r.rid)
+            if r.chat and self.sc.role_chunk == "start":
+                r.rec["role_chunk_ns"] = r.conn.send(self._role(r))
+        self.waiting.append(r)
+        self._admit()
+
+    def _admit(self) -> None:
+        sc = self.sc
+        while self.waiting and (self.slots is None or len(self.running) < self.slots):
+            r = self.waiting.popleft()
+            now = mono()
+            cached = r.prompt_tokens > 0 and r.prefix in self.seen
+            prefill = 0 if cached or not sc.prefill_tok_per_s else (
+                r.prompt_tokens / sc.prefill_tok_per_s)
+            r.rec.update(slot_ns=now, cached=cached)
+            r.state, r.ready_ns = PREFILL, now + int(sc.ttft_ms * 1e6 + prefill * 1e9)
+            self.prompt_total += r.prompt_tokens
+            self.pc_hits += r.prompt_tokens if cached else 0
+            self.running.append(r)
+        self._wake()
+
+    def kv_used(self, reserved: bool = False) -> int:
+        return sum(r.prompt_tokens + (r.max_tokens if reserved else r.generated)
+                   for r in self.running)
+
+    def cancel(self, r: Req) -> None:
+        if r.state != DONE:
+            r.rec["cancelled"] = True
+            self.finish(r, None)
+
+    def finish(self, r: Req, reason) -> None:
+        if r.state == DONE:
+            return
+        (self.running if r in self.running else self.waiting).remove(r)
+        r.state = DONE
+        r.rec.update(finish_ns=mono(), finish_reason=reason)
+        self.log(r.rec)
+        self._admit()
+
+    def log(self, rec: dict) -> None:
+        self.truth.write(json.dumps(rec) + "\n")
+        self.truth.flush()
+
+    # ---- the step clock ------------------------------------------------
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(False)
+
+    async def _nap(self, seconds: float | None) -> bool:
+        """Sleep `seconds` (None: until woken). True if the time ran out."""
+        loop = asyncio.get_running_loop()
+        fut = self._waiter = loop.create_future()
+        handle = seconds is not None and loop.call_later(
+            seconds, lambda: fut.done() or fut.set_result(True))
+        try:
+            return await fut
+        finally:
+            if handle:
+                handle.cancel()
+            self._waiter = None
+
+    async def run(self) -> None:
+        precise = self.sc.precise_us * 1000
+        while True:
+            if any(r.state == DECODE for r in self.running):
+                due = self.next_tick
+            else:  # idle clock: the next first token starts it
+                due = min((r.ready_ns for r in self.running if r.state == PREFILL), default=None)
+            if due is None:
+                await self._nap(None)
+                continue
+            rem = due - mono()
+            if rem > precise and not await self._nap((rem - precise) / 1e9):
+                continue  # woken by an arrival or a finish: plan again
+            rem = due - mono()
+            if rem > 200_000:
+                time.sleep((rem - 150_000) / 1e9)  # ~60 µs late at worst (timer slack)
+            while mono() < due:
+                pass
+            self._tick()
+            await asyncio.sleep(0)  # let I/O in between steps, however fast they come
+
+    def _tick(self) -> None:
+        now = mono()
+        ticking = self.next_tick is not None and now >= self.next_tick
+        batch = [r for r in self.running if r.ready_ns <= now
+                 and (r.state == PREFILL or (r.state == DECODE and ticking))]
+        # frames are built first, then stamped and written in one tight burst
+        writes = [w for w in (self._step(r, now) for r in batch) if w is not None]
+        for r, role, pre, frame, n in writes:
+            if role:
+                r.rec["role_chunk_ns"] = r.conn.send(role)
+            if pre:
+                r.conn.send(pre)
+            r.rec["chunks"].append([r.conn.send(frame, r.rec), n, r.generated])
+        for r in batch:
+            if r.state != DONE and r.generated >= r.max_tokens:
+                self._complete(r)
+        if not any(r.state == DECODE for r in self.running):
+            self.next_tick = None
+            return
+        interval = self.sc.step_interval_ns(len(self.running))
+        if self.next_tick is None:
+            self.next_tick = now + interval
+        elif ticking:
+            self.next_tick += interval  # absolute schedule: no drift
+            if self.next_tick <= now:  # fell a whole step behind: resync, no burst
+                self.next_tick = now + interval
+
+    def _step(self, r: Req, now: int):
+        """Advance r by one step; returns what to write, or None."""
+        sc, g, pre = self.sc, r.generated, b""
+        if r.faulty and r.stream:
+            if sc.reset_after_tokens is not None and g >= sc.reset_after_tokens:
+                r.rec.update(fault="reset", fault_ns=now)
+                r.conn.abort()
+                return self.finish(r, None)
+            if sc.fail_after_tokens is not None and g >= sc.fail_after_tokens:
+                r.rec.update(fault="fail", fault_ns=now)
+                err = error_body("injected failure mid-stream (refserver)",
+                                 "InternalServerError", 500)
+                r.conn.send(sse(err) + sse(b"[DONE]"))
+                r.conn.end_stream(close=True)
+                return self.finish(r, "error")
+            if sc.stall_after_tokens is not None and g >= sc.stall_after_tokens and not r.stalled:
+                r.stalled, r.ready_ns = True, now + int(sc.stall_s * 1e9)
+                r.rec.update(fault="stall", fault_ns=now)
+                return None
+            if (sc.malformed_after_tokens is not None and g >= sc.malformed_after_tokens
+                    and not r.malformed_sent):
+                r.malformed_sent, pre = True, b"data: {not json\n\n"
+                r.rec.update(fault="malformed", fault_ns=now)
+        role = b""
+        if r.state == PREFILL:
+            r.state = DECODE
+            self.seen.add(r.prefix)
+            if r.stream and r.chat and sc.role_chunk == "first_token":
+                role = self._role(r)
+        n = min(self.pattern[r.step_i % len(self.pattern)], r.max_tokens - g)
+        r.step_i += 1
+        delta = {}
+        for k in range(g, g + n):
+            key = "reasoning_content" if sc.is_reasoning(k) else "content"
+            delta[key] = delta.get(key, "") + sc.token_text(k)
+        r.generated += n
+        self.gen_total += n
+        if not r.stream:
+            r.text[0] += delta.get("reasoning_content", "")
+            r.text[1] += delta.get("content", "")
+            return None
+        finish = "length" if r.generated >= r.max_tokens else None
+        usage = r.usage() if self._continuous(r) else None
+        return r, role, pre, r.chunk(sc.model, delta, finish, usage), n
+
+    def _continuous(self, r: Req) -> bool:
+        return self.sc.usage_mode == "continuous" and r.cont_usage
+
+    def _role(self, r: Req) -> bytes:
+        delta = {"role": "assistant"} if self.sc.engine == "vllm" else {
+            "role": "assistant", "content": ""}
+        return r.chunk(self.sc.model, delta, usage=r.usage() if self._continuous(r) else None)
+
+    def _complete(self, r: Req) -> None:
+        if r.stream:
+            tail = sse(b"[DONE]")
+            if self.sc.usage_mode != "none" and r.final_usage:
+                tail = r.chunk(self.sc.model, None, usage=r.usage()) + tail
+            r.conn.send(tail)
+            r.conn.end_stream()
+        else:
+            t = r.conn.respond(200, r.body(self.sc.model), rid=r.rid)
+            r.rec["chunks"].append([t, r.generated, r.generated])
+        self.finish(r, "length")
+
+
+class Conn(asyncio.Protocol):
+    """One HTTP/1.1 connection: parses requests, writes responses."""
+
+    def __init__(self, app: App):
+        self.app, self.buf, self.transport = app, bytearray(), None
+        self.busy = self.closed = self.continued = False
+        self.keep_alive = True
+        self.req: Req | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self._sockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _sockopt(self, *opt) -> None:
+        try:
+            self.transport.get_extra_info("socket").setsockopt(*opt)
+        except (OSError, AttributeError):
+            pass
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self._parse()
+
+    def _parse(self) -> None:
+        i = self.buf.find(b"\r\n\r\n")
+        if self.busy or self.closed or i < 0:
+            return
+        lines = bytes(self.buf[:i]).decode("latin-1").split("\r\n")
+        method, target, version = (lines[0].split(" ", 2) + ["", ""])[:3]
+        headers = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            headers[k.strip().lower()] = v.strip()
+        n = int(headers.get("content-length") or 0)
+        if len(self.buf) < i + 4 + n:
+            if headers.get("expect", "").lower() == "100-continue" and not self.continued:
+                self.continued = bool(self.write(b"HTTP/1.1 100 Continue\r\n\r\n"))  # curl
+            return
+        self.continued = False
+        body = bytes(self.buf[i + 4 : i + 4 + n])
+        del self.buf[: i + 4 + n]
+        recv_ns = mono()
+        self.busy = True
+        self.keep_alive = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+        self.app.dispatch(self, method, target.split("?", 1)[0], headers, body, recv_ns)
+
+    def _head(self, status: int, ctype: str, extra: list[str]) -> bytes:
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "Error"
+        lines = [f"HTTP/1.1 {status} {phrase}", f"Content-Type: {ctype}",
+                 "Connection: " + ("keep-alive" if self.keep_alive else "close"), *extra]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def respond(self, status: int, body, ctype=JSON, rid=None) -> int:
+        data = body if isinstance(body, bytes) else dumps(body)
+        extra = [f"Content-Length: {len(data)}"] + ([f"X-Request-Id: {rid}"] if rid else [])
+        t = self.write(self._head(status, ctype, extra) + data)
+        self._done()
+        return t
+
+    def start_stream(self, rid: str) -> None:
+        self.write(self._head(200, "text/event-stream; charset=utf-8", [
+            "Cache-Control: no-cache", "Transfer-Encoding: chunked", f"X-Request-Id: {rid}"]))
+
+    def write(self, data: bytes, rec: dict | None = None) -> int:
+        """Stamp, then write; returns the stamp. `rec`: count a write that has to
+        queue behind unsent bytes (its stamp is then earlier than the wire)."""
+        if rec is not None and self.transport.get_write_buffer_size():
+            rec["backlogged"] += 1
+        t = mono()
+        if not self.closed:
+            self.transport.write(data)
+        return t
+
+    def send(self, event: bytes, rec: dict | None = None) -> int:
+        """One event as one chunked-encoding frame."""
+        return self.write(b"%x\r\n%b\r\n" % (len(event), event), rec)
+
+    def end_stream(self, close: bool = False) -> None:
+        self.write(b"0\r\n\r\n")
+        self.keep_alive = self.keep_alive and not close
+        self._done()
+
+    def _done(self) -> None:
+        self.busy, self.req = False, None
+        if not self.keep_alive:
+            self.transport.close()
+        elif self.buf:
+            asyncio.get_running_loop().call_soon(self._parse)
+
+    def abort(self) -> None:
+        """Reset the TCP connection (RST, not FIN)."""
+        self._sockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.req = None
+        self.transport.abort()
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        if self.req is not None:
+            self.app.engine.cancel(self.req)
+
+
+class App:
+    """Routing, admission of completion requests, and the per-engine endpoints."""
+
+    def __init__(self, sc: Scenario, truth_path: str):
+        self.sc, self.engine = sc, Engine(sc, truth_path)
+        r = {("GET", "/v1/models"): self.models}
+        if sc.engine == "vllm":
+            r.update({("GET", "/health"): lambda d: (b"", JSON),
+                      ("GET", "/version"): lambda d: ({"version": "ref-0.1"}, JSON),
+                      ("GET", "/metrics"): self.vllm_metrics,
+                      ("POST", "/tokenize"): self.tokenize})
+        elif sc.engine == "llamacpp":
+            r.update({("GET", "/health"): lambda d: ({"status": "ok"}, JSON),
+                      ("GET", "/props"): self.props, ("GET", "/slots"): self.slots,
+                      ("GET", "/metrics"): self.llama_metrics,
+                      ("POST", "/tokenize"): self.tokenize})
+        self.routes = r
+
+    def dispatch(self, conn: Conn, method, path, headers, body: bytes, recv_ns: int) -> None:
+        key = self.sc.api_key
+        if key and path != "/health" and headers.get("authorization") != f"Bearer {key}":
+            return conn.respond(401, error_body("Incorrect API key provided.",
+                                                "invalid_request_error", "invalid_api_key"))
+        try:
+            data = json.loads(body) if body else {}
+        except ValueError:
+            return conn.respond(400, error_body("body is not JSON", "BadRequestError", 400))
+        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            return self.completion(conn, path, headers, data, recv_ns)
+        route = self.routes.get((method, path))
+        if route is None:
+            return conn.respond(404, error_body(f"no route {method} {path}", "NotFoundError", 404))
+        conn.respond(200, *route(data))
+
+    # ---- completions ---------------------------------------------------
+
+    def completion(self, conn: Conn, path, headers, data, recv_ns) -> None:
+        sc, e = self.sc, self.engine
+        e.n_requests += 1
+        chat = path.endswith("chat/completions")
+        words = message_words(data.get("messages")) if chat else prompt_words(data.get("prompt"))
+        rid = headers.get("x-request-id") or f"ref-{e.n_requests}-{uuid.uuid4().hex[:8]}"
+        r = Req(conn, e.n_requests, rid, chat, data, words)
+        r.faulty = e.n_requests % sc.fault_every == 0
+        r.prefix = tuple(words[: sc.prefix_cache_words])
+        r.max_tokens = r.max_tokens or sc.default_max_tokens or max(
+            1, sc.max_model_len - r.prompt_tokens)
+        r.rec.update(recv_ns=recv_ns, max_tokens=r.max_tokens)
+        error, need = None, r.prompt_tokens + r.max_tokens
+        if sc.status_every and e.n_requests % sc.status_every["n"] == 0:
+            code = sc.status_every["code"]
+            error = code, error_body(f"injected HTTP {code} (refserver)", "injected", code)
+            r.rec["fault"] = "status"
+        elif need > sc.max_model_len and sc.engine == "llamacpp":
+            error = 400, error_body("the request exceeds the available context size",
+                                    "exceed_context_size_error", 400)
+        elif need > sc.max_model_len:
+            error = 400, error_body(
+                f"This model's maximum context length is {sc.max_model_len} tokens. However, "
+                f"you requested {need} tokens ({r.prompt_tokens} in the messages, "
+                f"{r.max_tokens} in the completion). Please reduce the length of the messages "
+                "or completion.", "BadRequestError", 400)
+        elif sc.refuse_over_kv and sc.kv_budget_tokens is not None and (
+                e.kv_used(reserved=True) + need > sc.kv_budget_tokens):
+            error = 400, error_body("not enough KV cache for this request (refserver)",
+                                    "BadRequestError", 400)
+        if error:
+            r.state = DONE
+            r.rec.update(status=error[0], finish_ns=conn.respond(*error, rid=rid))
+            return e.log(r.rec)
+        conn.req, r.rec["accepted"] = r, True
+        e.start(r)
+
+    # ---- information endpoints -----------------------------------------
+
+    def models(self, _d):
+        sc = self.sc
+        m = {"id": sc.model, "object": "model", "created": 0, "owned_by": sc.engine}
+        if sc.engine == "vllm":
+            m.update(root=sc.model, parent=None, max_model_len=sc.max_model_len)
+        elif sc.engine == "llamacpp":
+            m["meta"] = {"n_ctx_train": sc.max_model_len}
+        return {"object": "list", "data": [m]}, JSON
+
+    def tokenize(self, d):
+        if self.sc.engine == "llamacpp":
+            return {"tokens": token_ids(prompt_words(d.get("content", "")))}, JSON
+        words = message_words(d["messages"]) if "messages" in d else prompt_words(d.get("prompt"))
+        ids = token_ids(words)
+        return {"count": len(ids), "tokens": ids, "max_model_len": self.sc.max_model_len}, JSON
+
+    def props(self, _d):
+        return {"default_generation_settings": {"n_ctx": self.sc.max_model_len, "params": {}},
+                "total_slots": self.sc.effective_slots, "model_path": self.sc.model,
+                "build_info": "ref-0.1"}, JSON
+
+    def slots(self, _d):
+        busy = len(self.engine.running)
+        return [{"id": i, "n_ctx": self.sc.max_model_len, "is_processing": i < busy}
+                for i in range(self.sc.effective_slots)], JSON
+
+    @staticmethod
+    def prom(metrics) -> tuple[bytes, str]:
+        """[(name, type, [(labels, value), ...]), ...] -> Prometheus text format."""
+        out = []
+        for name, typ, samples in metrics:
+            out += [f"# HELP {name} refserver", f"# TYPE {name} {typ}"]
+            for labels, value in samples:
+                lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
+                out.append(f"{name}{{{lab}}} {float(value)}" if lab else f"{name} {float(value)}")
+        return ("\n".join(out) + "\n").encode(), PROM
+
+    def vllm_metrics(self, _d):
+        sc, e, budget = self.sc, self.engine, self.sc.kv_budget_tokens
+        one = {"engine": "0", "model_name": sc.model}
+        n = sc.dp_ranks
+
+        def split(v):  # over the data-parallel ranks; the sum is the true value
+            return [({"engine": str(i), "model_name": sc.model}, v // n + (i < v % n))
+                    for i in range(n)]
+
+        rows = [("vllm:num_requests_running", "gauge", split(len(e.running))),
+                ("vllm:num_requests_waiting", "gauge", split(len(e.waiting))),
+                ("vllm:kv_cache_usage_perc", "gauge",
+                 [(one, min(1.0, e.kv_used() / budget) if budget else 0.0)]),
+                ("vllm:prompt_tokens_total", "counter", [(one, e.prompt_total)]),
+                ("vllm:generation_tokens_total", "counter", [(one, e.gen_total)]),
+                ("vllm:prefix_cache_queries_total", "counter", [(one, e.prompt_total)]),
+                ("vllm:prefix_cache_hits_total", "counter", [(one, e.pc_hits)])]
+        if budget:
+            rows.append(("vllm:cache_config_info", "gauge", [(
+                {"block_size": "16", "cache_dtype": "auto", "enable_prefix_caching": "True",
+                 "engine": "0", "num_gpu_blocks": str(budget // 16)}, 1)]))
+        return self.prom(rows)
+
+    def llama_metrics(self, _d):
+        e = self.engine
+        return self.prom([("llamacpp:prompt_tokens_total", "counter", [({}, e.prompt_total)]),
+                          ("llamacpp:tokens_predicted_total", "counter", [({}, e.gen_total)]),
+                          ("llamacpp:requests_processing", "gauge", [({}, len(e.running))]),
+                          ("llamacpp:requests_deferred", "gauge", [({}, len(e.waiting))])])
+
+
+async def serve(args) -> None:
+    app = App(Scenario.load(args.scenario), args.truth)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Conn(app), args.host, args.port,
+                                      reuse_address=True, backlog=1024)
+    if args.port_file:  # atomically, once listening
+        with open(args.port_file + ".tmp", "w") as f:
+            f.write(str(server.sockets[0].getsockname()[1]))
+        os.replace(args.port_file + ".tmp", args.port_file)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    gc.freeze()  # fewer long GC pauses in the step clock
+    clock, stopping = asyncio.ensure_future(app.engine.run()), asyncio.ensure_future(stop.wait())
+    await asyncio.wait({clock, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    server.close()
+    app.engine.truth.close()
+    if clock.done():
+        clock.result()  # the step clock crashed: exit loudly, traceback in the log
+    clock.cancel()
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description="refserver: OpenAI-compatible reference server")
+    p.add_argument("--scenario", required=True, help="scenario JSON (tests.refserver.scenario)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--truth", required=True, help="truth JSONL, appended to")
+    p.add_argument("--port-file", help="written with the bound port once listening")
+    p.add_argument("--no-uvloop", action="store_true")
+    args = p.parse_args(argv)
+    factory = None
+    if not args.no_uvloop:
+        try:
+            import uvloop
+
+            factory = uvloop.new_event_loop
+        except ImportError:
+            pass
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -199,17 +199,24 @@ class CellRunner:
 
     async def _wait_ready(self, c: int, live: list, failure: asyncio.Event,
                           interrupted: asyncio.Event) -> bool:
-        """Every stream producing tokens, and (when the server tells) running
-        >= C with nothing waiting, continuously for stable_s seconds."""
+        """Every stream slot has produced tokens, and (when the server tells)
+        nothing is waiting, continuously for stable_s seconds."""
         s = self.settings
         deadline = time.monotonic() + s.warmup_timeout_s
         stable_since = None
+        produced = [False] * c  # each stream slot has received tokens at least once
         while time.monotonic() < deadline:
             if failure.is_set() or interrupted.is_set():
                 return False
-            producing = all(p is not None and p.n_events >= 2 for p in live)
-            running, waiting = self.sampler.running_waiting() if self.sampler.enabled else (None, None)
-            server_ok = (running is None or running >= c) and (waiting is None or waiting == 0)
+            for i, proto in enumerate(live):
+                if proto is not None and proto.n_events >= 2:
+                    produced[i] = True
+            producing = all(produced)
+            # The running gauge can lag (vLLM CPU was seen reading 0 while four
+            # streams received tokens), so readiness trusts the streams
+            # themselves and asks the server only that nothing is waiting.
+            _, waiting = self.sampler.running_waiting() if self.sampler.enabled else (None, None)
+            server_ok = waiting is None or waiting == 0
             if producing and server_ok:
                 stable_since = stable_since or time.monotonic()
                 if time.monotonic() - stable_since >= s.stable_s:

@@ -159,9 +159,9 @@ def _vllm(client: httpx.Client, info: ServerInfo, metrics_text: str | None) -> N
             if sample.name != "vllm:cache_config_info":
                 continue
             labels = sample.labels
-            token_label = next(
-                (k for k in labels if "token" in k and labels[k].isdigit()), None
-            )
+            # Newer vLLM states the budget in tokens; older ones only in blocks.
+            token_label = "kv_cache_size_tokens" if labels.get(
+                "kv_cache_size_tokens", "").isdigit() else None
             if token_label:
                 info.kv_budget = int(labels[token_label])
                 info.kv_budget_source = f"vllm:cache_config_info {token_label}"

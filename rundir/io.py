@@ -29,6 +29,10 @@ from rundir.contract import (
 )
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call write(tmp) on a temporary sibling of path, then rename it to path."""
     path = Path(path)
@@ -40,6 +44,7 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         write(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; readers expect a normal file
         os.replace(tmp, path)
     finally:
         if tmp.exists():

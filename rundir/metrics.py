@@ -225,25 +225,52 @@ def prefill_metrics(chunks: Chunks, prompt_tokens: np.ndarray) -> PrefillMetrics
     )
 
 
+def client_active_at(chunks: Chunks, grid: np.ndarray) -> np.ndarray:
+    """How many streams had received a first token and not yet ended, at
+    each time in grid."""
+    first = first_token_ns(chunks)
+    ok = first >= 0
+    last_chunk = np.full(chunks.n_requests, -1, dtype=np.int64)
+    _, last, reqs = _first_last(chunks.req)
+    last_chunk[reqs] = chunks.ns[last]
+    stop = np.where(chunks.end_ns >= 0, chunks.end_ns, last_chunk)[ok]
+    starts = np.sort(first[ok])
+    stops = np.sort(stop)
+    return np.searchsorted(starts, grid, side="right") - np.searchsorted(stops, grid, side="right")
+
+
+ACTIVITY_GRID_NS = 1_000_000  # 1 ms steps when combining gauge and client counts
+
+
 def window_activity(
     chunks: Chunks, server_metrics: pa.Table | None, start_ns: int, end_ns: int
 ) -> tuple[float, float | None]:
-    """Average active requests over the window (the server's running gauge,
-    summed over label sets, when it was sampled; else the client's streams)
-    and the largest waiting count the server reported inside the window."""
-    avg = None
+    """Average active requests over the window, and the largest waiting
+    count the server reported inside it.
+
+    Active at a moment = the server's running gauge (summed over label
+    sets, held between samples) or, when larger, the client's streams that
+    are receiving tokens: a stream receiving tokens is running whatever a
+    lagging gauge says, while the gauge also sees requests still in prefill.
+    Without a gauge, the client's count alone.
+    """
     max_waiting = None
+    times = sums = None
     if server_metrics is not None and len(server_metrics):
         t = np.asarray(server_metrics.column("t_ns").to_numpy(), dtype=np.int64)
         names = np.asarray(server_metrics.column("name").to_numpy(zero_copy_only=False))
         values = np.asarray(server_metrics.column("value").to_numpy(), dtype=np.float64)
-        for name in (METRIC_RUNNING, METRIC_WAITING):
-            sel = names == name
-            times, sums = gauge_series(t[sel], values[sel])
-            if name == METRIC_RUNNING:
-                avg = gauge_time_mean(times, sums, start_ns, end_ns)
-            else:
-                max_waiting = gauge_max_in(times, sums, start_ns, end_ns)
-    if avg is None:
-        avg = client_active(chunks, start_ns, end_ns)
-    return avg, max_waiting
+        sel = names == METRIC_WAITING
+        wt, ws = gauge_series(t[sel], values[sel])
+        max_waiting = gauge_max_in(wt, ws, start_ns, end_ns)
+        sel = names == METRIC_RUNNING
+        times, sums = gauge_series(t[sel], values[sel])
+        if not len(times) or times[0] > end_ns:
+            times = sums = None
+    if times is None:
+        return client_active(chunks, start_ns, end_ns), max_waiting
+    grid = np.arange(start_ns, end_ns, ACTIVITY_GRID_NS, dtype=np.int64)
+    idx = np.searchsorted(times, grid, side="right") - 1
+    gauge = np.where(idx >= 0, sums[np.clip(idx, 0, None)], 0.0)
+    client = client_active_at(chunks, grid)
+    return float(np.maximum(gauge, client).mean()), max_waiting

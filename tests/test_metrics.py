@@ -57,7 +57,7 @@ def test_window_clips_chunks_and_completions() -> None:
 
 def test_gauge_mean_and_label_sum() -> None:
     rows = {
-        "t_ns": [0, 0, 10, 10, 20, 20],
+        "t_ns": [0, 0, 10 * MS, 10 * MS, 20 * MS, 20 * MS],
         "name": ["running"] * 6,
         "source": ["vllm:num_requests_running"] * 6,
         "labels": ['engine="0"', 'engine="1"'] * 3,
@@ -66,11 +66,22 @@ def test_gauge_mean_and_label_sum() -> None:
     sm = pa.table(rows, schema=SERVER_METRICS_SCHEMA)
     times, sums = metrics.gauge_series(np.array(rows["t_ns"]), np.array(rows["value"]))
     assert sums.tolist() == [2.0, 4.0, 4.0]
-    # over [5, 25]: 2 for 5 ns, 4 for 15 ns
-    assert metrics.gauge_time_mean(times, sums, 5, 25) == pytest.approx((2 * 5 + 4 * 15) / 20)
+    # over [5, 25] ms: 2 for 5 ms, 4 for 15 ms
+    assert metrics.gauge_time_mean(times, sums, 5 * MS, 25 * MS) == pytest.approx(3.5)
     empty = metrics.Chunks.from_table(table([]))
-    avg, waiting = metrics.window_activity(empty, sm, 5, 25)
+    avg, waiting = metrics.window_activity(empty, sm, 5 * MS, 25 * MS)
     assert avg == pytest.approx(3.5) and waiting is None
+
+
+def test_streams_receiving_tokens_count_as_active_over_a_lagging_gauge() -> None:
+    # the gauge says 0 throughout, but one stream receives tokens over the
+    # whole window: it is running.
+    sm = pa.table({"t_ns": [0], "name": ["running"], "source": ["x"], "labels": [""],
+                   "value": [0.0]}, schema=SERVER_METRICS_SCHEMA)
+    t = table([dict(send_ns=0, end_ns=None, cancelled=True,
+                    chunk_ns=[1 * MS, 50 * MS, 99 * MS], chunk_tokens=[1, 2, 3])])
+    avg, _ = metrics.window_activity(metrics.Chunks.from_table(t), sm, 10 * MS, 90 * MS)
+    assert avg == pytest.approx(1.0)
 
 
 def test_queued_rule() -> None:

@@ -44,6 +44,10 @@ def main() -> None:
 @click.option("--max-output", default="4096", show_default=True, help="Max output tokens.")
 @click.option("--prefill-repeats", default=3, show_default=True, type=click.IntRange(1))
 @click.option("--warmup-timeout", default=120.0, show_default=True, type=float)
+@click.option("--warmup-stable", default=3.0, show_default=True, type=float,
+              help="Seconds every stream must be producing before the window opens.")
+@click.option("--server-wait", default=30.0, show_default=True, type=float,
+              help="After a failed cell, how long to wait for the server to answer again (s).")
 @click.option("--stall-timeout", default=60.0, show_default=True, type=float,
               help="Fail a stream that sends no bytes for this long (s).")
 @click.option("--kv-budget", default=None, help="KV-cache budget in tokens (overrides detection).")
@@ -64,6 +68,7 @@ def run_cmd(**kw) -> None:
             prefill_repeats=kw["prefill_repeats"],
             warmup_timeout_s=_positive(kw["warmup_timeout"], "--warmup-timeout"),
             stall_timeout_s=_positive(kw["stall_timeout"], "--stall-timeout"),
+            stable_s=max(0.0, kw["warmup_stable"]),
         )
         opts = RunOptions(
             base_url=kw["base_url"], api_key=api_key, model=kw["model"],
@@ -76,6 +81,7 @@ def run_cmd(**kw) -> None:
             run_card=_run_card(kw["run_card"]),
             out=Path(kw["out"]) if kw["out"] else None,
             resume=Path(kw["resume"]) if kw["resume"] else None, dry_run=kw["dry_run"],
+            server_wait_s=max(0.0, kw["server_wait"]),
         )
         run_dir = run_benchmark(opts, Progress())
     except (PlanError, RunError) as exc:

@@ -34,6 +34,8 @@ CONTEXT_REFUSED_MARKERS = (
     "too long",
     "max_model_len",
     "exceeds",
+    "kv cache",
+    "kv-cache",
 )
 USAGE_MISMATCH_TOLERANCE = 0.005
 

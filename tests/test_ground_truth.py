@@ -1,0 +1,215 @@
+"""Every page metric against the reference server's exact ground truth.
+
+The reference server logs when it really sent every chunk; the collector
+stamps when each arrived. For each scenario the page's numbers (computed by
+`page_metrics`, the same functions the site uses) must agree with numbers
+computed here from the server's own log, within 1% (or 0.5 ms).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rundir import metrics
+from rundir.contract import PURPOSE_MEASURE
+from rundir.io import read_run
+from tests.conftest import run_cli
+from tests.refserver.harness import refserver_fixture, true_running  # noqa: F401
+
+FAST = ["--duration", "4", "--warmup-stable", "1", "--no-prefill", "--server-wait", "3"]
+
+
+def collect(srv, tmp_path: Path, *extra: str, ok: bool = True) -> tuple[Path, object]:
+    out = tmp_path / "run"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST, *extra)
+    if ok:
+        assert res.returncode == 0, res.stderr
+    return out, res
+
+
+def page_metrics(run_dir: Path) -> dict[tuple[int, int], dict]:
+    """The sustained-decode numbers a page shows for each cell."""
+    run = read_run(run_dir)
+    out = {}
+    req = run.requests
+    for cell in run.cells.to_pylist():
+        if cell["phase"] != "decode" or cell["window_start_ns"] is None:
+            continue
+        rows = [r for r in req.to_pylist() if r["purpose"] == PURPOSE_MEASURE
+                and r["context"] == cell["context"] and r["concurrency"] == cell["concurrency"]]
+        table = req.filter(np.isin(np.array(req.column("request_id").to_pylist()),
+                                   [r["request_id"] for r in rows]))
+        chunks = metrics.Chunks.from_table(table)
+        done = np.array([r["finish_reason"] is not None and r["error"] is None
+                         and not r["cancelled"] for r in table.to_pylist()], dtype=bool)
+        s, e = cell["window_start_ns"], cell["window_end_ns"]
+        m = metrics.decode_metrics(chunks, s, e, done)
+        active, _ = metrics.window_activity(chunks, run.server_metrics, s, e)
+        out[(cell["context"], cell["concurrency"])] = dict(
+            cell=cell, m=m, active=active, requests=table.to_pylist())
+    return out
+
+
+def truth_metrics(records: list[dict], page: dict) -> dict:
+    """The same metrics from the server's send times."""
+    cell = page["cell"]
+    s, e = cell["window_start_ns"], cell["window_end_ns"]
+    ours = {r["request_id"]: r for r in page["requests"]}
+    recs = [r for r in records if r["request_id"] in ours]
+    tokens = 0
+    rates, gaps, ttfts = [], [], []
+    for r in recs:
+        chunks = [(t, n) for t, n, _ in r["chunks"] if n > 0]
+        if chunks:
+            ttfts.append((chunks[0][0] - ours[r["request_id"]]["send_ns"]) / 1e6)
+        inwin = [(t, n) for t, n in chunks if s <= t <= e]
+        tokens += sum(n for _, n in inwin)
+        if len(inwin) >= 2:
+            after = sum(n for _, n in inwin[1:])
+            span = inwin[-1][0] - inwin[0][0]
+            rates.append(after / (span / 1e9))
+            gaps.append(span / 1e6 / after)
+    grid = np.arange(s, e, 2_000_000)
+    active = float(np.mean([true_running(records, int(t)) for t in grid]))
+    completed = sum(1 for r in recs if r["finish_reason"] == "length" and not r["cancelled"]
+                    and s <= r["finish_ns"] <= e)
+    return dict(total=tokens / ((e - s) / 1e9), per_request=statistics.median(rates),
+                tbt=statistics.median(gaps), ttft=statistics.median(ttfts), active=active,
+                completed=completed, tokens=tokens)
+
+
+def assert_close(ours: float, truth: float, what: str, abs_ms: float | None = None) -> None:
+    tol = max(0.01 * abs(truth), abs_ms or 0.0)
+    assert abs(ours - truth) <= tol, f"{what}: ours {ours:.4f}, truth {truth:.4f}"
+
+
+def check_against_truth(srv, run_dir: Path) -> dict:
+    pages = page_metrics(run_dir)
+    records = srv.truth(min_records=1)
+    for key, page in pages.items():
+        t = truth_metrics(records, page)
+        m = page["m"]
+        assert_close(m.total_tok_s, t["total"], f"{key} total tok/s")
+        assert_close(m.per_request_tok_s, t["per_request"], f"{key} per-request tok/s")
+        assert_close(m.tbt_ms, t["tbt"], f"{key} time between tokens", abs_ms=0.5)
+        assert_close(m.ttft_ms, t["ttft"], f"{key} TTFT", abs_ms=0.5)
+        assert_close(page["active"], t["active"], f"{key} average active")
+        assert m.completed == t["completed"], key
+        assert abs(m.output_tokens - t["tokens"]) <= max(2, 0.01 * t["tokens"]), key
+    return pages
+
+
+def statuses(run_dir: Path) -> dict[tuple[str, int, int], tuple[str, str | None]]:
+    return {(c["phase"], c["context"], c["concurrency"]): (c["status"], c["reason"])
+            for c in read_run(run_dir).cells.to_pylist()}
+
+
+def test_steady_decode_matches_truth(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=200, ttft_ms=20, default_max_tokens=300)
+    run_dir, _ = collect(srv, tmp_path, "--contexts", "256", "--concurrency", "1,4",
+                         "--max-output", "300")
+    pages = check_against_truth(srv, run_dir)
+    assert {p["cell"]["status"] for p in pages.values()} == {"valid"}
+    assert pages[(256, 4)]["m"].total_tok_s == pytest.approx(800, rel=0.05)
+
+
+def test_speculative_chunks_count_every_token(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=100, tokens_per_chunk=[1, 3, 2])
+    run_dir, _ = collect(srv, tmp_path, "--contexts", "256", "--concurrency", "2",
+                         "--max-output", "2000")
+    pages = check_against_truth(srv, run_dir)
+    page = pages[(256, 2)]
+    assert page["cell"]["token_counting"] == "usage_continuous"
+    # two tokens per step on average: 200 tok/s per stream, TBT 5 ms per token
+    assert page["m"].per_request_tok_s == pytest.approx(200, rel=0.05)
+
+
+def test_reasoning_tokens_are_output(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=150, reasoning_tokens=40)
+    run_dir, _ = collect(srv, tmp_path, "--contexts", "128", "--concurrency", "2",
+                         "--max-output", "120")
+    check_against_truth(srv, run_dir)
+    assert statuses(run_dir)[("decode", 128, 2)][0] == "valid"
+
+
+def test_more_requests_than_slots_is_queued(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=200, slots=2)
+    run_dir, _ = collect(srv, tmp_path, "--contexts", "128", "--concurrency", "4",
+                         "--max-output", "200", "--warmup-timeout", "3")
+    check_against_truth(srv, run_dir)
+    status, reason = statuses(run_dir)[("decode", 128, 4)]
+    assert status == "requests_queued", reason
+
+
+def test_data_parallel_gauges_are_summed(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=200, dp_ranks=2)
+    run_dir, _ = collect(srv, tmp_path, "--contexts", "128", "--concurrency", "4",
+                         "--max-output", "2000")
+    pages = check_against_truth(srv, run_dir)
+    assert pages[(128, 4)]["cell"]["status"] == "valid"
+    metrics_rows = read_run(run_dir).server_metrics.to_pylist()
+    assert {r["labels"] for r in metrics_rows if r["name"] == "running"} >= {
+        'engine="0",model_name="ref"', 'engine="1",model_name="ref"'}
+
+
+def test_kv_budget_plans_and_refusals(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=200, kv_budget_tokens=4096, refuse_over_kv=True)
+    run_dir, res = collect(srv, tmp_path, "--contexts", "1k", "--concurrency", "1,2,4",
+                           "--max-output", "512")
+    st = statuses(run_dir)
+    assert st[("decode", 1024, 1)][0] == "valid"
+    assert st[("decode", 1024, 2)][0] == "valid"  # 2 × 1,536 fits 4,096
+    assert st[("decode", 1024, 4)][0] == "over_capacity"  # planned skip
+    assert "Over capacity" in res.stderr
+    # the server refusing a context it cannot hold is Over capacity too
+    run2 = tmp_path / "forced"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(run2), *FAST,
+                  "--contexts", "1k", "--concurrency", "4", "--max-output", "512",
+                  "--kv-budget", "1000000")
+    assert res.returncode == 0, res.stderr
+    status, reason = statuses(run2)[("decode", 1024, 4)]
+    assert status == "over_capacity" and "refused" in reason
+
+
+def test_looping_model_is_looped(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=300, loop_after_tokens=30, loop_period=5)
+    run_dir, _ = collect(srv, tmp_path, "--contexts", "128", "--concurrency", "2",
+                         "--max-output", "400")
+    status, reason = statuses(run_dir)[("decode", 128, 2)]
+    assert status == "looped" and "period" in reason
+    kept = read_run(run_dir).requests.to_pylist()
+    assert any(r["content_tail"] for r in kept)  # the evidence stays
+
+
+def test_final_usage_only_with_multi_token_chunks_is_not_trusted(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=200, tokens_per_chunk=[1, 3], usage_mode="final",
+                    default_max_tokens=100)
+    run_dir, _ = collect(srv, tmp_path, "--contexts", "128", "--concurrency", "1",
+                         "--max-output", "100")
+    status, reason = statuses(run_dir)[("decode", 128, 1)]
+    assert status == "error" and "several tokens per chunk" in reason
+
+
+def test_prefill_rejects_cache_hits_and_matches_truth(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=200, ttft_ms=5, prefill_tok_per_s=20000)
+    out = tmp_path / "pre"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), "--contexts",
+                  "2k", "--concurrency", "1", "--duration", "1", "--warmup-stable", "0.5",
+                  "--max-output", "50")
+    assert res.returncode == 0, res.stderr
+    run = read_run(out)
+    rows = [r for r in run.requests.to_pylist() if r["purpose"] == "prefill_sample"]
+    assert len(rows) == 3 and all(r["error"] is None for r in rows)
+    chunks = metrics.Chunks.from_table(run.requests.filter(
+        np.array([r["purpose"] == "prefill_sample" for r in run.requests.to_pylist()])))
+    m = metrics.prefill_metrics(chunks, np.array([r["prompt_tokens"] for r in rows]))
+    truth = srv.truth_by_id()
+    true_ttft = statistics.median(
+        (truth[r["request_id"]]["chunks"][0][0] - r["send_ns"]) / 1e6 for r in rows)
+    assert_close(m.ttft_ms, true_ttft, "prefill TTFT", abs_ms=0.5)
+    # 2,048 words at 20,000 tok/s + 5 ms: about 107 ms
+    assert m.ttft_ms == pytest.approx(5 + 2048 / 20000 * 1000, rel=0.1)

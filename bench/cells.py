@@ -240,8 +240,11 @@ class CellRunner:
             await asyncio.sleep(0.2)
             return
         deadline = time.monotonic() + self.settings.drain_timeout_s
-        while time.monotonic() < deadline:
+        failures = 0
+        while time.monotonic() < deadline and failures < 3:
             sums = await asyncio.to_thread(self.sampler.scrape)
-            if sums and not sums.get("running") and not sums.get("waiting"):
+            if sums is None:
+                failures += 1  # a server that stopped answering has nothing to drain
+            elif not sums.get("running") and not sums.get("waiting"):
                 return
             await asyncio.sleep(0.2)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from bench.plan import Cell, Plan, context_label
-from rundir.contract import DECODE, PENDING, PREFILL, VALID
+from bench.records import records_table
+from rundir import metrics
+from rundir.contract import DECODE, PENDING, PREFILL, PURPOSE_MEASURE, VALID
 
 LABELS = {
     "valid": "Valid", "over_capacity": "Over capacity", "requests_queued": "Requests queued",
@@ -68,8 +71,9 @@ class Progress:
         for key, row in store.rows.items():
             self.results[key] = LABELS.get(row["status"], row["status"])
         self.started = time.monotonic()
-        self.live = Live(self._table(), console=self.console, refresh_per_second=2, transient=False)
-        self.live.start()
+        if self.console.is_terminal:
+            self.live = Live(self._table(), console=self.console, refresh_per_second=2)
+            self.live.start()
 
     def begin(self, cell: Cell) -> None:
         self.current = cell
@@ -79,21 +83,19 @@ class Progress:
     def end(self, cell: Cell, outcome) -> None:
         text = LABELS.get(outcome.status, outcome.status)
         if outcome.window and outcome.records and outcome.status in ("valid", "requests_queued"):
-            from bench.records import records_table
-            from rundir import metrics
-
-            measure = [r for r in outcome.records if r.purpose == "measure"]
+            measure = [r for r in outcome.records if r.purpose == PURPOSE_MEASURE]
             m = metrics.decode_metrics(
                 metrics.Chunks.from_table(records_table(measure)), *outcome.window,
-                __import__("numpy").zeros(len(measure), dtype=bool),
+                np.zeros(len(measure), dtype=bool),
             )
             text = f"{m.total_tok_s:,.1f}" + ("*" if outcome.status != "valid" else "")
         self.results[cell.key] = text
         if cell in self.remaining:
             self.remaining.remove(cell)
-        if outcome.reason and outcome.status != "valid":
+        if (outcome.reason and outcome.status != "valid") or self.live is None:
+            reason = f" — {outcome.reason}" if outcome.reason else ""
             self.note(f"{cell.phase} {context_label(cell.context)}×{cell.concurrency}: "
-                      f"{LABELS.get(outcome.status, outcome.status)} — {outcome.reason}")
+                      f"{text}{reason}")
         self._refresh()
 
     def note(self, text: str) -> None:
@@ -103,6 +105,8 @@ class Progress:
         if self.live is not None:
             self.live.stop()
             self.live = None
+        elif self.plan is not None:
+            self.console.print(self._table())
 
     def _refresh(self) -> None:
         if self.live is not None:

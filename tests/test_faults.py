@@ -1,0 +1,144 @@
+"""Faults: each leaves a valid run directory, every cell measured so far
+intact, the affected cell marked Error with its reason, and the run going
+on or ending with one clear message. Secrets never leak."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rundir.io import read_run
+from tests.conftest import REPO, run_cli
+from tests.refserver.harness import refserver_fixture  # noqa: F401
+
+FAST = ["--duration", "2", "--warmup-stable", "0.5", "--no-prefill", "--server-wait", "2",
+        "--max-output", "400", "--contexts", "128"]
+
+
+def cells(run_dir: Path) -> dict[tuple[str, int, int], dict]:
+    return {(c["phase"], c["context"], c["concurrency"]): c
+            for c in read_run(run_dir).cells.to_pylist()}
+
+
+@pytest.mark.parametrize("fault, expect", [
+    ({"status_every": {"n": 3, "code": 429}}, "HTTP 429"),
+    ({"status_every": {"n": 3, "code": 500}}, "HTTP 500"),
+    ({"reset_after_tokens": 20, "fault_every": 3}, "connection lost"),
+    ({"malformed_after_tokens": 20, "fault_every": 3}, "malformed SSE event"),
+    ({"fail_after_tokens": 20, "fault_every": 3}, "server error mid-stream"),
+])
+def test_stream_faults_mark_the_cell_error(refserver, tmp_path, fault, expect) -> None:
+    srv = refserver(tokens_per_s=200, **fault)
+    out = tmp_path / "run"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST,
+                  "--concurrency", "2")
+    assert res.returncode == 0, res.stderr  # the server still answers: the run goes on
+    cell = cells(out)[("decode", 128, 2)]
+    assert cell["status"] == "error" and expect in cell["reason"], cell["reason"]
+
+
+def test_stall_is_an_error_after_the_timeout(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=200, stall_after_tokens=10, stall_s=6, fault_every=2)
+    out = tmp_path / "run"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST,
+                  "--concurrency", "2", "--stall-timeout", "1.5")
+    assert res.returncode == 0, res.stderr
+    cell = cells(out)[("decode", 128, 2)]
+    assert cell["status"] == "error" and "stalled" in cell["reason"]
+
+
+def test_wrong_api_key_fails_fast(refserver, tmp_path) -> None:
+    srv = refserver(api_key="right-key-123456")
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--api-key", "wrong-key-654321",
+                  "--out", str(tmp_path / "run"))
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "401" in lines[0] and "API key" in lines[0]
+    assert "wrong-key-654321" not in res.stderr + res.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_api_key_never_leaves_the_process(refserver, tmp_path) -> None:
+    key = "sk-test-SECRET-0123456789abcdef"
+    srv = refserver(api_key=key, tokens_per_s=200, status_every={"n": 4, "code": 500})
+    outputs = []
+    for how in ("flag", "env"):
+        out = tmp_path / how
+        args = ["bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST,
+                "--concurrency", "1,2", "--launch-command", f"vllm serve m --api-key {key}"]
+        env = {"OPENAI_API_KEY": key} if how == "env" else {}
+        if how == "flag":
+            args += ["--api-key", key]
+        res = run_cli(*args, env=env)
+        assert res.returncode == 0, res.stderr
+        outputs.append(res.stdout + res.stderr)
+        assert "<redacted>" in read_run(out).info.launch_command
+    for blob in outputs:
+        assert key not in blob
+    for path in [*(tmp_path / "flag").rglob("*"), *(tmp_path / "env").rglob("*")]:
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path
+
+
+def test_server_killed_mid_run_keeps_measured_cells(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=200)
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.cli", "run", "--base-url", srv.base_url, "--out", str(out),
+         *FAST, "--concurrency", "1,2,4", "--duration", "3"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    # wait until the first cell is stored, then kill the server mid second cell
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if (out / "cells.parquet").exists() and any(
+                c["status"] == "valid" for c in cells(out).values()):
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    srv.kill()
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the server at") and "--resume" in last
+    got = cells(out)
+    assert got[("decode", 128, 1)]["status"] == "valid"
+    assert got[("decode", 128, 2)]["status"] == "error"
+    assert got[("decode", 128, 4)]["status"] == "pending"
+    # the server comes back: --resume runs only what is missing or unfinished
+    srv.restart()
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(out), *FAST,
+                  "--concurrency", "1,2,4")
+    assert res.returncode == 0, res.stderr
+    again = cells(out)
+    assert again[("decode", 128, 1)] == got[("decode", 128, 1)]  # kept, not re-run
+    assert again[("decode", 128, 4)]["status"] == "valid"
+
+
+def test_server_restarted_mid_run_goes_on(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=200)
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.cli", "run", "--base-url", srv.base_url, "--out", str(out),
+         *FAST, "--concurrency", "1,2", "--duration", "3", "--server-wait", "20"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(0.5)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (out / "cells.parquet").exists():
+        time.sleep(0.2)
+    time.sleep(2.0)
+    srv.restart()  # kill and start again on the same port
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    statuses = [c["status"] for c in cells(out).values()]
+    assert "pending" not in statuses
+    assert "valid" in statuses

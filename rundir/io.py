@@ -28,7 +28,6 @@ from rundir.contract import (
     empty_table,
 )
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir.contract import METRIC_RUNNING, METRIC_WAITING
+from rundir.contract import METRIC_WAITING
 
 QUEUED_ACTIVE_RATIO = 0.95
 
@@ -225,21 +225,22 @@ def prefill_metrics(chunks: Chunks, prompt_tokens: np.ndarray) -> PrefillMetrics
     )
 
 
-def client_active_at(chunks: Chunks, grid: np.ndarray) -> np.ndarray:
-    """How many streams had received a first token and not yet ended, at
-    each time in grid."""
-    first = first_token_ns(chunks)
-    ok = first >= 0
+def _count_at(starts: np.ndarray, stops: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """How many [start, stop) intervals contain each time in grid."""
+    return np.searchsorted(np.sort(starts), grid, side="right") - np.searchsorted(
+        np.sort(stops), grid, side="right"
+    )
+
+
+def _stops(chunks: Chunks) -> np.ndarray:
+    """Per request: when its stream ended (last chunk if the end is unknown)."""
     last_chunk = np.full(chunks.n_requests, -1, dtype=np.int64)
     _, last, reqs = _first_last(chunks.req)
     last_chunk[reqs] = chunks.ns[last]
-    stop = np.where(chunks.end_ns >= 0, chunks.end_ns, last_chunk)[ok]
-    starts = np.sort(first[ok])
-    stops = np.sort(stop)
-    return np.searchsorted(starts, grid, side="right") - np.searchsorted(stops, grid, side="right")
+    return np.where(chunks.end_ns >= 0, chunks.end_ns, np.maximum(last_chunk, chunks.send_ns))
 
 
-ACTIVITY_GRID_NS = 1_000_000  # 1 ms steps when combining gauge and client counts
+ACTIVITY_GRID_NS = 1_000_000  # 1 ms steps
 
 
 def window_activity(
@@ -248,29 +249,31 @@ def window_activity(
     """Average active requests over the window, and the largest waiting
     count the server reported inside it.
 
-    Active at a moment = the server's running gauge (summed over label
-    sets, held between samples) or, when larger, the client's streams that
-    are receiving tokens: a stream receiving tokens is running whatever a
-    lagging gauge says, while the gauge also sees requests still in prefill.
-    Without a gauge, the client's count alone.
+    With the server's waiting gauge (summed over label sets, held between
+    samples): active = requests in flight (sent, not yet ended) − waiting.
+    That is exact whenever nothing waits, unlike a running gauge sampled
+    once a second, which misses the short gaps between a stream's end and
+    its restart (and was seen to lag by seconds on vLLM's CPU build).
+    Without a waiting gauge a queued request cannot be told from a running
+    one by the client, so only streams that are receiving tokens (first
+    token to end) count.
     """
     max_waiting = None
-    times = sums = None
+    wt = ws = None
     if server_metrics is not None and len(server_metrics):
         t = np.asarray(server_metrics.column("t_ns").to_numpy(), dtype=np.int64)
         names = np.asarray(server_metrics.column("name").to_numpy(zero_copy_only=False))
         values = np.asarray(server_metrics.column("value").to_numpy(), dtype=np.float64)
         sel = names == METRIC_WAITING
-        wt, ws = gauge_series(t[sel], values[sel])
-        max_waiting = gauge_max_in(wt, ws, start_ns, end_ns)
-        sel = names == METRIC_RUNNING
-        times, sums = gauge_series(t[sel], values[sel])
-        if not len(times) or times[0] > end_ns:
-            times = sums = None
-    if times is None:
+        if sel.any():
+            wt, ws = gauge_series(t[sel], values[sel])
+            max_waiting = gauge_max_in(wt, ws, start_ns, end_ns)
+            if wt[0] > end_ns:
+                wt = ws = None
+    if wt is None:
         return client_active(chunks, start_ns, end_ns), max_waiting
     grid = np.arange(start_ns, end_ns, ACTIVITY_GRID_NS, dtype=np.int64)
-    idx = np.searchsorted(times, grid, side="right") - 1
-    gauge = np.where(idx >= 0, sums[np.clip(idx, 0, None)], 0.0)
-    client = client_active_at(chunks, grid)
-    return float(np.maximum(gauge, client).mean()), max_waiting
+    idx = np.searchsorted(wt, grid, side="right") - 1
+    waiting = np.where(idx >= 0, ws[np.clip(idx, 0, None)], 0.0)
+    in_flight = _count_at(chunks.send_ns, _stops(chunks), grid)
+    return float(np.clip(in_flight - waiting, 0, None).mean()), max_waiting

@@ -9,7 +9,14 @@ import pytest
 
 from bench.chunks import parse_events
 from bench.loops import is_looping
-from bench.plan import PlanError, context_label, fit_context, make_plan, parse_contexts, parse_tokens
+from bench.plan import (
+    PlanError,
+    context_label,
+    fit_context,
+    make_plan,
+    parse_contexts,
+    parse_tokens,
+)
 from bench.redact import REDACTED, redact
 from rundir.contract import COUNT_CHUNKS, COUNT_USAGE_CONTINUOUS, OVER_CAPACITY, PENDING
 

@@ -55,33 +55,41 @@ def test_window_clips_chunks_and_completions() -> None:
     assert m.avg_active_client == pytest.approx((55 + 60) / 60)
 
 
-def test_gauge_mean_and_label_sum() -> None:
-    rows = {
-        "t_ns": [0, 0, 10 * MS, 10 * MS, 20 * MS, 20 * MS],
-        "name": ["running"] * 6,
-        "source": ["vllm:num_requests_running"] * 6,
-        "labels": ['engine="0"', 'engine="1"'] * 3,
-        "value": [1.0, 1.0, 2.0, 2.0, 3.0, 1.0],
-    }
-    sm = pa.table(rows, schema=SERVER_METRICS_SCHEMA)
-    times, sums = metrics.gauge_series(np.array(rows["t_ns"]), np.array(rows["value"]))
+def test_gauge_label_sum_and_time_mean() -> None:
+    t = np.array([0, 0, 10 * MS, 10 * MS, 20 * MS, 20 * MS])
+    v = np.array([1.0, 1.0, 2.0, 2.0, 3.0, 1.0])  # two data-parallel ranks
+    times, sums = metrics.gauge_series(t, v)
     assert sums.tolist() == [2.0, 4.0, 4.0]
     # over [5, 25] ms: 2 for 5 ms, 4 for 15 ms
     assert metrics.gauge_time_mean(times, sums, 5 * MS, 25 * MS) == pytest.approx(3.5)
-    empty = metrics.Chunks.from_table(table([]))
-    avg, waiting = metrics.window_activity(empty, sm, 5 * MS, 25 * MS)
-    assert avg == pytest.approx(3.5) and waiting is None
 
 
-def test_streams_receiving_tokens_count_as_active_over_a_lagging_gauge() -> None:
-    # the gauge says 0 throughout, but one stream receives tokens over the
-    # whole window: it is running.
-    sm = pa.table({"t_ns": [0], "name": ["running"], "source": ["x"], "labels": [""],
-                   "value": [0.0]}, schema=SERVER_METRICS_SCHEMA)
-    t = table([dict(send_ns=0, end_ns=None, cancelled=True,
-                    chunk_ns=[1 * MS, 50 * MS, 99 * MS], chunk_tokens=[1, 2, 3])])
-    avg, _ = metrics.window_activity(metrics.Chunks.from_table(t), sm, 10 * MS, 90 * MS)
-    assert avg == pytest.approx(1.0)
+def _waiting(points: list[tuple[int, float]]) -> pa.Table:
+    return pa.table({"t_ns": [p[0] for p in points], "name": ["waiting"] * len(points),
+                     "source": ["x"] * len(points), "labels": [""] * len(points),
+                     "value": [p[1] for p in points]}, schema=SERVER_METRICS_SCHEMA)
+
+
+def test_active_is_in_flight_minus_waiting() -> None:
+    # four streams in flight over the whole window, the server says two wait
+    t = table([dict(send_ns=0, end_ns=200 * MS, cancelled=True,
+                    chunk_ns=[1 * MS, 150 * MS], chunk_tokens=[1, 2]) for _ in range(4)])
+    c = metrics.Chunks.from_table(t)
+    avg, waiting = metrics.window_activity(c, _waiting([(0, 2.0), (50 * MS, 2.0)]), 10 * MS, 90 * MS)
+    assert avg == pytest.approx(2.0) and waiting == 2.0
+    # without a waiting gauge only streams receiving tokens count
+    avg, waiting = metrics.window_activity(c, None, 10 * MS, 90 * MS)
+    assert avg == pytest.approx(4.0) and waiting is None
+
+
+def test_restart_gaps_lower_the_average() -> None:
+    # one stream slot: a request over [0, 50) ms, the next over [60, 200) ms
+    t = table([dict(send_ns=0, end_ns=50 * MS, finish_reason="length",
+                    chunk_ns=[5 * MS, 49 * MS], chunk_tokens=[1, 2]),
+               dict(send_ns=60 * MS, end_ns=200 * MS, cancelled=True,
+                    chunk_ns=[65 * MS, 150 * MS], chunk_tokens=[1, 2])])
+    avg, _ = metrics.window_activity(metrics.Chunks.from_table(t), _waiting([(0, 0.0)]), 0, 100 * MS)
+    assert avg == pytest.approx(0.9)
 
 
 def test_queued_rule() -> None:

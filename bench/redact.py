@@ -12,7 +12,7 @@ import re
 REDACTED = "<redacted>"
 _SECRET_NAME = r"[A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Za-z0-9_]*"
 _FLAG = re.compile(
-    r"(--?[A-Za-z0-9-]*(?:api[-_]?key|token|secret|password|passwd)[A-Za-z0-9-]*)(=|\s+)"
+    r"(?<![\w-])(--?[A-Za-z0-9-]*(?:api[-_]?key|token|secret|password|passwd)[A-Za-z0-9-]*)(=|\s+)"
     r"(\"[^\"]*\"|'[^']*'|\S+)",
     re.IGNORECASE,
 )

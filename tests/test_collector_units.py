@@ -114,3 +114,8 @@ def test_redaction(text: str) -> None:
 def test_redaction_of_literal_secret_and_token_shapes() -> None:
     assert "mykey-123456" not in redact("error mykey-123456 here", ["mykey-123456"])
     assert "sk-abcdefghijklmnopqrstu" not in redact("x sk-abcdefghijklmnopqrstu y")
+
+
+def test_redaction_leaves_ordinary_words_alone() -> None:
+    text = "a 299-token vocabulary, max-tokens 4096, the key-value cache"
+    assert redact(text) == text

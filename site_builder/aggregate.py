@@ -1,0 +1,325 @@
+"""Per run -> the list of cell results every page shows.
+
+Measured runs are recomputed from their raw Parquet with `rundir.metrics`,
+so a page number always traces back to token timestamps; imported runs
+(no raw data) carry their published `pub_*` aggregates as they are.
+Aggregates are cached by a content hash of the run's files (plus the code
+that computes them), so adding one run to a site does not recompute the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rundir import contract as c
+from rundir.io import RunData, atomic_write_text
+from rundir.metrics import (
+    Chunks,
+    decode_metrics,
+    gauge_series,
+    prefill_metrics,
+    window_activity,
+)
+from site_builder import drilldown
+
+CACHE_FORMAT = 1
+# A server gauge summed over label sets: (scrape times, values), or None.
+Gauge = tuple[np.ndarray, np.ndarray] | None
+# Statuses whose cells get numbers on the pages.
+NUMBER_STATUSES = (c.VALID, c.REQUESTS_QUEUED)
+
+
+@dataclass
+class CellResult:
+    """One planned cell with the numbers its row on the page shows.
+
+    For prefill cells `total_tok_s` holds prompt tok/s, `ttft_ms` the cold
+    TTFT and `completed` the number of samples, as the seeds show them.
+    """
+
+    phase: str
+    context: int
+    concurrency: int
+    status: str
+    reason: str | None = None
+    client_bound: bool = False
+    token_counting: str | None = None
+    warmup_s: float | None = None
+    total_tok_s: float | None = None
+    per_request_tok_s: float | None = None
+    ttft_ms: float | None = None
+    tbt_ms: float | None = None
+    avg_active: float | None = None
+    avg_active_source: str | None = None  # "server", "client" or "published"
+    completed: int | None = None
+    output_tokens: int | None = None
+    measured_s: float | None = None
+    requests: int | None = None  # requests behind the numbers (measure or samples)
+    has_detail: bool = False  # a drill-down page exists
+
+    @property
+    def key(self) -> str:
+        """Stable id of the cell, also the drill-down page's file stem."""
+        return f"{self.phase}-{self.context}-{self.concurrency}"
+
+    @property
+    def has_numbers(self) -> bool:
+        return self.status in NUMBER_STATUSES
+
+
+@dataclass
+class RunAggregate:
+    """A run's cells (sorted: prefill by context, then decode by context, concurrency)."""
+
+    run_id: str
+    source: str
+    digest: str
+    cells: list[CellResult]
+    details: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        data = {
+            "format": CACHE_FORMAT,
+            "run_id": self.run_id,
+            "source": self.source,
+            "digest": self.digest,
+            "cells": [asdict(x) for x in self.cells],
+            "details": self.details,
+        }
+        return json.dumps(data, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunAggregate:
+        data = json.loads(text)
+        if data.get("format") != CACHE_FORMAT:
+            raise ValueError("stale cache format")
+        names = {f.name for f in fields(CellResult)}
+        cells = [CellResult(**{k: v for k, v in x.items() if k in names}) for x in data["cells"]]
+        return cls(data["run_id"], data["source"], data["digest"], cells, data["details"])
+
+    def decode(self) -> list[CellResult]:
+        return [x for x in self.cells if x.phase == c.DECODE]
+
+    def prefill(self) -> list[CellResult]:
+        return [x for x in self.cells if x.phase == c.PREFILL]
+
+
+def _sort_key(cell: CellResult) -> tuple[int, int, int]:
+    return (0 if cell.phase == c.PREFILL else 1, cell.context, cell.concurrency)
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    v = float(value)
+    return None if np.isnan(v) or np.isinf(v) else v
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _base_cell(row: dict[str, Any]) -> CellResult:
+    return CellResult(
+        phase=row["phase"],
+        context=int(row["context"]),
+        concurrency=int(row["concurrency"]),
+        status=row["status"],
+        reason=row.get("reason"),
+        client_bound=bool(row.get("client_bound") or False),
+        token_counting=row.get("token_counting"),
+        warmup_s=_num(row.get("warmup_s")),
+    )
+
+
+def imported_cells(cells: pa.Table) -> list[CellResult]:
+    """Cells of an imported run: the published aggregates, taken as they are."""
+    out = []
+    for row in cells.to_pylist():
+        cell = _base_cell(row)
+        if cell.has_numbers:
+            cell.total_tok_s = _num(row["pub_total_tok_s"])
+            cell.per_request_tok_s = _num(row["pub_per_request_tok_s"])
+            cell.ttft_ms = _num(row["pub_ttft_ms"])
+            cell.tbt_ms = _num(row["pub_tbt_ms"])
+            cell.avg_active = _num(row["pub_avg_active"])
+            cell.avg_active_source = "published" if cell.avg_active is not None else None
+            cell.completed = _int(row["pub_completed"])
+            cell.output_tokens = _int(row["pub_output_tokens"])
+            cell.measured_s = _num(row["pub_measured_s"])
+        out.append(cell)
+    return sorted(out, key=_sort_key)
+
+
+def _group_requests(requests: pa.Table) -> dict[tuple[str, int, int, str], np.ndarray]:
+    """Row indices of requests.parquet per (phase, context, concurrency, purpose)."""
+    if not len(requests):
+        return {}
+    keys = requests.select(["phase", "context", "concurrency", "purpose"]).to_pandas()
+    return {
+        (str(k[0]), int(k[1]), int(k[2]), str(k[3])): np.asarray(v, dtype=np.int64)
+        for k, v in keys.groupby(["phase", "context", "concurrency", "purpose"]).indices.items()
+    }
+
+
+def _gauge(metrics: pa.Table, name: str) -> Gauge:
+    """A server gauge summed over its label sets, or None when the server has none."""
+    if not len(metrics):
+        return None
+    rows = metrics.filter(pc.equal(metrics.column("name"), name))
+    if not len(rows):
+        return None
+    t = np.asarray(rows.column("t_ns").to_numpy(), dtype=np.int64)
+    v = np.asarray(rows.column("value").to_numpy(), dtype=np.float64)
+    return gauge_series(t, v)
+
+
+def completed_mask(requests: pa.Table) -> np.ndarray:
+    """Requests that finished normally: a finish reason, no error, not cancelled."""
+    if not len(requests):
+        return np.zeros(0, dtype=bool)
+    finished = pc.is_valid(requests.column("finish_reason"))
+    no_error = pc.is_null(requests.column("error"))
+    not_cancelled = pc.invert(requests.column("cancelled"))
+    both = pc.and_(pc.and_(finished, no_error), not_cancelled)
+    return np.asarray(both.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, running: Gauge,
+                 waiting: Gauge, details: dict[str, dict[str, Any]],
+                 server_metrics: pa.Table) -> None:
+    start, end = row.get("window_start_ns"), row.get("window_end_ns")
+    if start is None or end is None or end <= start:
+        return
+    chunks = Chunks.from_table(requests)
+    cell.requests = len(requests)
+    if cell.has_numbers:
+        m = decode_metrics(chunks, start, end, completed_mask(requests))
+        active, _ = window_activity(chunks, server_metrics, start, end)
+        cell.total_tok_s = m.total_tok_s
+        cell.per_request_tok_s = m.per_request_tok_s
+        cell.ttft_ms = m.ttft_ms
+        cell.tbt_ms = m.tbt_ms
+        cell.avg_active = active
+        cell.avg_active_source = "server" if waiting is not None else "client"
+        cell.completed = m.completed
+        cell.output_tokens = m.output_tokens
+        cell.measured_s = m.duration_s
+    if len(requests):
+        details[cell.key] = drilldown.decode_detail(
+            requests, chunks, start, end, running=running, waiting=waiting,
+            with_tails=cell.status in (c.LOOPED, c.ERROR),
+        )
+        cell.has_detail = True
+
+
+def _prefill_cell(cell: CellResult, requests: pa.Table,
+                  details: dict[str, dict[str, Any]]) -> None:
+    chunks = Chunks.from_table(requests)
+    prompt = np.asarray(
+        pc.fill_null(requests.column("prompt_tokens"), 0).to_numpy(zero_copy_only=False)
+        if len(requests) else np.zeros(0), dtype=np.int64,
+    )
+    cell.requests = len(requests)
+    if cell.has_numbers:
+        # samples rejected as prefix-cache hits (or failed) carry an error
+        ok = np.asarray(pc.is_null(requests.column("error")).to_numpy(zero_copy_only=False),
+                        dtype=bool) if len(requests) else np.zeros(0, dtype=bool)
+        pm = prefill_metrics(Chunks.from_table(requests.filter(pa.array(ok))), prompt[ok])
+        cell.total_tok_s = pm.prompt_tok_s
+        cell.ttft_ms = pm.ttft_ms
+        cell.completed = pm.samples
+    if len(requests):
+        details[cell.key] = drilldown.prefill_detail(requests, chunks, prompt)
+        cell.has_detail = True
+
+
+def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str, Any]]]:
+    """Cells of a measured run, every number recomputed from the raw chunks."""
+    groups = _group_requests(data.requests)
+    running = _gauge(data.server_metrics, c.METRIC_RUNNING)
+    waiting = _gauge(data.server_metrics, c.METRIC_WAITING)
+    empty = np.zeros(0, dtype=np.int64)
+    details: dict[str, dict[str, Any]] = {}
+    out = []
+    for row in data.cells.to_pylist():
+        cell = _base_cell(row)
+        key = (cell.phase, cell.context, cell.concurrency)
+        if cell.phase == c.DECODE:
+            idx = groups.get((*key, c.PURPOSE_MEASURE), empty)
+            _decode_cell(cell, row, data.requests.take(idx), running, waiting, details,
+                         data.server_metrics)
+        else:
+            idx = groups.get((*key, c.PURPOSE_PREFILL))
+            if idx is None:  # samples taken during another cell (e.g. decode warm-up)
+                found = [v for k, v in groups.items()
+                         if k[1] == cell.context and k[3] == c.PURPOSE_PREFILL]
+                idx = np.sort(np.concatenate(found)) if found else empty
+            _prefill_cell(cell, data.requests.take(idx), details)
+        out.append(cell)
+    return sorted(out, key=_sort_key), details
+
+
+def aggregate_run(data: RunData, digest: str = "") -> RunAggregate:
+    """Aggregate one validated run directory into its cell results."""
+    if data.imported:
+        return RunAggregate(data.info.run_id, data.info.source, digest, imported_cells(data.cells))
+    cells, details = measured_cells(data)
+    return RunAggregate(data.info.run_id, data.info.source, digest, cells, details)
+
+
+# --------------------------------------------------------------------------
+# cache
+# --------------------------------------------------------------------------
+
+_CODE_FILES = (
+    Path(__file__).with_name("aggregate.py"),
+    Path(__file__).with_name("drilldown.py"),
+    Path(c.__file__),
+    Path(c.__file__).with_name("metrics.py"),
+)
+
+
+def code_salt() -> str:
+    """A fingerprint of the code that computes aggregates: changing it invalidates the cache."""
+    h = hashlib.sha256(f"format {CACHE_FORMAT}".encode())
+    for path in _CODE_FILES:
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class AggregateCache:
+    """Per-run aggregates stored as JSON files named by the run's content digest."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    def _path(self, digest: str) -> Path:
+        return self.folder / f"{digest}.json"
+
+    def get(self, digest: str) -> RunAggregate | None:
+        path = self._path(digest)
+        try:
+            return RunAggregate.from_json(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def put(self, aggregate: RunAggregate) -> None:
+        atomic_write_text(self._path(aggregate.digest), aggregate.to_json())
+
+    def prune(self, keep: set[str]) -> None:
+        """Drop entries of runs that are no longer in the data folder."""
+        if not self.folder.is_dir():
+            return
+        for entry in os.scandir(self.folder):
+            if entry.name.endswith(".json") and entry.name[:-5] not in keep:
+                os.unlink(entry.path)

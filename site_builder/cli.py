@@ -1,0 +1,85 @@
+"""`build-site`: build the static site from run directories, or preview it.
+
+    build-site --data data --out site [--skip-invalid]
+    build-site serve [--port 8000] [--dir site]
+
+Exit status: 0 when every run was published (or bad ones were skipped with
+--skip-invalid), 1 when a run was invalid or there was nothing to publish.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from site_builder import load, publish
+from site_builder import serve as serve_mod
+
+
+def _err(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--data", "data_dir", default="data", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Folder searched (recursively) for run directories.")
+@click.option("--out", "out_dir", default="site", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path), help="Where the site is written.")
+@click.option("--skip-invalid", is_flag=True,
+              help="Publish the good runs and exit 0 even when some runs are invalid.")
+@click.option("--methodology", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=None,
+              help="Markdown for the methodology page [default: docs/methodology.md].")
+@click.option("--quiet", "-q", is_flag=True, help="No progress display and no summary.")
+@click.version_option(publish.version(), prog_name="build-site")
+@click.pass_context
+def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
+         methodology: Path | None, quiet: bool) -> None:
+    """Build the Speed test matrix site from the run directories under --data."""
+    if ctx.invoked_subcommand is not None:
+        return
+    try:
+        report = publish.build_site(data_dir, out_dir, methodology=methodology,
+                                    progress=not quiet and sys.stderr.isatty())
+    except load.LoadError as exc:
+        _err(str(exc))
+        ctx.exit(1)
+    for line in report.errors:
+        if skip_invalid:
+            click.echo(f"warning: skipped {line}", err=True)
+        else:
+            _err(line)
+    if not report.published:
+        if skip_invalid or not report.errors:  # otherwise the lines above say why
+            _err("no valid runs to publish")
+        ctx.exit(1)
+    if not quiet:
+        click.echo(
+            f"Published {len(report.published)} run(s) to {report.out}/index.html "
+            f"({len(report.aggregated)} aggregated, {len(report.reused)} from cache; "
+            f"{report.written} files written, {report.unchanged} unchanged, "
+            f"{report.removed} removed)",
+            err=True,
+        )
+    if report.errors and not skip_invalid:
+        ctx.exit(1)
+
+
+@main.command()
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--dir", "directory", default="site", show_default=True,
+              type=click.Path(file_okay=False, exists=True, path_type=Path))
+def serve(port: int, directory: Path) -> None:
+    """Preview a built site at http://127.0.0.1:PORT/ (local only)."""
+    try:
+        serve_mod.serve(directory, port)
+    except OSError as exc:
+        _err(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Find run directories under a data folder and validate them against the contract.
+
+Finding is cheap (walk + hash); validating reads every Parquet file, so it
+happens only for runs whose aggregates are not cached yet. A broken run is
+reported as one line naming the file and the field; it never stops the
+good runs from being published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rundir import contract
+from rundir.contract import ContractError, RunInfo
+from rundir.io import RunData, read_run, read_run_info
+
+RUN_FILES = (
+    contract.RUN_YAML,
+    contract.CELLS_FILE,
+    contract.REQUESTS_FILE,
+    contract.SERVER_METRICS_FILE,
+)
+
+
+class LoadError(Exception):
+    """A problem with the data folder itself (missing, empty): one line."""
+
+
+@dataclass(frozen=True)
+class RunSource:
+    """A run directory found under the data folder, before validation."""
+
+    path: Path  # as reachable from the current directory (kept relative for messages)
+    digest: str  # sha256 over the run's contract files: the cache key
+
+    def files(self) -> list[Path]:
+        """The contract files present in the run directory."""
+        return [self.path / n for n in RUN_FILES if (self.path / n).is_file()]
+
+
+@dataclass
+class BadRun:
+    """A run directory that failed validation; message is one line."""
+
+    path: Path
+    message: str
+
+
+def find_run_dirs(data_dir: Path, exclude: Path | None = None) -> list[Path]:
+    """Every directory under data_dir holding a run.yaml, in a stable order.
+
+    A run directory's own subfolders are not searched, hidden folders are
+    skipped, and so is `exclude` (the output folder, which holds raw copies).
+    """
+    data_dir = Path(data_dir)
+    skip = exclude.resolve() if exclude is not None else None
+    found: list[Path] = []
+    for root, dirs, files in os.walk(data_dir):
+        here = Path(root)
+        if skip is not None and here.resolve() == skip:
+            dirs[:] = []
+            continue
+        if contract.RUN_YAML in files:
+            found.append(here)
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    return sorted(found, key=lambda p: p.as_posix())
+
+
+def content_digest(run_dir: Path, salt: str = "") -> str:
+    """sha256 over the names and bytes of the run's contract files (plus a salt)."""
+    h = hashlib.sha256(salt.encode())
+    for name in RUN_FILES:
+        path = Path(run_dir) / name
+        if not path.is_file():
+            continue
+        h.update(name.encode() + b"\0")
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None) -> list[RunSource]:
+    """Find and fingerprint the runs under data_dir; LoadError if there are none."""
+    data_dir = Path(data_dir)
+    if not data_dir.exists():
+        raise LoadError(f"{data_dir}: no such folder")
+    if not data_dir.is_dir():
+        raise LoadError(f"{data_dir}: not a folder")
+    dirs = find_run_dirs(data_dir, exclude=exclude)
+    if not dirs:
+        raise LoadError(
+            f"{data_dir}: no run directories found (a run directory holds a {contract.RUN_YAML})"
+        )
+    return [RunSource(d, content_digest(d, salt)) for d in dirs]
+
+
+def load_run(source: RunSource) -> RunData:
+    """Read and validate the whole run; ContractError names the file and field."""
+    return read_run(source.path)
+
+
+def load_info(source: RunSource) -> RunInfo:
+    """Read and validate only run.yaml (cheap), for runs whose aggregates are cached."""
+    return read_run_info(source.path)
+
+
+def one_line(exc: BaseException, where: Path) -> str:
+    """A single error line for a failed run: the contract's message, or where + what."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, ContractError) and text:
+        return text
+    return f"{where}: {type(exc).__name__}: {text}" if text else f"{where}: {type(exc).__name__}"
+
+
+_SLUG_BAD = re.compile(r"[^a-z0-9._-]+")
+
+
+def slugify(text: str, fallback: str = "run") -> str:
+    """A file-name-safe, URL-safe form of a run id or model name."""
+    slug = _SLUG_BAD.sub("-", text.lower()).strip("-.")
+    slug = re.sub(r"-{2,}", "-", slug)
+    if len(slug) > 80:
+        # keep permalinks stable and distinct: a shortened slug ends with a hash of the whole
+        digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+        slug = f"{slug[:71].strip('-.')}-{digest}"
+    return slug or fallback
+
+
+def unique_slugs(names: list[str], fallback: str = "run") -> list[str]:
+    """Slugs for names, made unique with -2, -3 suffixes in order of appearance."""
+    used: set[str] = set()
+    out = []
+    for name in names:
+        base = slugify(name, fallback)
+        slug, n = base, 2
+        while slug in used:
+            slug, n = f"{base}-{n}", n + 1
+        used.add(slug)
+        out.append(slug)
+    return out

@@ -1,0 +1,213 @@
+"""One function per kind of page: gathers its charts and context, renders it.
+
+`publish` decides which pages to write and where; this module decides what
+each page says. Pages never read run files: they get RunViews.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from rundir import contract as c
+from site_builder import charts as ch
+from site_builder import formats as f
+from site_builder.aggregate import CellResult
+from site_builder.glossary import (
+    CACHE_NOTE,
+    CLIENT_BOUND_NOTE,
+    IMPORTED_NOTE,
+    MEASUREMENT_HEADERS,
+    MEDIANS_NOTE,
+    PHASE_LABELS,
+    STATUS_NOTES,
+)
+from site_builder.render import Renderer, markdown
+from site_builder.views import RunView, cell_title
+
+TOKEN_COUNTING = {
+    c.COUNT_USAGE_CONTINUOUS: "server's cumulative usage on every chunk",
+    c.COUNT_TOKENIZER: "client re-tokenized the streamed text",
+    c.COUNT_CHUNKS: "one token per content chunk (fallback)",
+}
+AVG_SOURCE = {"server": "requests in flight − server's waiting gauge",
+              "client": "client's streams receiving tokens",
+              "published": "as published"}
+
+INDEX_COLUMNS = [
+    ("model", "Model", "text"),
+    ("gpu", "GPU", "text"),
+    ("gpus", "GPUs", "num"),
+    ("engine", "Engine", "text"),
+    ("version", "Version", "text"),
+    ("quantization", "Quantization", "text"),
+    ("measured", "Measured", "text"),
+    ("single", "Single stream tok/s", "num"),
+    ("peak", "Peak total tok/s", "num"),
+    ("prefill", "Prefill tok/s at 8K", "num"),
+]
+COMPARE_METRICS = [
+    ("total_tok_s", "Total tok/s", "higher"),
+    ("per_request_tok_s", "Per request tok/s", "higher"),
+    ("ttft_ms", "TTFT", "lower"),
+    ("tbt_ms", "Time between tokens", "lower"),
+]
+
+
+@dataclass
+class ModelGroup:
+    """All runs of one model (by display name), for its comparison page."""
+
+    name: str
+    slug: str
+    runs: list[RunView] = field(default_factory=list)
+
+    @property
+    def all_cells(self) -> list[CellResult]:
+        return [x for r in self.runs for row in r.matrix for x in row.cells]
+
+
+def _filesize(n: int | None) -> str:
+    if n is None:
+        return f.MISSING
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+class Pages:
+    """Renders every kind of page with one Renderer and one SVG renderer."""
+
+    def __init__(self, renderer: Renderer, svg: ch.SvgRenderer, assets: dict[str, str],
+                 version: str) -> None:
+        self.r = renderer
+        self.svg = svg
+        self.r.env.filters["filesize"] = _filesize
+        self.r.env.globals.update(
+            assets=assets, version=version, phase_labels=PHASE_LABELS,
+            headers=MEASUREMENT_HEADERS, cache_note=CACHE_NOTE, medians_note=MEDIANS_NOTE,
+            client_bound_note=CLIENT_BOUND_NOTE, imported_note=IMPORTED_NOTE,
+        )
+
+    # ---- run ------------------------------------------------------------
+    def run_page(self, run: RunView) -> str:
+        cells = run.agg.cells
+        charts = self.svg.fill([ch.prefill_chart(cells), ch.decode_chart(cells),
+                                ch.tradeoff_chart(cells), ch.heatmap_chart(cells)])
+        return self.r.render("run.html", depth=2, run=run, charts=charts, nav="runs")
+
+    def cell_pages(self, run: RunView) -> Iterator[tuple[str, str]]:
+        """(file name, html) of every drill-down page of a measured run."""
+        with_detail = [x for x in run.agg.cells if x.has_detail and x.key in run.agg.details]
+        for i, cell in enumerate(with_detail):
+            prev = with_detail[i - 1] if i else None
+            nxt = with_detail[i + 1] if i + 1 < len(with_detail) else None
+            html = self.cell_page(run, cell, run.agg.details[cell.key], prev, nxt)
+            yield f"{cell.key}.html", html
+
+    def cell_page(self, run: RunView, cell: CellResult, detail: dict[str, Any],
+                  prev: CellResult | None, nxt: CellResult | None) -> str:
+        charts: list[ch.Chart] = []
+        if detail["kind"] == "decode":
+            charts = self.svg.fill([
+                ch.ttft_histogram(detail["ttft_ms"]),
+                ch.tbt_histogram(detail["tbt"], cell.tbt_ms),
+                ch.timeline_chart(detail),
+            ])
+        metrics = self._cell_metrics(cell) if cell.has_numbers else []
+        note = STATUS_NOTES.get(cell.status)
+        if cell.client_bound:
+            note = f"{note} {CLIENT_BOUND_NOTE}" if note else CLIENT_BOUND_NOTE
+        return self.r.render(
+            "cell.html", depth=3, run=run, cell=cell, title=cell_title(cell), charts=charts,
+            metrics=metrics, note=note, window_rows=self._window_rows(run, cell, detail),
+            samples=detail.get("samples") or [], errors=detail.get("errors") or [],
+            tails=detail.get("tails") or [], prev=prev, next=nxt,
+            prev_title=cell_title(prev) if prev else "", next_title=cell_title(nxt) if nxt else "",
+            nav="runs",
+        )
+
+    def _cell_metrics(self, x: CellResult) -> list[tuple[str, str]]:
+        if x.phase == c.PREFILL:
+            return [("Prompt tok/s", f.tok_s(x.total_tok_s)), ("TTFT", f.ttft(x.ttft_ms)),
+                    ("Completed requests", f.count(x.completed))]
+        return [
+            ("Total tok/s", f.tok_s(x.total_tok_s)),
+            ("Per request tok/s", f.tok_s(x.per_request_tok_s)),
+            ("TTFT", f.ttft(x.ttft_ms)),
+            ("Time between tokens", f.tbt(x.tbt_ms)),
+            ("Average active requests", f.average(x.avg_active)),
+            ("Completed requests", f.count(x.completed)),
+            ("Output tokens", f.count(x.output_tokens)),
+            ("Measured for", f.seconds(x.measured_s)),
+        ]
+
+    def _window_rows(self, run: RunView, x: CellResult, d: dict[str, Any]) -> list[tuple[str, str]]:
+        rows: list[tuple[str, str]] = []
+        win = d.get("window_ns")
+        if win:
+            clock = run.info.clock
+            wall = clock.wall_anchor_ns + (win[0] - clock.monotonic_anchor_ns)
+            when = datetime.fromtimestamp(wall / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            rows += [("Window start", when), ("Window length", f.seconds((win[1] - win[0]) / 1e9))]
+        if x.warmup_s is not None:
+            rows.append(("Warm-up", f.seconds(x.warmup_s)))
+        if x.token_counting:
+            how = TOKEN_COUNTING.get(x.token_counting, x.token_counting)
+            rows.append(("Tokens counted by", how))
+        if x.avg_active_source:
+            rows.append(("Active requests from", AVG_SOURCE.get(x.avg_active_source, "")))
+        o = d.get("outcomes") or {}
+        if o:
+            rows.append(("Requests", f.count(o.get("total"))))
+            by = o.get("finish_reasons", {})
+            reasons = ", ".join(f"{k}: {f.count(v)}" for k, v in by.items())
+            finished = f.count(o.get("finished")) + (f" ({reasons})" if reasons else "")
+            rows.append(("Finished", finished))
+            if x.phase == c.DECODE:
+                rows.append(("Cancelled at window end", f.count(o.get("cancelled"))))
+            rows.append(("Failed", f.count(o.get("errors"))))
+        return rows
+
+    # ---- site-wide ------------------------------------------------------
+    def index_page(self, runs: list[RunView], models: list[ModelGroup]) -> str:
+        def options(key: str) -> list[str]:
+            return sorted({v for r in runs if (v := r.record()[key])}, key=str.lower)
+
+        filters = [("model", "Model", sorted({r.model for r in runs}, key=str.lower)),
+                   ("gpu", "GPU", options("gpu")), ("engine", "Engine", options("engine")),
+                   ("quantization", "Quantization", options("quantization"))]
+        return self.r.render("index.html", depth=0, runs=runs, models=models, filters=filters,
+                             columns=INDEX_COLUMNS, nav="runs")
+
+    def model_page(self, model: ModelGroup) -> str:
+        series = [(r.short_label, r.agg.cells) for r in model.runs]
+        shared = None
+        ctx_sets = [set(r.decode_contexts) for r in model.runs if r.decode_contexts]
+        if ctx_sets:
+            common = set.intersection(*ctx_sets)
+            shared = max(common) if common else None
+        smallest = min((min(s) for s in ctx_sets), default=None)
+        wanted = [x for x in dict.fromkeys([smallest, shared]) if x is not None]
+        charts = [ch.runs_decode_chart(series, x, f"chart-decode-{x}") for x in wanted]
+        charts += [ch.runs_context_chart(series, c.DECODE, "chart-single"),
+                   ch.runs_context_chart(series, c.PREFILL, "chart-prefill")]
+        return self.r.render("model.html", depth=1, model=model, charts=self.svg.fill(charts),
+                             nav="runs")
+
+    def compare_page(self, runs: list[RunView]) -> str:
+        return self.r.render("compare.html", depth=0, runs=runs, metrics=COMPARE_METRICS,
+                             nav="compare")
+
+    def downloads_page(self, runs: list[RunView]) -> str:
+        return self.r.render("downloads.html", depth=0, runs=runs,
+                             schema_version=c.SCHEMA_VERSION, nav="downloads")
+
+    def methodology_page(self, text: str) -> str:
+        return self.r.render("methodology.html", depth=0, body=markdown(text, notes=False),
+                             nav="methodology")

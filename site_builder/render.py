@@ -1,0 +1,164 @@
+"""Jinja2 rendering with every run-supplied value inert.
+
+Autoescape is on for every template; the only markup that reaches a page
+unescaped is (a) HTML we build from Markdown with raw HTML disabled and
+links sanitised, (b) JSON for <script type="application/json"> with `<`,
+`>` and `&` escaped so it can never close its element, and (c) SVG from
+vl-convert that `charts` has checked. Images in notes become plain links:
+loading one would be a request to another origin.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markdown_it import MarkdownIt
+from markupsafe import Markup, escape
+
+from site_builder import formats as f
+from site_builder.glossary import STATUS_LABELS, TERM_BY_NAME, TERMS
+
+_SAFE_SCHEMES = ("http://", "https://", "mailto:")
+
+
+def templates_dir() -> Path:
+    """The templates folder: the repository's, or the copy shipped inside the wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "templates", here / "templates"):
+        if (candidate / "base.html").is_file():
+            return candidate
+    raise FileNotFoundError("site templates not found (expected templates/base.html)")
+
+
+def _validate_link(url: str) -> bool:
+    """Allow web, mail and relative links only (no javascript:, data:, file:, vbscript:)."""
+    u = url.strip().lower()
+    if u.startswith(_SAFE_SCHEMES):
+        return True
+    scheme = re.match(r"^([a-z][a-z0-9+.-]*):", u)
+    return scheme is None  # relative or fragment
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return s or "section"
+
+
+def _heading_ids(prefix: str, shift: int):
+    def rule(state) -> None:  # type: ignore[no-untyped-def]
+        seen: dict[str, int] = {}
+        tokens = state.tokens
+        for i, tok in enumerate(tokens):
+            if tok.type in ("heading_open", "heading_close") and shift:
+                tok.tag = f"h{min(6, int(tok.tag[1]) + shift)}"
+            if tok.type == "heading_open" and i + 1 < len(tokens):
+                base = prefix + _slug(tokens[i + 1].content)
+                n = seen.get(base, 0)
+                seen[base] = n + 1
+                tok.attrSet("id", base if not n else f"{base}-{n + 1}")
+
+    return rule
+
+
+def make_markdown(heading_prefix: str = "", heading_shift: int = 0) -> MarkdownIt:
+    """CommonMark (+ tables, strikethrough) with raw HTML off and links sanitised.
+
+    heading_shift moves headings down (notes' `#` becomes <h3> under the page's <h2>).
+    """
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md.enable(["table", "strikethrough"])
+    md.validateLink = _validate_link
+    md.core.ruler.push("heading_ids", _heading_ids(heading_prefix, heading_shift))
+
+    def link_open(self, tokens, idx, options, env):  # type: ignore[no-untyped-def]
+        href = tokens[idx].attrGet("href") or ""
+        if href.lower().startswith(_SAFE_SCHEMES):
+            tokens[idx].attrSet("rel", "nofollow noopener noreferrer")
+        return self.renderToken(tokens, idx, options, env)
+
+    def image(self, tokens, idx, options, env):  # type: ignore[no-untyped-def]
+        tok = tokens[idx]
+        alt = self.renderInlineAsText(tok.children or [], options, env) or "image"
+        src = tok.attrGet("src") or ""
+        if not src:
+            return str(escape(alt))
+        return (f'<a href="{escape(src)}" rel="nofollow noopener noreferrer">'
+                f"[image: {escape(alt)}]</a>")
+
+    md.add_render_rule("link_open", link_open)
+    md.add_render_rule("image", image)
+    return md
+
+
+_NOTES_MD = make_markdown("note-", heading_shift=2)
+_DOC_MD = make_markdown("")
+
+
+def markdown(text: str | None, *, notes: bool = True) -> Markup:
+    """Markdown to safe HTML (run notes get `note-` heading ids so they cannot clash)."""
+    if not text:
+        return Markup("")
+    return Markup((_NOTES_MD if notes else _DOC_MD).render(text))
+
+
+def json_script(value: Any) -> Markup:
+    """JSON safe inside <script type="application/json"> (and as a JS expression)."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False, sort_keys=True)
+    for a, b in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                 ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(a, b)
+    return Markup(text)
+
+
+def _term_link(name: str, root: str) -> Markup:
+    term = TERM_BY_NAME.get(name)
+    if term is None:
+        return escape(name)
+    return Markup('<a class="term" href="{}methodology.html#{}" title="{}">{}</a>').format(
+        root, term.anchor, term.short, name
+    )
+
+
+class Renderer:
+    """Renders the site's templates; one instance per build."""
+
+    def __init__(self, folder: Path | None = None, globals_: dict[str, Any] | None = None) -> None:
+        self.folder = Path(folder) if folder else templates_dir()
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(self.folder)),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
+        self.env.filters.update(
+            tok_s=f.tok_s,
+            tok_s_whole=lambda v: f.tok_s(v, whole=True),
+            ttft=f.ttft,
+            tbt=f.tbt,
+            seconds=f.seconds,
+            count=f.count,
+            average=f.average,
+            ctx=f.context_label,
+            pct=f.percent_change,
+            utc=f.utc_datetime,
+            status=lambda s: STATUS_LABELS.get(s, s),
+            json_script=json_script,
+            markdown=markdown,
+        )
+        self.env.globals.update(term=_term_link, TERMS=TERMS, MISSING=f.MISSING)
+        self.env.globals.update(globals_ or {})
+
+    def render(self, template: str, *, depth: int, **context: Any) -> str:
+        """Render a page that lives `depth` folders below the site root."""
+        root = "../" * depth
+        return self.env.get_template(template).render(root=root, **context)
+
+    def fingerprint_files(self) -> list[Path]:
+        """Template and static files, for page-cache keys."""
+        return sorted(p for p in self.folder.rglob("*") if p.is_file())

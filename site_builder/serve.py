@@ -1,0 +1,61 @@
+"""A local preview server for a built site, bound to 127.0.0.1 only.
+
+A plain static file server, like the hosts the site is meant for: what
+works here works on GitHub Pages, S3 or nginx.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import threading
+from pathlib import Path
+
+EXTRA_TYPES = {
+    ".js": "text/javascript",
+    ".json": "application/json",
+    ".csv": "text/csv; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".parquet": "application/vnd.apache.parquet",
+    ".yaml": "text/yaml; charset=utf-8",
+}
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, **EXTRA_TYPES}
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
+        if getattr(self.server, "quiet", False):
+            return
+        super().log_message(format, *args)
+
+
+def make_server(directory: Path, port: int = 8000, *, host: str = "127.0.0.1",
+                quiet: bool = False) -> http.server.ThreadingHTTPServer:
+    """A threading static server for directory (port 0 picks a free port)."""
+    handler = functools.partial(_Handler, directory=str(Path(directory)))
+    server = http.server.ThreadingHTTPServer((host, port), handler)
+    server.quiet = quiet  # type: ignore[attr-defined]
+    server.daemon_threads = True
+    return server
+
+
+def serve_in_thread(directory: Path, port: int = 0) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """Start a quiet server in a daemon thread; returns it and its base URL (for tests)."""
+    server = make_server(directory, port, quiet=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, real_port = server.server_address[:2]
+    return server, f"http://{host}:{real_port}/"
+
+
+def serve(directory: Path, port: int = 8000) -> None:
+    """Serve until Ctrl+C."""
+    server = make_server(directory, port)
+    host, real_port = server.server_address[:2]
+    print(f"Serving {directory} at http://{host}:{real_port}/  (Ctrl+C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

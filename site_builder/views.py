@@ -1,0 +1,330 @@
+"""What a page says about a run: title, summary line, fact blocks, matrix, records.
+
+Turns a validated RunInfo plus its aggregated cells into the plain values
+the templates print, so the templates hold no logic beyond loops and the
+index, CSV and JSON downloads describe a run with the same words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rundir import contract as c
+from rundir.contract import RunInfo
+from site_builder import formats as f
+from site_builder.aggregate import CellResult, RunAggregate
+from site_builder.glossary import STATUS_LABELS, STATUS_NOTES, status_label
+
+_CODES = {
+    "fixed_duration": "Fixed duration",
+    "decode_warmup": "Measured during decode warm-up",
+    "during_decode_warmup": "Measured during decode warm-up",
+    "cold": "Cold requests",
+    "cold_requests": "Cold requests",
+    "separate": "Separate cold requests",
+}
+
+
+def humanize(code: str | None) -> str | None:
+    """A parameter code as words: ``fixed_duration`` -> ``Fixed duration``."""
+    if not code:
+        return None
+    if code in _CODES:
+        return _CODES[code]
+    if "_" in code and code == code.lower() and " " not in code:
+        words = code.replace("_", " ")
+        return words[:1].upper() + words[1:]
+    return code
+
+
+def model_name(info: RunInfo) -> str:
+    """Display name: model.name, else the repository id's last part, else the served name."""
+    m = info.model
+    if m.name:
+        return m.name
+    if m.repository_id:
+        return m.repository_id.rstrip("/").split("/")[-1]
+    return m.served_name or "Unknown model"
+
+
+def hardware_label(info: RunInfo) -> str:
+    """``H200 SXM 141GB ×8``: GPU with per-GPU memory and count (×N only above one)."""
+    h = info.hardware
+    name = h.gpu_name or h.cpu or h.type or "unknown hardware"
+    parts = [name]
+    if h.gpu_name and h.vram_gb_per_gpu:
+        parts.append(f.vram_gb(h.vram_gb_per_gpu))
+    if h.gpu_name and h.gpu_count and h.gpu_count > 1:
+        parts.append(f"×{h.gpu_count}")
+    return " ".join(parts)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+@dataclass
+class MatrixRow:
+    context: int
+    cells: list[CellResult]
+
+
+@dataclass
+class RunView:
+    """One run as the pages present it."""
+
+    info: RunInfo
+    agg: RunAggregate
+    slug: str
+    model_slug: str = ""
+    source_dir: str = ""
+    raw_files: list[tuple[str, int]] = field(default_factory=list)  # (name, bytes)
+
+    # ---- identity -------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.info.run_id
+
+    @property
+    def imported(self) -> bool:
+        return self.info.source == c.SOURCE_IMPORTED
+
+    @property
+    def model(self) -> str:
+        return model_name(self.info)
+
+    @property
+    def hardware(self) -> str:
+        return hardware_label(self.info)
+
+    @property
+    def title(self) -> str:
+        return f"{self.model} on {self.hardware}"
+
+    @property
+    def short_label(self) -> str:
+        """A legend label for comparison charts: hardware, engine, quantization."""
+        e = self.info.engine
+        bits = [self.hardware, " ".join(x for x in (e.name, e.version) if x), e.quantization or ""]
+        return " · ".join(b for b in bits if b)
+
+    @property
+    def page(self) -> str:
+        return f"runs/{self.slug}/index.html"
+
+    # ---- summary line ---------------------------------------------------
+    @property
+    def engine_summary(self) -> str:
+        e = self.info.engine
+        return " · ".join(x for x in (e.name, e.version, e.quantization) if x)
+
+    @property
+    def decode_contexts(self) -> list[int]:
+        planned = set(self.info.parameters.contexts)
+        return sorted(planned | {x.context for x in self.agg.decode()})
+
+    @property
+    def levels(self) -> list[int]:
+        planned = set(self.info.parameters.concurrency)
+        return sorted(planned | {x.concurrency for x in self.agg.decode()})
+
+    @property
+    def prefill_contexts(self) -> list[int]:
+        return sorted({x.context for x in self.agg.prefill()})
+
+    @property
+    def matrix_summary(self) -> str:
+        ctx, lv = self.decode_contexts, self.levels
+        if not ctx:
+            return ""
+        ctx_range = f.range_label([f.context_label(ctx[0]), f.context_label(ctx[-1])]
+                                  if len(ctx) > 1 else [f.context_label(ctx[0])])
+        lv_range = f.range_label([str(lv[0]), str(lv[-1])] if len(lv) > 1 else [str(lv[0])])
+        return (f"{_plural(len(ctx), 'context')} ({ctx_range}) × "
+                f"{_plural(len(lv), 'concurrency level')} ({lv_range})")
+
+    @property
+    def prefill_summary(self) -> str:
+        labels = [f.context_label(x) for x in self.prefill_contexts]
+        return "prefill at " + ", ".join(labels) if labels else ""
+
+    @property
+    def byline(self) -> str:
+        parts = []
+        if self.info.submitter:
+            parts.append("by @" + self.info.submitter.lstrip("@"))
+        if self.info.measured_at:
+            parts.append("Measured " + f.utc_datetime(self.info.measured_at))
+        return " · ".join(parts)
+
+    # ---- fact blocks ----------------------------------------------------
+    @property
+    def hardware_rows(self) -> list[tuple[str, str]]:
+        h = self.info.hardware
+        rows = [("Type", h.type), ("GPU", h.gpu_name)]
+        if h.gpu_count and h.gpu_count > 1:
+            rows.append(("GPU count", str(h.gpu_count)))
+        if h.vram_gb_per_gpu:
+            rows.append(("VRAM", f.vram_block(h.vram_gb_per_gpu, h.gpu_count)))
+        rows += [("CPU", h.cpu), ("OS", h.os), ("Driver", h.driver), ("CUDA", h.cuda)]
+        return [(k, v) for k, v in rows if v]
+
+    @property
+    def engine_rows(self) -> list[tuple[str, str]]:
+        e = self.info.engine
+        rows = [("Engine", e.name), ("Version", e.version), ("Quantization", e.quantization),
+                ("Backend", e.backend), ("Repository", e.repository), ("Build", e.build),
+                ("Commit", e.commit)]
+        return [(k, v) for k, v in rows if v]
+
+    @property
+    def run_rows(self) -> list[tuple[str, str]]:
+        p, m, kv = self.info.parameters, self.info.model, self.info.kv_budget
+        tool = None
+        if p.tool_name:
+            v = p.tool_version or ""
+            tool = f"{p.tool_name} {v if v.startswith('v') or not v else 'v' + v}".strip()
+        rows = [
+            ("Served model", m.served_name),
+            ("Revision", m.revision),
+            ("Benchmark tool", tool),
+            ("Decode test", humanize(p.decode_test)),
+            ("Prefill mode", humanize(p.prefill_mode)),
+            ("Time per measurement", f.param_seconds(p.duration_s) if p.duration_s else None),
+            ("Max output", f.tokens(p.max_output_tokens) if p.max_output_tokens else None),
+            ("Max model length", f.tokens(m.max_model_len) if m.max_model_len else None),
+        ]
+        if kv.tokens:
+            how = f" ({kv.source})" if kv.source else ""
+            rows.append(("KV cache", f.tokens(kv.tokens) + how))
+        return [(k, v) for k, v in rows if v]
+
+    # ---- tables ---------------------------------------------------------
+    def _placeholder(self, ctx: int, conc: int) -> CellResult:
+        return CellResult(phase=c.DECODE, context=ctx, concurrency=conc, status=c.PENDING)
+
+    @property
+    def matrix(self) -> list[MatrixRow]:
+        by_key = {(x.context, x.concurrency): x for x in self.agg.decode()}
+        return [MatrixRow(ctx, [by_key.get((ctx, n)) or self._placeholder(ctx, n)
+                                for n in self.levels]) for ctx in self.decode_contexts]
+
+    @property
+    def prefill_rows(self) -> list[CellResult]:
+        return self.agg.prefill()
+
+    @property
+    def measurement_rows(self) -> list[CellResult]:
+        return self.prefill_rows + [x for row in self.matrix for x in row.cells]
+
+    def status_notes(self, cells: list[CellResult]) -> list[str]:
+        """The notes explaining each status that appears in cells, in the seeds' order."""
+        present = {x.status for x in cells}
+        return [text for status, text in STATUS_NOTES.items() if status in present]
+
+    @property
+    def any_client_bound(self) -> bool:
+        return any(x.client_bound for x in self.agg.cells)
+
+    # ---- headline numbers (index, model pages) --------------------------
+    @property
+    def single_stream(self) -> CellResult | None:
+        """Decode tok/s of one request at a time at the smallest context measured."""
+        ones = [x for x in self.agg.decode() if x.concurrency == 1 and x.has_numbers
+                and x.total_tok_s is not None]
+        return min(ones, key=lambda x: x.context) if ones else None
+
+    @property
+    def peak(self) -> CellResult | None:
+        """The decode cell with the highest total tok/s (queued cells count: it is real output)."""
+        cells = [x for x in self.agg.decode() if x.has_numbers and x.total_tok_s is not None]
+        return max(cells, key=lambda x: x.total_tok_s or 0) if cells else None
+
+    @property
+    def prefill_8k(self) -> CellResult | None:
+        hits = [x for x in self.agg.prefill() if x.context // 1024 == 8 and x.has_numbers
+                and x.total_tok_s is not None]
+        return hits[0] if hits else None
+
+    def record(self) -> dict[str, Any]:
+        """The run's line in index.json / index.csv / the index table."""
+        h, e = self.info.hardware, self.info.engine
+        ss, pk, pf = self.single_stream, self.peak, self.prefill_8k
+        return {
+            "run_id": self.run_id,
+            "slug": self.slug,
+            "title": self.title,
+            "model": self.model,
+            "model_slug": self.model_slug,
+            "gpu": h.gpu_name or h.cpu or h.type,
+            "gpu_count": h.gpu_count,
+            "vram_gb_per_gpu": h.vram_gb_per_gpu,
+            "engine": e.name,
+            "engine_version": e.version,
+            "quantization": e.quantization,
+            "measured_at": self.info.measured_at,
+            "submitter": self.info.submitter,
+            "source": self.info.source,
+            "single_stream_tok_s": ss.total_tok_s if ss else None,
+            "single_stream_context": ss.context if ss else None,
+            "peak_total_tok_s": pk.total_tok_s if pk else None,
+            "peak_context": pk.context if pk else None,
+            "peak_concurrency": pk.concurrency if pk else None,
+            "prefill_8k_tok_s": pf.total_tok_s if pf else None,
+            "page": self.page,
+            "cells_json": f"runs/{self.slug}/cells.json",
+            "cells_csv": f"runs/{self.slug}/cells.csv",
+            "data_js": f"runs/{self.slug}/data.js",
+        }
+
+    def cell_records(self) -> list[dict[str, Any]]:
+        """Every cell with its raw (unrounded) numbers, for CSV/JSON downloads."""
+        out = []
+        for x in self.agg.cells:
+            out.append({
+                "run_id": self.run_id,
+                "phase": x.phase,
+                "context": x.context,
+                "context_label": f.context_label(x.context),
+                "concurrency": x.concurrency,
+                "status": x.status,
+                "status_label": STATUS_LABELS.get(x.status, x.status),
+                "reason": x.reason,
+                "client_bound": x.client_bound,
+                "total_tok_s": x.total_tok_s,
+                "per_request_tok_s": x.per_request_tok_s,
+                "ttft_ms": x.ttft_ms,
+                "tbt_ms": x.tbt_ms,
+                "avg_active": x.avg_active,
+                "avg_active_source": x.avg_active_source,
+                "completed": x.completed,
+                "output_tokens": x.output_tokens,
+                "measured_s": x.measured_s,
+                "requests": x.requests,
+                "token_counting": x.token_counting,
+                "warmup_s": x.warmup_s,
+            })
+        return out
+
+    def compare_data(self) -> dict[str, Any]:
+        """The compact per-cell numbers the A/B page needs (loaded as data.js)."""
+        cells = [[x.phase, x.context, x.concurrency, x.status, x.total_tok_s,
+                  x.per_request_tok_s, x.ttft_ms, x.tbt_ms] for x in self.agg.cells]
+        return {"slug": self.slug, "run_id": self.run_id, "title": self.title,
+                "engine": self.engine_summary, "page": self.page,
+                "fields": ["phase", "context", "concurrency", "status", "total_tok_s",
+                           "per_request_tok_s", "ttft_ms", "tbt_ms"],
+                "cells": cells}
+
+
+def cell_title(x: CellResult) -> str:
+    """``8K context × 16 requests at once`` / ``Prefill at 8K``."""
+    if x.phase == c.PREFILL:
+        return f"Prefill at {f.context_label(x.context)} context"
+    word = "request" if x.concurrency == 1 else "requests"
+    return f"{f.context_label(x.context)} context × {x.concurrency} {word} at once"
+
+
+__all__ = ["RunView", "MatrixRow", "cell_title", "humanize", "model_name", "hardware_label",
+           "status_label"]

@@ -132,7 +132,10 @@ async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, prog
         if interrupted.is_set():
             raise KeyboardInterrupt
         interrupted.set()
-        progress.note("interrupt: finishing the current cell cleanly (Ctrl-C again to abort)")
+        progress.note(
+            "interrupt: closing the current cell and saving every finished one "
+            "(Ctrl-C again to abort)"
+        )
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     sampler.start()

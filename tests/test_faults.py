@@ -20,6 +20,16 @@ FAST = ["--duration", "2", "--warmup-stable", "0.5", "--no-prefill", "--server-w
         "--max-output", "400", "--contexts", "128"]
 
 
+def start_bench(srv, out: Path, *extra: str) -> subprocess.Popen:
+    """`bench run` in the background, for faults injected while it runs."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.cli", "run", "--base-url", srv.base_url, "--out", str(out),
+         *FAST, *extra],
+        env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+
+
 def cells(run_dir: Path) -> dict[tuple[str, int, int], dict]:
     return {(c["phase"], c["context"], c["concurrency"]): c
             for c in read_run(run_dir).cells.to_pylist()}
@@ -88,12 +98,7 @@ def test_api_key_never_leaves_the_process(refserver, tmp_path) -> None:
 def test_server_killed_mid_run_keeps_measured_cells(refserver, tmp_path) -> None:
     srv = refserver(tokens_per_s=200)
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.cli", "run", "--base-url", srv.base_url, "--out", str(out),
-         *FAST, "--concurrency", "1,2,4", "--duration", "3"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = start_bench(srv, out, "--concurrency", "1,2,4", "--duration", "3")
     # wait until the first cell is stored, then kill the server mid second cell
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -125,12 +130,7 @@ def test_server_killed_mid_run_keeps_measured_cells(refserver, tmp_path) -> None
 def test_server_restarted_mid_run_goes_on(refserver, tmp_path) -> None:
     srv = refserver(tokens_per_s=200)
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.cli", "run", "--base-url", srv.base_url, "--out", str(out),
-         *FAST, "--concurrency", "1,2", "--duration", "3", "--server-wait", "20"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = start_bench(srv, out, "--concurrency", "1,2", "--duration", "3", "--server-wait", "20")
     time.sleep(0.5)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (out / "cells.parquet").exists():

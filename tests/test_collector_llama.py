@@ -71,3 +71,45 @@ def test_queued_when_more_requests_than_slots(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     cell = read_run(tmp_path / "q").cells.to_pylist()[0]
     assert cell["status"] == "requests_queued", cell
+
+
+def test_real_engine_killed_mid_cell(tmp_path: Path) -> None:
+    """SIGKILL the llama-server during the second cell: the first stays
+    measured, the second is Error, the rest pending, one clear message."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+    from tests.engines import start_llama_server
+
+    engine = start_llama_server(parallel=4, ctx=16384)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.cli", "run", "--base-url", engine.base_url, "--out", str(out),
+         "--contexts", "512", "--concurrency", "1,2,4", "--duration", "4", "--no-prefill",
+         "--max-output", "512", "--warmup-stable", "0.5", "--server-wait", "2"],
+        env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if (out / "cells.parquet").exists() and any(
+                    c["status"] == "valid" for c in read_run(out).cells.to_pylist()):
+                break
+            time.sleep(0.2)
+        time.sleep(2.0)  # inside the second cell's window
+        engine.kill()
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        engine.stop()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("error: the server at")
+    status = {c["concurrency"]: c for c in read_run(out).cells.to_pylist()}
+    assert status[1]["status"] == "valid"
+    assert status[2]["status"] == "error" and status[2]["reason"]
+    assert status[4]["status"] == "pending"

@@ -113,3 +113,56 @@ def test_real_engine_killed_mid_cell(tmp_path: Path) -> None:
     assert status[1]["status"] == "valid"
     assert status[2]["status"] == "error" and status[2]["reason"]
     assert status[4]["status"] == "pending"
+
+
+def _independent_decode(run, cell: dict) -> tuple[float, float]:
+    """Total tok/s and median TTFT of a cell, from the raw Parquet in plain
+    Python (not rundir.metrics), to check the published page."""
+    import statistics
+
+    s, e = cell["window_start_ns"], cell["window_end_ns"]
+    tokens, ttfts = 0, []
+    for r in run.requests.to_pylist():
+        if (r["purpose"], r["context"], r["concurrency"]) != (
+                PURPOSE_MEASURE, cell["context"], cell["concurrency"]):
+            continue
+        prev, first = 0, None
+        for ns, cum in zip(r["chunk_ns"], r["chunk_tokens"], strict=True):
+            if cum > prev:
+                if first is None:
+                    first = ns
+                if s <= ns <= e:
+                    tokens += cum - prev
+            prev = cum
+        if first is not None:
+            ttfts.append((first - r["send_ns"]) / 1e6)
+    return tokens / ((e - s) / 1e9), statistics.median(ttfts)
+
+
+def test_page_numbers_equal_an_independent_recomputation(thin_run: Path, tmp_path: Path) -> None:
+    import re
+
+    from site_builder import formats
+    from tests.conftest import run_cli
+
+    res = run_cli("build-site", "--data", str(thin_run.parent), "--out", str(tmp_path / "site"))
+    assert res.returncode == 0, res.stderr
+    page = (tmp_path / "site" / "runs" / "run" / "index.html").read_text()
+    table = page[page.index('<table class="measurements">'):]
+    table = table[:table.index("</table>")]
+    rows = {}
+    for tr in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)[1:]:
+        cells = [re.sub(r"<[^>]+>", "", td).strip() for td in re.findall(r"<td[^>]*>(.*?)</td>", tr, re.S)]
+        rows[(cells[0], cells[1], cells[2])] = cells
+    run = read_run(thin_run)
+    checked = 0
+    for cell in run.cells.to_pylist():
+        if cell["phase"] != "decode":
+            continue
+        total, ttft = _independent_decode(run, cell)
+        row = rows[("Sustained decode", "1K", str(cell["concurrency"]))]
+        assert row[4] == formats.tok_s(total)
+        assert row[6] == formats.ttft(ttft)
+        checked += 1
+    assert checked == 2
+    assert "tiny on" in page and "llama.cpp" in page

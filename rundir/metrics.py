@@ -14,7 +14,9 @@ Definitions are in docs/methodology.md; the short version:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,74 +27,217 @@ from rundir.contract import METRIC_WAITING
 QUEUED_ACTIVE_RATIO = 0.95
 
 
-@dataclass(frozen=True)
-class Chunks:
-    """Flattened chunks of a set of requests, ordered by request then time."""
+def _list_parts(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Values and zero-based offsets of a list column, without copying when it
+    can (no nulls, one chunk); None when the slow, general path is needed."""
+    arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    if arr.null_count or not isinstance(arr, pa.ListArray | pa.LargeListArray):
+        return None
+    values = arr.values
+    if values.null_count:
+        return None
+    off = np.asarray(arr.offsets.to_numpy(), dtype=np.int64)
+    flat = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)[off[0]:off[-1]]
+    return flat, off - off[0]
 
-    ns: np.ndarray  # arrival time per chunk
-    tokens: np.ndarray  # tokens carried by each chunk (increments)
-    cum: np.ndarray  # cumulative tokens after each chunk
-    req: np.ndarray  # request index per chunk
-    send_ns: np.ndarray  # per request
-    end_ns: np.ndarray  # per request (-1 when unknown)
-    n_requests: int
+
+class Chunks:
+    """Flattened chunks of a set of requests, ordered by request then time.
+
+    `offsets` (request i's chunks are [offsets[i], offsets[i + 1])) lets the
+    metrics find per-request firsts and lasts by binary search instead of
+    scanning every chunk; `req` (request index per chunk) is only built when
+    asked for; `memo` keeps what several metrics of one cell share (token
+    positions, first tokens, the window scan), so each is computed once.
+    """
+
+    __slots__ = ("ns", "tokens", "cum", "_req", "send_ns", "end_ns", "n_requests", "_offsets",
+                 "_memo")
+
+    def __init__(self, ns: np.ndarray, tokens: np.ndarray, cum: np.ndarray,
+                 req: np.ndarray | None, send_ns: np.ndarray, end_ns: np.ndarray,
+                 n_requests: int, offsets: np.ndarray | None = None) -> None:
+        if req is None and offsets is None:
+            raise ValueError("Chunks needs req or offsets")
+        self.ns = ns  # arrival time per chunk
+        self.tokens = tokens  # tokens carried by each chunk (increments)
+        self.cum = cum  # cumulative tokens after each chunk
+        self._req = req
+        self.send_ns = send_ns  # per request
+        self.end_ns = end_ns  # per request (-1 when unknown)
+        self.n_requests = n_requests
+        self._offsets = offsets
+        self._memo: dict[Any, Any] = {}
+
+    @property
+    def req(self) -> np.ndarray:
+        """Request index per chunk."""
+        if self._req is None:
+            self._req = np.repeat(np.arange(self.n_requests, dtype=np.int64), np.diff(self.starts()))
+        return self._req
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self.starts()
 
     @classmethod
     def from_table(cls, requests: pa.Table) -> Chunks:
         n = len(requests)
-        ns_col = requests.column("chunk_ns").combine_chunks() if n else None
         if not n:
-            z = np.zeros(0, dtype=np.int64)
-            return cls(z, z, z, z, z, z, 0)
-        tok_col = requests.column("chunk_tokens").combine_chunks()
-        ns = np.asarray(pc.list_flatten(ns_col).to_numpy(zero_copy_only=False), dtype=np.int64)
-        cum = np.asarray(pc.list_flatten(tok_col).to_numpy(zero_copy_only=False), dtype=np.int64)
-        lengths = np.asarray(
-            pc.fill_null(pc.list_value_length(ns_col), 0).to_numpy(zero_copy_only=False),
-            dtype=np.int64,
-        )
-        req = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        tokens = np.diff(cum, prepend=0)
-        starts = np.cumsum(lengths) - lengths
-        nonempty = lengths > 0
-        tokens[starts[nonempty]] = cum[starts[nonempty]]
+            return _empty_chunks()
         send = np.asarray(requests.column("send_ns").to_numpy(zero_copy_only=False), dtype=np.int64)
         end = np.asarray(
             pc.fill_null(requests.column("end_ns"), -1).to_numpy(zero_copy_only=False),
             dtype=np.int64,
         )
-        return cls(ns, tokens, cum, req, send, end, n)
+        ns_parts = _list_parts(requests.column("chunk_ns"))
+        tok_parts = _list_parts(requests.column("chunk_tokens"))
+        if ns_parts is not None and tok_parts is not None and np.array_equal(
+                ns_parts[1], tok_parts[1]):
+            ns, offsets = ns_parts
+            cum = tok_parts[0]
+        else:  # nulls somewhere: flatten (null lists hold no chunks)
+            ns_col = requests.column("chunk_ns").combine_chunks()
+            tok_col = requests.column("chunk_tokens").combine_chunks()
+            ns = np.asarray(pc.list_flatten(ns_col).to_numpy(zero_copy_only=False), dtype=np.int64)
+            cum = np.asarray(pc.list_flatten(tok_col).to_numpy(zero_copy_only=False),
+                             dtype=np.int64)
+            lengths = np.asarray(
+                pc.fill_null(pc.list_value_length(ns_col), 0).to_numpy(zero_copy_only=False),
+                dtype=np.int64,
+            )
+            offsets = np.concatenate(([0], np.cumsum(lengths)))
+        return cls(ns, _increments(cum, offsets), cum, None, send, end, n, offsets)
+
+    def starts(self) -> np.ndarray:
+        """Chunk offsets of the requests (n_requests + 1 entries)."""
+        if self._offsets is None:
+            self._offsets = np.searchsorted(
+                self._req, np.arange(self.n_requests + 1, dtype=np.int64)).astype(np.int64)
+        return self._offsets
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """compute() once per key for this set of chunks (callers must not mutate it)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def subset(self, rows: np.ndarray) -> Chunks:
+        """The chunks of the requests at `rows` (ascending), as from_table of those rows
+        would give them; a contiguous range costs no copy of the chunk arrays."""
+        rows = np.asarray(rows, dtype=np.int64)
+        off = self.starts()
+        if not len(rows):
+            return _empty_chunks()
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        if hi - lo == len(rows):  # contiguous: views
+            a, b = int(off[lo]), int(off[hi])
+            return Chunks(self.ns[a:b], self.tokens[a:b], self.cum[a:b], None,
+                          self.send_ns[lo:hi], self.end_ns[lo:hi], hi - lo, off[lo:hi + 1] - a)
+        lengths = off[rows + 1] - off[rows]
+        sub_off = np.concatenate(([0], np.cumsum(lengths)))
+        take = np.repeat(off[rows] - sub_off[:-1], lengths) + np.arange(sub_off[-1])
+        return Chunks(self.ns[take], self.tokens[take], self.cum[take], None,
+                      self.send_ns[rows], self.end_ns[rows], len(rows), sub_off)
+
+
+def _empty_chunks() -> Chunks:
+    z = np.zeros(0, dtype=np.int64)
+    return Chunks(z, z, z, z, z, z, 0, np.zeros(1, dtype=np.int64))
+
+
+def _increments(cum: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Tokens per chunk: the rise of the cumulative count (the first chunk: its count)."""
+    tokens = np.empty_like(cum)
+    if len(cum):
+        tokens[0] = cum[0]
+        np.subtract(cum[1:], cum[:-1], out=tokens[1:])
+        starts = offsets[:-1][offsets[1:] > offsets[:-1]]
+        tokens[starts] = cum[starts]
+    return tokens
 
 
 def _median(values: np.ndarray) -> float | None:
     return float(np.median(values)) if len(values) else None
 
 
-def _first_last(req: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Indices of the first and last element of each run of equal req values."""
-    if not len(req):
-        z = np.zeros(0, dtype=np.int64)
-        return z, z, z
-    change = np.flatnonzero(np.diff(req)) + 1
-    first = np.concatenate(([0], change))
-    last = np.concatenate((change - 1, [len(req) - 1]))
-    return first, last, req[first]
+def _first_token(chunks: Chunks) -> np.ndarray:
+    """first_token_ns, shared (memoised). A request's first token usually rides
+    its first or second chunk (after a 0-token role chunk), so those are
+    checked per request; only requests not settled by them are searched."""
+
+    def compute() -> np.ndarray:
+        off, tok = chunks.starts(), chunks.tokens
+        out = np.full(chunks.n_requests, -1, dtype=np.int64)
+        todo = np.arange(chunks.n_requests)
+        for step in range(2):
+            at = off[:-1][todo] + step
+            inside = at < off[1:][todo]
+            hit = np.zeros(len(todo), dtype=bool)
+            hit[inside] = tok[at[inside]] > 0
+            out[todo[hit]] = chunks.ns[at[hit]]
+            todo = todo[~hit & inside]  # requests with no chunk left are settled (-1)
+        if len(todo):  # the rest: binary search among the token-carrying chunks
+            pos = np.flatnonzero(tok > 0)
+            i = np.searchsorted(pos, off[:-1][todo])
+            ic = np.minimum(i, max(len(pos) - 1, 0))
+            has = (i < len(pos)) & (pos[ic] < off[1:][todo]) if len(pos) else i < 0
+            out[todo[has]] = chunks.ns[pos[ic[has]]]
+        return out
+
+    return chunks.memo("first_token", compute)
+
+
+def _last_chunk_ns(chunks: Chunks) -> np.ndarray:
+    """Per request, the arrival time of its last chunk (-1: no chunk)."""
+    off = chunks.starts()
+    out = np.full(chunks.n_requests, -1, dtype=np.int64)
+    nonempty = off[1:] > off[:-1]
+    out[nonempty] = chunks.ns[off[1:][nonempty] - 1]
+    return out
 
 
 def first_token_ns(chunks: Chunks) -> np.ndarray:
     """Per request, the arrival time of its first token-carrying chunk (-1: none)."""
-    out = np.full(chunks.n_requests, -1, dtype=np.int64)
-    mask = chunks.tokens > 0
-    first, _, reqs = _first_last(chunks.req[mask])
-    out[reqs] = chunks.ns[mask][first]
-    return out
+    return _first_token(chunks).copy()
 
 
 def ttft_ms(chunks: Chunks) -> np.ndarray:
     """TTFT of every request that produced a token, in milliseconds."""
-    first = first_token_ns(chunks)
+    first = _first_token(chunks)
     ok = first >= 0
     return (first[ok] - chunks.send_ns[ok]) / 1e6
+
+
+@dataclass(frozen=True)
+class Window:
+    """The in-window token-carrying chunks of a cell, found in one scan and
+    shared by the decode metrics and the drill-down (both need them)."""
+
+    output_tokens: int  # tokens of every chunk inside the window
+    pos: np.ndarray  # chunk indices of the in-window chunks with tokens > 0
+    ns: np.ndarray  # their arrival times
+    tokens: np.ndarray  # their token counts
+    lo: np.ndarray  # per request: its first entry in pos (lo == hi: it has none)
+    hi: np.ndarray
+
+
+def window_scan(chunks: Chunks, start_ns: int, end_ns: int) -> Window:
+    """The chunks inside [start_ns, end_ns], grouped by request (memoised per window)."""
+
+    def compute() -> Window:
+        ns, tok = chunks.ns, chunks.tokens
+        inwin = np.greater_equal(ns, start_ns)
+        inwin &= np.less_equal(ns, end_ns)
+        output = int(tok.sum(where=inwin))
+        has_tok = np.greater(tok, 0)
+        has_tok &= inwin
+        pos = np.flatnonzero(has_tok)
+        off = chunks.starts()
+        return Window(output, pos, ns[pos], tok[pos], np.searchsorted(pos, off[:-1]),
+                      np.searchsorted(pos, off[1:]))
+
+    return chunks.memo(("window", int(start_ns), int(end_ns)), compute)
 
 
 @dataclass(frozen=True)
@@ -116,17 +261,13 @@ def decode_metrics(chunks: Chunks, start_ns: int, end_ns: int, completed_mask: n
     duration_ns = end_ns - start_ns
     if duration_ns <= 0:
         raise ValueError("measurement window must have a positive duration")
-    inwin = (chunks.ns >= start_ns) & (chunks.ns <= end_ns)
-    output = int(chunks.tokens[inwin].sum())
-    tok = inwin & (chunks.tokens > 0)
-    req = chunks.req[tok]
-    ns = chunks.ns[tok]
-    toks = chunks.tokens[tok]
-    first, last, _ = _first_last(req)
-    if len(first):
-        sums = np.add.reduceat(toks, first)
-        after_first = sums - toks[first]
-        span = (ns[last] - ns[first]).astype(np.float64)
+    w = window_scan(chunks, start_ns, end_ns)
+    has = w.hi > w.lo
+    if has.any():
+        first, last = w.lo[has], w.hi[has] - 1
+        sums = np.add.reduceat(w.tokens, first)
+        after_first = sums - w.tokens[first]
+        span = (w.ns[last] - w.ns[first]).astype(np.float64)
         ok = (span > 0) & (after_first > 0)
         rates = after_first[ok] / (span[ok] / 1e9)
         gaps_ms = (span[ok] / 1e6) / after_first[ok]
@@ -135,9 +276,9 @@ def decode_metrics(chunks: Chunks, start_ns: int, end_ns: int, completed_mask: n
     ttfts = ttft_ms(chunks)
     ended_in = (chunks.end_ns >= start_ns) & (chunks.end_ns <= end_ns) & completed_mask
     return DecodeMetrics(
-        output_tokens=output,
+        output_tokens=w.output_tokens,
         duration_s=duration_ns / 1e9,
-        total_tok_s=output / (duration_ns / 1e9),
+        total_tok_s=w.output_tokens / (duration_ns / 1e9),
         per_request_tok_s=_median(rates),
         tbt_ms=_median(gaps_ms),
         ttft_ms=_median(ttfts),
@@ -149,14 +290,11 @@ def decode_metrics(chunks: Chunks, start_ns: int, end_ns: int, completed_mask: n
 def client_active(chunks: Chunks, start_ns: int, end_ns: int) -> float:
     """Time-weighted mean over the window of streams that have received a
     first token and not yet ended (the fallback for a server gauge)."""
-    first = first_token_ns(chunks)
+    first = _first_token(chunks)
     ok = first >= 0
     if not ok.any():
         return 0.0
-    last_chunk = np.full(chunks.n_requests, -1, dtype=np.int64)
-    _, last, reqs = _first_last(chunks.req)
-    last_chunk[reqs] = chunks.ns[last]
-    stop = np.where(chunks.end_ns >= 0, chunks.end_ns, last_chunk)
+    stop = np.where(chunks.end_ns >= 0, chunks.end_ns, _last_chunk_ns(chunks))
     lo = np.maximum(first[ok], start_ns)
     hi = np.minimum(stop[ok], end_ns)
     overlap = np.clip(hi - lo, 0, None).sum()
@@ -225,22 +363,32 @@ def prefill_metrics(chunks: Chunks, prompt_tokens: np.ndarray) -> PrefillMetrics
     )
 
 
-def _count_at(starts: np.ndarray, stops: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """How many [start, stop) intervals contain each time in grid."""
-    return np.searchsorted(np.sort(starts), grid, side="right") - np.searchsorted(
-        np.sort(stops), grid, side="right"
-    )
-
-
 def _stops(chunks: Chunks) -> np.ndarray:
     """Per request: when its stream ended (last chunk if the end is unknown)."""
-    last_chunk = np.full(chunks.n_requests, -1, dtype=np.int64)
-    _, last, reqs = _first_last(chunks.req)
-    last_chunk[reqs] = chunks.ns[last]
-    return np.where(chunks.end_ns >= 0, chunks.end_ns, np.maximum(last_chunk, chunks.send_ns))
+    return np.where(chunks.end_ns >= 0, chunks.end_ns,
+                    np.maximum(_last_chunk_ns(chunks), chunks.send_ns))
 
 
 ACTIVITY_GRID_NS = 1_000_000  # 1 ms steps
+_waiting_memo: list[Any] = [(None, None)]  # [(server_metrics table, its waiting series)]
+
+
+def _waiting_series(server_metrics: pa.Table | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The waiting gauge summed over label sets; the last table's is kept, since
+    every cell of a run asks for the same one."""
+    if server_metrics is None or not len(server_metrics):
+        return None
+    table, series = _waiting_memo[0]  # one read: safe when threads share it
+    if table is server_metrics:
+        return series
+    rows = server_metrics.filter(pc.equal(server_metrics.column("name"), METRIC_WAITING))
+    series = None
+    if len(rows):
+        t = np.asarray(rows.column("t_ns").to_numpy(), dtype=np.int64)
+        values = np.asarray(rows.column("value").to_numpy(), dtype=np.float64)
+        series = gauge_series(t, values)
+    _waiting_memo[0] = (server_metrics, series)
+    return series
 
 
 def window_activity(
@@ -260,20 +408,33 @@ def window_activity(
     """
     max_waiting = None
     wt = ws = None
-    if server_metrics is not None and len(server_metrics):
-        t = np.asarray(server_metrics.column("t_ns").to_numpy(), dtype=np.int64)
-        names = np.asarray(server_metrics.column("name").to_numpy(zero_copy_only=False))
-        values = np.asarray(server_metrics.column("value").to_numpy(), dtype=np.float64)
-        sel = names == METRIC_WAITING
-        if sel.any():
-            wt, ws = gauge_series(t[sel], values[sel])
-            max_waiting = gauge_max_in(wt, ws, start_ns, end_ns)
-            if wt[0] > end_ns:
-                wt = ws = None
+    series = _waiting_series(server_metrics)
+    if series is not None:
+        wt, ws = series
+        max_waiting = gauge_max_in(wt, ws, start_ns, end_ns)
+        if wt[0] > end_ns:
+            wt = ws = None
     if wt is None:
         return client_active(chunks, start_ns, end_ns), max_waiting
-    grid = np.arange(start_ns, end_ns, ACTIVITY_GRID_NS, dtype=np.int64)
-    idx = np.searchsorted(wt, grid, side="right") - 1
-    waiting = np.where(idx >= 0, ws[np.clip(idx, 0, None)], 0.0)
-    in_flight = _count_at(chunks.send_ns, _stops(chunks), grid)
-    return float(np.clip(in_flight - waiting, 0, None).mean()), max_waiting
+    # Mean over the 1 ms grid of (in flight − waiting, floored at 0). Both are
+    # step functions of the grid index, so the sum is taken per stretch
+    # between their changes: the value of evaluating every grid point (to the
+    # bit when the gauge holds whole numbers, as request counts do).
+    n_grid = -((start_ns - end_ns) // ACTIVITY_GRID_NS)
+    sends = _grid_index(chunks.send_ns, start_ns, n_grid)
+    stops = _grid_index(_stops(chunks), start_ns, n_grid)
+    samples = _grid_index(wt, start_ns, n_grid)
+    bounds = np.sort(np.concatenate(([0, n_grid], sends, stops, samples)))
+    at = bounds[:-1]  # each stretch [bounds[i], bounds[i + 1]) is constant (or empty)
+    n_samples = np.searchsorted(samples, at, side="right")
+    waiting = np.where(n_samples > 0, ws[np.clip(n_samples - 1, 0, None)], 0.0)
+    in_flight = (np.searchsorted(np.sort(sends), at, side="right")
+                 - np.searchsorted(np.sort(stops), at, side="right"))
+    active = np.clip(in_flight - waiting, 0, None)
+    return float((active * np.diff(bounds)).sum() / n_grid), max_waiting
+
+
+def _grid_index(times: np.ndarray, start_ns: int, n_grid: int) -> np.ndarray:
+    """The first grid point (start_ns + j * ACTIVITY_GRID_NS) at or after each time."""
+    first = -((start_ns - np.asarray(times, dtype=np.int64)) // ACTIVITY_GRID_NS)  # ceil
+    return np.clip(first, 0, n_grid)

@@ -31,7 +31,7 @@ from rundir.metrics import (
 )
 from site_builder import drilldown
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 # A server gauge summed over label sets: (scrape times, values), or None.
 Gauge = tuple[np.ndarray, np.ndarray] | None
 # Statuses whose cells get numbers on the pages.
@@ -161,14 +161,45 @@ def imported_cells(cells: pa.Table) -> list[CellResult]:
 
 
 def _group_requests(requests: pa.Table) -> dict[tuple[str, int, int, str], np.ndarray]:
-    """Row indices of requests.parquet per (phase, context, concurrency, purpose)."""
+    """Row indices of requests.parquet per (phase, context, concurrency, purpose).
+
+    One stable sort of the four keys (dictionary codes for the strings), so
+    each cell's rows come out ascending without a filter per cell.
+    """
     if not len(requests):
         return {}
-    keys = requests.select(["phase", "context", "concurrency", "purpose"]).to_pandas()
-    return {
-        (str(k[0]), int(k[1]), int(k[2]), str(k[3])): np.asarray(v, dtype=np.int64)
-        for k, v in keys.groupby(["phase", "context", "concurrency", "purpose"]).indices.items()
-    }
+    keys: list[np.ndarray] = []
+    labels: list[list[Any]] = []
+    for name in ("phase", "context", "concurrency", "purpose"):
+        col = requests.column(name)
+        if name in ("phase", "purpose"):  # strings: sort their dictionary codes
+            enc = col.combine_chunks().dictionary_encode()
+            keys.append(np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64))
+            labels.append(enc.dictionary.to_pylist())
+        else:
+            keys.append(np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64))
+            labels.append([])
+    order = np.lexsort(keys[::-1])
+    ordered = [k[order] for k in keys]
+    change = np.zeros(len(order), dtype=bool)
+    change[0] = True
+    for k in ordered:
+        change[1:] |= k[1:] != k[:-1]
+    bounds = np.append(np.flatnonzero(change), len(order))
+    phase, ctx, conc, purpose = ordered
+    out: dict[tuple[str, int, int, str], np.ndarray] = {}
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        key = (str(labels[0][phase[lo]]), int(ctx[lo]), int(conc[lo]),
+               str(labels[3][purpose[lo]]))
+        out[key] = order[lo:hi]
+    return out
+
+
+def _rows(table: pa.Table, idx: np.ndarray) -> pa.Table:
+    """table.take(idx) for ascending idx; a contiguous range is a zero-copy slice."""
+    if len(idx) and int(idx[-1]) - int(idx[0]) + 1 == len(idx):
+        return table.slice(int(idx[0]), len(idx))
+    return table.take(pa.array(idx, type=pa.int64()))
 
 
 def _gauge(metrics: pa.Table, name: str) -> Gauge:
@@ -194,16 +225,15 @@ def completed_mask(requests: pa.Table) -> np.ndarray:
     return np.asarray(both.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, running: Gauge,
-                 waiting: Gauge, details: dict[str, dict[str, Any]],
-                 server_metrics: pa.Table) -> None:
+def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chunks: Chunks,
+                 done: np.ndarray, running: Gauge, waiting: Gauge,
+                 details: dict[str, dict[str, Any]], server_metrics: pa.Table) -> None:
     start, end = row.get("window_start_ns"), row.get("window_end_ns")
     if start is None or end is None or end <= start:
         return
-    chunks = Chunks.from_table(requests)
     cell.requests = len(requests)
     if cell.has_numbers:
-        m = decode_metrics(chunks, start, end, completed_mask(requests))
+        m = decode_metrics(chunks, start, end, done)
         active, _ = window_activity(chunks, server_metrics, start, end)
         cell.total_tok_s = m.total_tok_s
         cell.per_request_tok_s = m.per_request_tok_s
@@ -222,9 +252,8 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, runn
         cell.has_detail = True
 
 
-def _prefill_cell(cell: CellResult, requests: pa.Table,
+def _prefill_cell(cell: CellResult, requests: pa.Table, chunks: Chunks,
                   details: dict[str, dict[str, Any]]) -> None:
-    chunks = Chunks.from_table(requests)
     prompt = np.asarray(
         pc.fill_null(requests.column("prompt_tokens"), 0).to_numpy(zero_copy_only=False)
         if len(requests) else np.zeros(0), dtype=np.int64,
@@ -234,7 +263,7 @@ def _prefill_cell(cell: CellResult, requests: pa.Table,
         # samples rejected as prefix-cache hits (or failed) carry an error
         ok = np.asarray(pc.is_null(requests.column("error")).to_numpy(zero_copy_only=False),
                         dtype=bool) if len(requests) else np.zeros(0, dtype=bool)
-        pm = prefill_metrics(Chunks.from_table(requests.filter(pa.array(ok))), prompt[ok])
+        pm = prefill_metrics(chunks.subset(np.flatnonzero(ok)), prompt[ok])
         cell.total_tok_s = pm.prompt_tok_s
         cell.ttft_ms = pm.ttft_ms
         cell.completed = pm.samples
@@ -243,11 +272,23 @@ def _prefill_cell(cell: CellResult, requests: pa.Table,
         cell.has_detail = True
 
 
+_LIST_COLUMNS = ("chunk_ns", "chunk_tokens")
+
+
 def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str, Any]]]:
-    """Cells of a measured run, every number recomputed from the raw chunks."""
-    groups = _group_requests(data.requests)
+    """Cells of a measured run, every number recomputed from the raw chunks.
+
+    The chunks are flattened once for the whole table; a cell's requests are
+    a range of it (the collector writes them together), so its chunks are
+    views, not copies; only the small per-request columns are sliced out.
+    """
+    requests = data.requests
+    groups = _group_requests(requests)
     running = _gauge(data.server_metrics, c.METRIC_RUNNING)
     waiting = _gauge(data.server_metrics, c.METRIC_WAITING)
+    chunks = Chunks.from_table(requests)
+    done = completed_mask(requests)
+    small = requests.drop_columns([n for n in _LIST_COLUMNS if n in requests.column_names])
     empty = np.zeros(0, dtype=np.int64)
     details: dict[str, dict[str, Any]] = {}
     out = []
@@ -256,15 +297,15 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
         key = (cell.phase, cell.context, cell.concurrency)
         if cell.phase == c.DECODE:
             idx = groups.get((*key, c.PURPOSE_MEASURE), empty)
-            _decode_cell(cell, row, data.requests.take(idx), running, waiting, details,
-                         data.server_metrics)
+            _decode_cell(cell, row, _rows(small, idx), chunks.subset(idx), done[idx], running,
+                         waiting, details, data.server_metrics)
         else:
             idx = groups.get((*key, c.PURPOSE_PREFILL))
             if idx is None:  # samples taken during another cell (e.g. decode warm-up)
                 found = [v for k, v in groups.items()
                          if k[1] == cell.context and k[3] == c.PURPOSE_PREFILL]
                 idx = np.sort(np.concatenate(found)) if found else empty
-            _prefill_cell(cell, data.requests.take(idx), details)
+            _prefill_cell(cell, _rows(small, idx), chunks.subset(idx), details)
         out.append(cell)
     return sorted(out, key=_sort_key), details
 
@@ -298,28 +339,51 @@ def code_salt() -> str:
 
 
 class AggregateCache:
-    """Per-run aggregates stored as JSON files named by the run's content digest."""
+    """Per-run aggregates stored as JSON files named by the run's content digest.
+
+    Cells and drill-down details live in two files (`<digest>.json`,
+    `<digest>.details.json`): a rebuild needs every run's cells for the
+    site-wide pages but the details only of runs whose pages it renders.
+    """
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
 
-    def _path(self, digest: str) -> Path:
-        return self.folder / f"{digest}.json"
+    def _path(self, digest: str, part: str = "") -> Path:
+        return self.folder / f"{digest}{part}.json"
 
-    def get(self, digest: str) -> RunAggregate | None:
-        path = self._path(digest)
+    def has(self, digest: str) -> bool:
+        return self._path(digest).is_file()
+
+    def get(self, digest: str, details: bool = True) -> RunAggregate | None:
+        """The cached aggregate (details empty unless asked for), or None."""
         try:
-            return RunAggregate.from_json(path.read_text(encoding="utf-8"))
+            agg = RunAggregate.from_json(self._path(digest).read_text(encoding="utf-8"))
+            if details:
+                agg.details = self.details(digest)
+            elif not self._path(digest, ".details").is_file():
+                return None  # half an entry: aggregate again
+            return agg
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
+    def details(self, digest: str) -> dict[str, dict[str, Any]]:
+        """The drill-down details of a cached run (OSError/ValueError when missing)."""
+        data = json.loads(self._path(digest, ".details").read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("bad details cache")
+        return data
+
     def put(self, aggregate: RunAggregate) -> None:
-        atomic_write_text(self._path(aggregate.digest), aggregate.to_json())
+        details = json.dumps(aggregate.details, separators=(",", ":"), allow_nan=False)
+        atomic_write_text(self._path(aggregate.digest, ".details"), details)
+        head = RunAggregate(aggregate.run_id, aggregate.source, aggregate.digest, aggregate.cells)
+        atomic_write_text(self._path(aggregate.digest), head.to_json())
 
     def prune(self, keep: set[str]) -> None:
         """Drop entries of runs that are no longer in the data folder."""
         if not self.folder.is_dir():
             return
         for entry in os.scandir(self.folder):
-            if entry.name.endswith(".json") and entry.name[:-5] not in keep:
+            if entry.name.endswith(".json") and entry.name.split(".", 1)[0] not in keep:
                 os.unlink(entry.path)

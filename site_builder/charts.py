@@ -1,40 +1,51 @@
-"""Altair charts of the pages, with an SVG rendered at build time as a no-JS fallback.
+"""Chart specs of the pages, with a static SVG drawn at build time as a no-JS fallback.
 
 Each chart is a Vega-Lite spec inlined in its page as JSON (vega-embed draws
-it from the site's one vendored bundle) plus the same chart rendered to SVG
-by vl-convert inside the element, so a reader without JavaScript still sees
-it. Tooltip text is pre-formatted with `formats` so a chart never shows a
-number differently from the tables. `publish` skips the pages of unchanged
-runs, so a rebuild only renders the charts of runs that changed.
+it from the site's one vendored bundle) plus a plain SVG picture of the same
+data inside the element (`fallback`), so a reader without JavaScript still
+sees it. Specs are built as plain dicts (what Altair produced for them, minus
+its per-chart validation cost, and with only the fields the encodings use),
+since a real site has thousands of charts. Tooltip text is pre-formatted with
+`formats` so a chart never shows a number differently from the tables.
+`publish` skips the pages of unchanged runs, so a rebuild only draws the
+charts of runs that changed.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-import altair as alt
-import pandas as pd
 import vl_convert as vlc
 
 from rundir import contract as c
+from site_builder import fallback as fb
 from site_builder import formats as f
 from site_builder.aggregate import CellResult
 from site_builder.glossary import status_label
 
-VL_VERSION = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+
+def _newest_vega_lite() -> str:
+    """The newest Vega-Lite vl-convert ships (the one the specs target)."""
+    return max(vlc.get_vegalite_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+VL_VERSION = _newest_vega_lite()
 WIDTH, HEIGHT = 440, 240
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
 CONFIG = {
     "font": FONT,
-    "view": {"stroke": None},
+    "view": {"continuousWidth": 300, "continuousHeight": 300},
     "axis": {"labelFontSize": 11, "titleFontSize": 12, "gridColor": "#e6e8eb"},
     "legend": {"labelFontSize": 11, "titleFontSize": 12, "orient": "right"},
     "background": "white",
 }
+# Room for text: the fallback is laid out with estimated font metrics, a
+# reader's browser may draw wider glyphs.
+PADDING = {"left": 5, "top": 5, "right": 30, "bottom": 5}
 
 
 @dataclass
@@ -46,6 +57,7 @@ class Chart:
     caption: str
     spec: dict[str, Any]
     svg: str = ""
+    draw: Callable[[], str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def spec_json(self) -> str:
@@ -72,18 +84,19 @@ def bundle_js() -> str:
     return vlc.javascript_bundle(vl_version=VL_VERSION)
 
 
-def _spec(chart: alt.TopLevelMixin, description: str) -> dict[str, Any]:
-    spec = chart.properties(description=description).to_dict(validate=False)
-    spec.pop("$schema", None)  # vega-embed warns when it differs from the bundled version
-    spec["config"] = {**CONFIG, **spec.get("config", {})}
-    # Room for text: the SVG fallback is laid out with vl-convert's font metrics, a
-    # reader's browser may draw wider glyphs.
-    spec["padding"] = {"left": 5, "top": 5, "right": 30, "bottom": 5}
-    return spec
+def _make(chart_id: str, title: str, caption: str, spec: dict[str, Any],
+          draw: Callable[[], str]) -> Chart:
+    full = {**spec, "description": f"{title}. {caption}", "config": CONFIG, "padding": PADDING}
+    return Chart(chart_id, title, caption, full, draw=draw)
 
 
-def _make(chart_id: str, title: str, caption: str, chart: alt.TopLevelMixin) -> Chart:
-    return Chart(chart_id, title, caption, _spec(chart, f"{title}. {caption}"))
+def _n(name: str, title: str | None = None) -> dict[str, Any]:
+    """A nominal field (tooltips, categories)."""
+    return {"field": name, "type": "nominal", **({"title": title} if title else {})}
+
+
+def _q(name: str, title: str | None = None, **kw: Any) -> dict[str, Any]:
+    return {"field": name, "type": "quantitative", **({"title": title} if title else {}), **kw}
 
 
 def _rows(cells: list[CellResult], label: str | None = None) -> list[dict[str, Any]]:
@@ -110,26 +123,43 @@ def _rows(cells: list[CellResult], label: str | None = None) -> list[dict[str, A
     return rows
 
 
-def _context_scale(cells: list[CellResult]) -> tuple[list[str], alt.Scale]:
-    labels = list(dict.fromkeys(f.context_label(x) for x in sorted({x.context for x in cells})))
-    return labels, alt.Scale(domain=labels, scheme="viridis")
+def _slim(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Only the fields a spec's encodings use: the rest would be page weight."""
+    return [{k: r[k] for k in keys} for r in rows]
 
 
-def _log2_axis(levels: list[int]) -> alt.X:
-    return alt.X(
-        "concurrency:Q",
-        title="Requests at once",
-        scale=alt.Scale(type="log", base=2, domain=[min(levels), max(levels)], nice=False),
-        axis=alt.Axis(values=levels, format="d", grid=True),
-    )
+def _context_labels(cells: list[CellResult]) -> list[str]:
+    return list(dict.fromkeys(f.context_label(x) for x in sorted({x.context for x in cells})))
 
 
-RUN_COLOR = alt.Color("run:N", title="Run", scale=alt.Scale(scheme="tableau10"),
-                      legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=520))
+def _log2_axis(levels: list[int]) -> dict[str, Any]:
+    return _q("concurrency", "Requests at once",
+              scale={"type": "log", "base": 2, "domain": [min(levels), max(levels)],
+                     "nice": False},
+              axis={"values": levels, "format": "d", "grid": True})
+
+
+def _series(rows: list[dict[str, Any]], key: str, x: str, order: list[str] | None = None,
+            ) -> list[tuple[str, list[fb.Point]]]:
+    """Rows grouped into lines (by key), points ordered by concurrency."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r[key], []).append(r)
+    names = order or sorted(groups)
+    return [(n, [(float(r[x]), float(r["total"]))
+                 for r in sorted(groups[n], key=lambda r: r["concurrency"])])
+            for n in names if n in groups]
+
+
+LINE_MARK = {"type": "line", "point": {"filled": True, "size": 60}}
+RUN_COLOR = {"field": "run", "type": "nominal", "title": "Run", "scale": {"scheme": "tableau10"},
+             "legend": {"orient": "bottom", "direction": "vertical", "labelLimit": 520}}
 SHORT_STATUS = {c.OVER_CAPACITY: "over cap.", c.LOOPED: "looped", c.ERROR: "error",
                 c.PENDING: "not run"}
-DECODE_TIP = ["Context:N", "Requests at once:N", "Total tok/s:N", "Per request tok/s:N",
-              "TTFT:N", "Status:N"]
+DECODE_TIP = [_n("Context"), _n("Requests at once"), _n("Total tok/s"), _n("Per request tok/s"),
+              _n("TTFT"), _n("Status")]
+_DECODE_KEYS = ("Context", "Requests at once", "Total tok/s", "Per request tok/s", "TTFT",
+                "Status", "concurrency", "total")
 
 
 def prefill_chart(cells: list[CellResult], chart_id: str = "chart-prefill") -> Chart | None:
@@ -138,18 +168,45 @@ def prefill_chart(cells: list[CellResult], chart_id: str = "chart-prefill") -> C
             if r["total"] is not None]
     if not rows:
         return None
-    labels = [r["Context"] for r in sorted(rows, key=lambda r: r["context"])]
-    chart = (
-        alt.Chart(pd.DataFrame(rows))
-        .mark_bar(color="#4c78a8", size=28)
-        .encode(
-            x=alt.X("Context:N", sort=labels, title="Context", axis=alt.Axis(labelAngle=0)),
-            y=alt.Y("total:Q", title="Prompt tok/s", axis=alt.Axis(format="~s")),
-            tooltip=["Context:N", alt.Tooltip("Total tok/s:N", title="Prompt tok/s"), "TTFT:N"],
-        )
-        .properties(width=WIDTH, height=HEIGHT)
-    )
-    return _make(chart_id, "Prefill", "Prompt tok/s of a cold request by context length", chart)
+    rows.sort(key=lambda r: r["context"])
+    labels = [r["Context"] for r in rows]
+    title = "Prefill"
+    spec = {
+        "data": {"values": _slim(rows, ("Context", "total", "Total tok/s", "TTFT"))},
+        "mark": {"type": "bar", "color": "#4c78a8", "size": 28},
+        "encoding": {
+            "x": {**_n("Context", "Context"), "sort": labels, "axis": {"labelAngle": 0}},
+            "y": _q("total", "Prompt tok/s", axis={"format": "~s"}),
+            "tooltip": [_n("Context"), _n("Total tok/s", "Prompt tok/s"), _n("TTFT")],
+        },
+        "width": WIDTH, "height": HEIGHT,
+    }
+    return _make(chart_id, title, "Prompt tok/s of a cold request by context length", spec,
+                 lambda: fb.bars(title, labels, [r["total"] for r in rows], x_title="Context",
+                                 y_title="Prompt tok/s"))
+
+
+def _context_lines(cells: list[CellResult], chart_id: str, title: str, caption: str,
+                   x: dict[str, Any], x_field: str, log2: bool) -> Chart:
+    labels = _context_labels(cells)
+    levels = sorted({x.concurrency for x in cells})
+    rows = _rows(cells)
+    keys = _DECODE_KEYS + (("per_request",) if x_field == "per_request" else ())
+    spec = {
+        "data": {"values": _slim(rows, keys)},
+        "mark": LINE_MARK,
+        "encoding": {
+            "x": x, "y": _q("total", "Total tok/s", axis={"format": "~s"}),
+            "color": {**_n("Context", "Context"), "scale": {"domain": labels, "scheme": "viridis"}},
+            "order": _q("concurrency"), "tooltip": DECODE_TIP,
+        },
+        "width": WIDTH, "height": HEIGHT,
+    }
+    ticks = [(float(v), str(v)) for v in levels] if log2 else []
+    return _make(chart_id, title, caption, spec, lambda: fb.lines(
+        title, _series(rows, "Context", x_field, labels), fb.viridis(len(labels)),
+        x_ticks=ticks, x_log2=log2, x_title=x.get("title", ""), y_title="Total tok/s",
+        legend_title="Context"))
 
 
 def decode_chart(cells: list[CellResult], chart_id: str = "chart-decode") -> Chart | None:
@@ -157,22 +214,10 @@ def decode_chart(cells: list[CellResult], chart_id: str = "chart-decode") -> Cha
     data = [x for x in cells if x.phase == c.DECODE and x.has_numbers and x.total_tok_s is not None]
     if not data:
         return None
-    _, scale = _context_scale(data)
     levels = sorted({x.concurrency for x in data})
-    chart = (
-        alt.Chart(pd.DataFrame(_rows(data)))
-        .mark_line(point=alt.OverlayMarkDef(size=60, filled=True))
-        .encode(
-            x=_log2_axis(levels),
-            y=alt.Y("total:Q", title="Total tok/s", axis=alt.Axis(format="~s")),
-            color=alt.Color("Context:N", scale=scale, title="Context"),
-            order="concurrency:Q",
-            tooltip=DECODE_TIP,
-        )
-        .properties(width=WIDTH, height=HEIGHT)
-    )
-    return _make(chart_id, "Throughput by concurrency",
-                 "Total tok/s against requests at once, one line per context", chart)
+    return _context_lines(data, chart_id, "Throughput by concurrency",
+                          "Total tok/s against requests at once, one line per context",
+                          _log2_axis(levels), "concurrency", True)
 
 
 def tradeoff_chart(cells: list[CellResult], chart_id: str = "chart-tradeoff") -> Chart | None:
@@ -181,21 +226,9 @@ def tradeoff_chart(cells: list[CellResult], chart_id: str = "chart-tradeoff") ->
             and x.total_tok_s is not None and x.per_request_tok_s is not None]
     if not data:
         return None
-    _, scale = _context_scale(data)
-    chart = (
-        alt.Chart(pd.DataFrame(_rows(data)))
-        .mark_line(point=alt.OverlayMarkDef(size=60, filled=True))
-        .encode(
-            x=alt.X("per_request:Q", title="Per request tok/s"),
-            y=alt.Y("total:Q", title="Total tok/s", axis=alt.Axis(format="~s")),
-            color=alt.Color("Context:N", scale=scale, title="Context"),
-            order="concurrency:Q",
-            tooltip=DECODE_TIP,
-        )
-        .properties(width=WIDTH, height=HEIGHT)
-    )
-    return _make(chart_id, "Per-request speed against total throughput",
-                 "Each point is a concurrency level; up and right is better", chart)
+    return _context_lines(data, chart_id, "Per-request speed against total throughput",
+                          "Each point is a concurrency level; up and right is better",
+                          _q("per_request", "Per request tok/s"), "per_request", False)
 
 
 def heatmap_chart(cells: list[CellResult], chart_id: str = "chart-heatmap") -> Chart | None:
@@ -211,29 +244,40 @@ def heatmap_chart(cells: list[CellResult], chart_id: str = "chart-heatmap") -> C
         r["shade"] = (r["total"] or 0) / peak if has else 0
         if not has:
             r["total"] = None
-    labels, _ = _context_scale(data)
+    labels = _context_labels(data)
     levels = [str(v) for v in sorted({x.concurrency for x in data})]
-    base = alt.Chart(pd.DataFrame(rows)).encode(
-        x=alt.X("Requests at once:N", sort=levels, title="Requests at once",
-                axis=alt.Axis(labelAngle=0)),
-        y=alt.Y("Context:N", sort=labels, title="Context"),
-        tooltip=["Context:N", "Requests at once:N", "Status:N", "Total tok/s:N", "TTFT:N"],
-    )
-    grey = base.mark_rect(color="#eceef1", stroke="white", strokeWidth=1)
-    rect = base.transform_filter("datum.total != null").mark_rect(
-        stroke="white", strokeWidth=1
-    ).encode(
-        color=alt.Color("total:Q", title="Total tok/s", scale=alt.Scale(scheme="blues"),
-                        legend=alt.Legend(format="~s")),
-    )
-    text = base.mark_text(fontSize=10).encode(
-        text="label:N",
-        color=alt.condition("datum.shade > 0.55", alt.value("white"), alt.value("#1f2328")),
-    )
+    enc = {
+        "x": {**_n("Requests at once", "Requests at once"), "sort": levels,
+              "axis": {"labelAngle": 0}},
+        "y": {**_n("Context", "Context"), "sort": labels},
+        "tooltip": [_n("Context"), _n("Requests at once"), _n("Status"), _n("Total tok/s"),
+                    _n("TTFT")],
+    }
     step = max(24, min(40, 360 // max(1, len(labels))))
-    chart = (grey + rect + text).properties(width=alt.Step(64), height=alt.Step(step))
-    return _make(chart_id, "Decode matrix heatmap",
-                 "Total tok/s by context and requests at once; grey cells have no numbers", chart)
+    spec = {
+        "data": {"values": _slim(rows, ("Context", "Requests at once", "Status", "Total tok/s",
+                                        "TTFT", "total", "label", "shade"))},
+        "layer": [
+            {"mark": {"type": "rect", "color": "#eceef1", "stroke": "white", "strokeWidth": 1},
+             "encoding": enc},
+            {"mark": {"type": "rect", "stroke": "white", "strokeWidth": 1},
+             "transform": [{"filter": "datum.total != null"}],
+             "encoding": {**enc, "color": _q("total", "Total tok/s", scale={"scheme": "blues"},
+                                             legend={"format": "~s"})}},
+            {"mark": {"type": "text", "fontSize": 10},
+             "encoding": {**enc, "text": _n("label"), "color": {
+                 "condition": {"test": "datum.shade > 0.55", "value": "white"},
+                 "value": "#1f2328"}}},
+        ],
+        "width": {"step": 64}, "height": {"step": step},
+    }
+    title = "Decode matrix heatmap"
+    cells_xy = [(labels.index(r["Context"]), levels.index(r["Requests at once"]),
+                 r["shade"] if r["total"] is not None else None, r["label"]) for r in rows]
+    return _make(chart_id, title,
+                 "Total tok/s by context and requests at once; grey cells have no numbers", spec,
+                 lambda: fb.heatmap(title, labels, levels, cells_xy, x_title="Requests at once",
+                                    y_title="Context"))
 
 
 # --------------------------------------------------------------------------
@@ -251,21 +295,25 @@ def runs_decode_chart(series: list[tuple[str, list[CellResult]]], context: int,
     if not rows:
         return None
     levels = sorted({r["concurrency"] for r in rows})
-    chart = (
-        alt.Chart(pd.DataFrame(rows))
-        .mark_line(point=alt.OverlayMarkDef(size=60, filled=True))
-        .encode(
-            x=_log2_axis(levels),
-            y=alt.Y("total:Q", title="Total tok/s", axis=alt.Axis(format="~s")),
-            color=RUN_COLOR,
-            order="concurrency:Q",
-            tooltip=[alt.Tooltip("run:N", title="Run"), *DECODE_TIP],
-        )
-        .properties(width=WIDTH, height=HEIGHT)
-    )
+    spec = {
+        "data": {"values": _slim(rows, ("run", *_DECODE_KEYS))},
+        "mark": LINE_MARK,
+        "encoding": {
+            "x": _log2_axis(levels), "y": _q("total", "Total tok/s", axis={"format": "~s"}),
+            "color": RUN_COLOR, "order": _q("concurrency"),
+            "tooltip": [_n("run", "Run"), *DECODE_TIP],
+        },
+        "width": WIDTH, "height": HEIGHT,
+    }
     ctx = f.context_label(context)
-    return _make(chart_id, f"Throughput at {ctx} context",
-                 f"Total tok/s against requests at once at {ctx}, one line per run", chart)
+    title = f"Throughput at {ctx} context"
+    lines = _series(rows, "run", "concurrency")
+    return _make(chart_id, title,
+                 f"Total tok/s against requests at once at {ctx}, one line per run", spec,
+                 lambda: fb.lines(title, lines, fb.tableau(len(lines)),
+                                  x_ticks=[(float(v), str(v)) for v in levels], x_log2=True,
+                                  x_title="Requests at once", y_title="Total tok/s",
+                                  legend_title="Run", legend_below=True))
 
 
 def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
@@ -279,24 +327,31 @@ def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
     if not rows:
         return None
     labels = [f.context_label(v) for v in sorted({r["context"] for r in rows})]
-    title = "Prompt tok/s" if phase == c.PREFILL else "Single-stream tok/s"
-    chart = (
-        alt.Chart(pd.DataFrame(rows))
-        .mark_line(point=alt.OverlayMarkDef(size=60, filled=True))
-        .encode(
-            x=alt.X("Context:N", sort=labels, title="Context", axis=alt.Axis(labelAngle=0)),
-            y=alt.Y("total:Q", title=title, axis=alt.Axis(format="~s")),
-            color=RUN_COLOR,
-            tooltip=[alt.Tooltip("run:N", title="Run"), "Context:N",
-                     alt.Tooltip("Total tok/s:N", title=title), "TTFT:N"],
-        )
-        .properties(width=WIDTH, height=HEIGHT)
-    )
+    ytitle = "Prompt tok/s" if phase == c.PREFILL else "Single-stream tok/s"
+    spec = {
+        "data": {"values": _slim(rows, ("run", "Context", "total", "Total tok/s", "TTFT"))},
+        "mark": LINE_MARK,
+        "encoding": {
+            "x": {**_n("Context", "Context"), "sort": labels, "axis": {"labelAngle": 0}},
+            "y": _q("total", ytitle, axis={"format": "~s"}),
+            "color": RUN_COLOR,
+            "tooltip": [_n("run", "Run"), _n("Context"), _n("Total tok/s", ytitle), _n("TTFT")],
+        },
+        "width": WIDTH, "height": HEIGHT,
+    }
     if phase == c.PREFILL:
-        return _make(chart_id, "Prefill by run", "Prompt tok/s by context, one line per run",
-                     chart)
-    return _make(chart_id, "Single-stream decode by run",
-                 "Decode tok/s of one request at a time by context, one line per run", chart)
+        title, caption = "Prefill by run", "Prompt tok/s by context, one line per run"
+    else:
+        title = "Single-stream decode by run"
+        caption = "Decode tok/s of one request at a time by context, one line per run"
+    pos = {label: i + 0.5 for i, label in enumerate(labels)}
+    for r in rows:
+        r["x"] = pos[r["Context"]]
+    lines = _series(rows, "run", "x")
+    return _make(chart_id, title, caption, spec, lambda: fb.lines(
+        title, lines, fb.tableau(len(lines)),
+        x_ticks=[(pos[x], x) for x in labels], x_log2=False, x_title="Context", y_title=ytitle,
+        legend_title="Run", legend_below=True, x_domain=(0.0, float(len(labels)))))
 
 
 # --------------------------------------------------------------------------
@@ -308,20 +363,22 @@ def ttft_histogram(values_ms: list[float], chart_id: str = "chart-ttft") -> Char
     """Distribution of the cell's per-request TTFTs."""
     if not values_ms:
         return None
-    rows = [{"ttft": v} for v in values_ms]
-    chart = (
-        alt.Chart(pd.DataFrame(rows))
-        .mark_bar(color="#4c78a8")
-        .encode(
-            x=alt.X("ttft:Q", bin=alt.Bin(maxbins=30), title="TTFT (ms)",
-                    axis=alt.Axis(format="~r")),
-            y=alt.Y("count():Q", title="Requests"),
-            tooltip=[alt.Tooltip("ttft:Q", bin=True, title="TTFT (ms)", format=",.0f"),
-                     alt.Tooltip("count():Q", title="Requests")],
-        )
-        .properties(width=WIDTH, height=200)
-    )
-    return _make(chart_id, "TTFT distribution", "Time to first token of each request", chart)
+    spec = {
+        "data": {"values": [{"ttft": v} for v in values_ms]},
+        "mark": {"type": "bar", "color": "#4c78a8"},
+        "encoding": {
+            "x": _q("ttft", "TTFT (ms)", bin={"maxbins": 30}, axis={"format": "~r"}),
+            "y": {"aggregate": "count", "type": "quantitative", "title": "Requests"},
+            "tooltip": [{"field": "ttft", "type": "quantitative", "bin": True, "title": "TTFT (ms)",
+                         "format": ",.0f"},
+                        {"aggregate": "count", "type": "quantitative", "title": "Requests"}],
+        },
+        "width": WIDTH, "height": 200,
+    }
+    title = "TTFT distribution"
+    return _make(chart_id, title, "Time to first token of each request", spec,
+                 lambda: fb.histogram(title, fb.value_bins(values_ms), x_title="TTFT (ms)",
+                                      y_title="Requests"))
 
 
 def tbt_histogram(tbt: dict[str, Any], median_ms: float | None,
@@ -333,23 +390,29 @@ def tbt_histogram(tbt: dict[str, Any], median_ms: float | None,
     rows = [{"lo": edges[i], "hi": edges[i + 1], "tokens": counts[i],
              "Gap": f"{f.tbt(edges[i])} – {f.tbt(edges[i + 1])}", "Tokens": f.count(counts[i])}
             for i in range(len(counts))]
-    bars = alt.Chart(pd.DataFrame(rows)).mark_bar(color="#72b7b2").encode(
-        x=alt.X("lo:Q", title="Time between tokens (ms)", bin="binned"),
-        x2="hi:Q",
-        y=alt.Y("tokens:Q", title="Tokens"),
-        tooltip=["Gap:N", "Tokens:N"],
-    )
-    layers: alt.TopLevelMixin = bars
+    bars = {
+        "data": {"values": rows},
+        "mark": {"type": "bar", "color": "#72b7b2"},
+        "encoding": {"x": _q("lo", "Time between tokens (ms)", bin="binned"), "x2": {"field": "hi"},
+                     "y": _q("tokens", "Tokens"), "tooltip": [_n("Gap"), _n("Tokens")]},
+    }
+    spec: dict[str, Any] = bars
     if median_ms is not None:
-        rule = alt.Chart(pd.DataFrame([{"m": median_ms, "Median": f.tbt(median_ms)}])).mark_rule(
-            color="#e45756", strokeDash=[4, 3], strokeWidth=2
-        ).encode(x="m:Q", tooltip=[alt.Tooltip("Median:N", title="Median per request")])
-        layers = bars + rule
-    chart = layers.properties(width=WIDTH, height=200)
+        rule = {
+            "data": {"values": [{"m": median_ms, "Median": f.tbt(median_ms)}]},
+            "mark": {"type": "rule", "color": "#e45756", "strokeDash": [4, 3], "strokeWidth": 2},
+            "encoding": {"x": _q("m"), "tooltip": [_n("Median", "Median per request")]},
+        }
+        spec = {"layer": [bars, rule]}
+    spec = {**spec, "width": WIDTH, "height": 200}
     caption = "Gap before each generated token inside the window; dashed: the cell's median"
     if tbt.get("overflow"):
         caption += f" ({f.count(tbt['overflow'])} slower tokens beyond the axis)"
-    return _make(chart_id, "Time between tokens distribution", caption, chart)
+    title = "Time between tokens distribution"
+    bins = [(edges[i], edges[i + 1], counts[i]) for i in range(len(counts))]
+    return _make(chart_id, title, caption, spec, lambda: fb.histogram(
+        title, bins, x_title="Time between tokens (ms)", y_title="Tokens", color="#72b7b2",
+        rule=median_ms))
 
 
 def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> Chart | None:
@@ -360,12 +423,14 @@ def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> 
     width = (tl.get("width_s") or [0.5])[0]
     rows = [{"t": t, "t2": t + width, "tok_s": v, "Time": f"{t:.1f}–{t + width:.1f} s",
              "Output tok/s": f.tok_s(v)} for t, v in zip(tl["t_s"], tl["tok_s"], strict=True)]
-    tok = alt.Chart(pd.DataFrame(rows)).mark_bar(color="#4c78a8", opacity=0.85).encode(
-        x=alt.X("t:Q", title="Seconds into the window", bin="binned"),
-        x2="t2:Q",
-        y=alt.Y("tok_s:Q", title="Output tok/s"),
-        tooltip=["Time:N", "Output tok/s:N"],
-    ).properties(width=WIDTH, height=160)
+    tok = {
+        "data": {"values": rows},
+        "mark": {"type": "bar", "color": "#4c78a8", "opacity": 0.85},
+        "encoding": {"x": _q("t", "Seconds into the window", bin="binned"), "x2": {"field": "t2"},
+                     "y": _q("tok_s", "Output tok/s"),
+                     "tooltip": [_n("Time"), _n("Output tok/s")]},
+        "width": WIDTH, "height": 160,
+    }
     running = detail.get("running")
     if running:
         act = [{"t": t, "v": v, "who": "server (running)"}
@@ -382,62 +447,53 @@ def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> 
     for r in act:
         r["Requests"] = f.average(r["v"])
         r["Time"] = f"{r['t']:.2f} s"
-    active = alt.Chart(pd.DataFrame(act)).mark_line(interpolate="step-after", point=True).encode(
-        x=alt.X("t:Q", title="Seconds into the window"),
-        y=alt.Y("v:Q", title="Requests"),
-        color=alt.Color("who:N", title=None, legend=alt.Legend(orient="bottom")),
-        tooltip=[alt.Tooltip("who:N", title="Source"), "Time:N", "Requests:N"],
-    ).properties(width=WIDTH, height=110)
-    chart = alt.vconcat(tok, active, spacing=12)
-    return _make(chart_id, "Timeline", "Output tokens per second across the window, and the "
-                 "requests running at the same time", chart)
+    active = {
+        "data": {"values": act},
+        "mark": {"type": "line", "interpolate": "step-after", "point": True},
+        "encoding": {"x": _q("t", "Seconds into the window"), "y": _q("v", "Requests"),
+                     "color": {"field": "who", "type": "nominal", "title": None,
+                               "legend": {"orient": "bottom"}},
+                     "tooltip": [_n("who", "Source"), _n("Time"), _n("Requests")]},
+        "width": WIDTH, "height": 110,
+    }
+    title = "Timeline"
+    who = list(dict.fromkeys(r["who"] for r in act))
+    lines = [(w, [(float(r["t"]), float(r["v"])) for r in act if r["who"] == w]) for w in who]
+    bins = [(r["t"], r["t2"], r["tok_s"]) for r in rows]
+    return _make(chart_id, title, "Output tokens per second across the window, and the "
+                 "requests running at the same time", {"vconcat": [tok, active], "spacing": 12},
+                 lambda: fb.timeline(title, bins, lines))
 
 
 # --------------------------------------------------------------------------
 # SVG fallback
 # --------------------------------------------------------------------------
 
-_UNSAFE = re.compile(
-    r"<\s*(script|foreignObject|iframe|object|embed|image|use)\b|<[^>]*\son[a-z]+\s*=|javascript:",
-    re.IGNORECASE,
-)
-_ID = re.compile(r'\bid="([^"]+)"')
-
-
-def _scope_ids(svg: str, prefix: str) -> str:
-    """Prefix SVG element ids so several inline charts on a page never collide."""
-    ids = set(_ID.findall(svg))
-    for i in sorted(ids, key=len, reverse=True):
-        svg = svg.replace(f'id="{i}"', f'id="{prefix}-{i}"')
-        svg = svg.replace(f"url(#{i})", f"url(#{prefix}-{i})")
-        svg = svg.replace(f'href="#{i}"', f'href="#{prefix}-{i}"')
-    return svg
-
 
 class SvgRenderer:
-    """Renders chart specs to inline-safe SVG with vl-convert (the no-JS fallback)."""
+    """Renders the no-JS fallback SVG of charts: drawn in Python (`fallback`), or
+    with vl-convert for a chart that cannot draw itself."""
 
     def __init__(self) -> None:
         self.rendered = 0
 
     def svg(self, chart: Chart) -> str:
-        """The chart as inline-safe SVG (empty when it cannot be rendered safely)."""
-        # allowed_base_urls=[]: a build never fetches anything (specs carry their data).
-        svg = vlc.vegalite_to_svg(chart.spec, vl_version=VL_VERSION, allowed_base_urls=[])
+        """The chart as inline-safe SVG rendered by vl-convert (empty when unsafe)."""
         self.rendered += 1
-        if _UNSAFE.search(svg):
-            return ""
-        svg = svg.replace("<svg ", f'<svg role="img" aria-label="{_attr(chart.title)}" ', 1)
-        return _scope_ids(svg, chart.id)
+        return fb.vl_convert_svg(chart.spec, chart.title, chart.id, VL_VERSION)
 
     def fill(self, charts: list[Chart | None]) -> list[Chart]:
-        """Render the fallback SVG of each chart present; drop the absent ones."""
+        """Render the fallback SVG of each chart present; drop the absent ones.
+
+        Charts that can draw their own picture (all of this module's) do, in
+        well under a millisecond; others go through vl-convert (`svg`).
+        """
         out = [ch for ch in charts if ch is not None]
         for ch in out:
-            ch.svg = self.svg(ch)
+            if ch.draw is None:
+                ch.svg = self.svg(ch)
+                continue
+            svg = ch.draw()
+            self.rendered += 1
+            ch.svg = "" if fb.UNSAFE.search(svg) else svg
         return out
-
-
-def _attr(text: str) -> str:
-    return (text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
-            .replace(">", "&gt;"))

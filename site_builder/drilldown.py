@@ -3,18 +3,21 @@
 Computed once from the raw chunks at aggregation time and cached with the
 run's aggregates, so a page build never reads Parquet for a cached run.
 Everything here is plain lists (JSON-ready) and binned with numpy, so a
-128-stream, 30-second cell turns into a few kilobytes.
+128-stream, 30-second cell turns into a few kilobytes. The in-window chunks
+come from the same memoised scan as the cell's metrics, and histograms use
+equal-width binning (no sort), since a real run holds millions of chunks.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir.metrics import Chunks, first_token_ns, ttft_ms
+from rundir.metrics import Chunks, first_token_ns, ttft_ms, window_scan
 
 TBT_BINS = 40
 MAX_ERRORS = 5
@@ -22,8 +25,11 @@ MAX_TAILS = 3
 TAIL_CHARS = 400
 
 
+BLOCK = 1 << 16  # elements per step of the histograms: keeps their temporaries in cache
+
+
 def _round(values: np.ndarray, digits: int = 3) -> list[float]:
-    return [float(v) for v in np.round(np.asarray(values, dtype=np.float64), digits)]
+    return np.round(np.asarray(values, dtype=np.float64), digits).tolist()
 
 
 def token_gaps_ms(chunks: Chunks, start_ns: int, end_ns: int) -> tuple[np.ndarray, np.ndarray]:
@@ -32,39 +38,152 @@ def token_gaps_ms(chunks: Chunks, start_ns: int, end_ns: int) -> tuple[np.ndarra
     A chunk carrying k tokens after a gap of d counts as k gaps of d / k,
     the same per-token view the Time between tokens metric takes.
     """
-    mask = (chunks.ns >= start_ns) & (chunks.ns <= end_ns) & (chunks.tokens > 0)
-    ns, req, tok = chunks.ns[mask], chunks.req[mask], chunks.tokens[mask]
-    if len(ns) < 2:
+    w = window_scan(chunks, start_ns, end_ns)
+    if len(w.pos) < 2:
         return np.zeros(0), np.zeros(0)
-    same = req[1:] == req[:-1]
-    gaps = (ns[1:] - ns[:-1])[same].astype(np.float64) / 1e6
-    weights = tok[1:][same].astype(np.float64)
-    return gaps / weights, weights
+    gaps = np.diff(w.ns)
+    weights = w.tokens[1:]
+    new_request = w.lo[w.hi > w.lo][1:]  # entries that start another request
+    if len(new_request):
+        same = np.ones(len(gaps), dtype=bool)
+        same[new_request - 1] = False
+        gaps, weights = gaps[same], weights[same]
+    weights = weights.astype(np.float64)
+    out = gaps.astype(np.float64)
+    out /= 1e6
+    out /= weights
+    return out, weights
+
+
+def _quantile(values: np.ndarray, q: float) -> float:
+    """np.quantile(values, q) (linear), from a partial partition of the top few
+    values instead of the whole array; falls back to np.quantile when unsure."""
+    n = len(values)
+    if n < 50_000:
+        return float(np.quantile(values, q))
+    vi = (n - 1) * q
+    lo = math.floor(vi)
+    if lo + 1 > n - 1:
+        return float(np.quantile(values, q))
+    step = max(1, n // 20_000)
+    bound = float(np.quantile(values[::step], max(0.0, q - 0.01)))
+    keep = np.less(values, bound)
+    np.logical_not(keep, out=keep)  # not below the bound: NaNs stay in
+    top = values[keep]
+    below = n - len(top)
+    if below > lo or np.isnan(top).any():  # the sample misjudged the tail, or NaNs
+        return float(np.quantile(values, q))
+    part = np.partition(top, [lo - below, lo + 1 - below])
+    a, b = float(part[lo - below]), float(part[lo + 1 - below])
+    gamma = vi - lo  # numpy's _lerp, operation for operation
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
 
 
 def _histogram(values: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
     if not len(values):
         return {"edges": [], "counts": [], "overflow": 0}
-    hi = float(np.quantile(values, 0.99)) if len(values) > 20 else float(values.max())
+    hi = _quantile(values, 0.99) if len(values) > 20 else float(values.max())
     hi = hi if hi > 0 else float(values.max()) or 1.0
     edges = np.linspace(0.0, hi * 1.0001, TBT_BINS + 1)
-    counts, _ = np.histogram(values, bins=edges, weights=weights)
-    overflow = float(weights[values > edges[-1]].sum())
+    counts, overflow = _equal_bins(values, weights, edges)
     return {"edges": _round(edges), "counts": _round(counts, 1), "overflow": overflow}
+
+
+def _equal_bins(values: np.ndarray, weights: np.ndarray, edges: np.ndarray,
+                ) -> tuple[np.ndarray, float]:
+    """np.histogram(values, bins=edges, weights=weights) for equal-width edges from 0,
+    and the weight beyond the last edge, in one blocked pass.
+
+    Each value's bin comes from one multiply; the few within 1e-7 of a bin
+    boundary (where rounding could matter) or outside the edges are placed
+    by exact comparison with the edges, as np.histogram places them.
+    """
+    n = len(edges) - 1
+    if not edges[-1] > 0 or not np.isfinite(edges[-1]):  # odd data: numpy decides (or raises)
+        counts, _ = np.histogram(values, bins=edges, weights=weights)
+        return counts, float(weights[values > edges[-1]].sum())
+    scale = n / float(edges[-1])
+    counts = np.zeros(n + 2)  # bins, then: beyond the last edge, below the first
+    for i in range(0, len(values), BLOCK):
+        x, w = values[i:i + BLOCK], weights[i:i + BLOCK]
+        frac, whole = np.modf(x * scale)
+        np.minimum(whole, n, out=whole)
+        idx = whole.astype(np.intp)
+        frac -= 0.5
+        np.abs(frac, out=frac)
+        check = np.flatnonzero(frac > 0.5 - 1e-7)  # near a boundary, or below 0
+        if len(check):
+            exact = np.searchsorted(edges, x[check], side="right") - 1
+            exact[x[check] == edges[-1]] = n - 1  # the last bin includes its right edge
+            exact[exact > n] = n
+            exact[exact < 0] = n + 1
+            idx[check] = exact
+        counts += np.bincount(idx, weights=w, minlength=n + 2)
+    return counts[:n], float(counts[n])
+
+
+def _int_threshold(edge: float) -> int:
+    """The smallest integer v with float(v) >= edge."""
+    v = math.ceil(edge)
+    while float(v - 1) >= edge:
+        v -= 1
+    while float(v) < edge:
+        v += 1
+    return v
+
+
+def _splits_like_floor(edges: np.ndarray, start_ns: int, d: int) -> bool:
+    """True when every inner edge splits the integers where start + ceil(k * d / n) does."""
+    n = len(edges) - 1
+    if d * n >= 2**62:
+        return False
+    k = np.arange(1, n, dtype=np.int64)
+    want = start_ns + -(-(k * d) // n)
+    inner = edges[1:-1]
+    if len(inner) and np.abs(inner).max() < 2**53:  # every integer is a float here: ceil is it
+        return bool(np.array_equal(np.ceil(inner).astype(np.int64), want))
+    return all(_int_threshold(float(e)) == int(w) for e, w in zip(inner, want, strict=True))
+
+
+def _time_bins(ns: np.ndarray, weights: np.ndarray, start_ns: int, end_ns: int,
+               edges: np.ndarray) -> np.ndarray:
+    """np.histogram(ns, bins=edges, weights=weights) for in-window times, by
+    integer arithmetic when the float edges split the integers exactly as
+    floor((t - start) * n / duration) does (always, short of huge clocks)."""
+    n, d = len(edges) - 1, end_ns - start_ns
+    if not _splits_like_floor(edges, start_ns, d):
+        return np.histogram(ns, bins=n, range=(float(edges[0]), float(edges[-1])),
+                            weights=weights)[0]
+    counts = np.zeros(n + 1)
+    for i in range(0, len(ns), BLOCK):  # blocked: temporaries stay in cache
+        k = ns[i:i + BLOCK] - start_ns
+        k *= n
+        k //= d
+        counts += np.bincount(k, weights=weights[i:i + BLOCK], minlength=n + 1)
+    counts[n - 1] += counts[n]  # the end of the window belongs to the last bin
+    counts = counts[:n]
+    return np.rint(counts).astype(weights.dtype) if weights.dtype.kind in "iu" else counts
 
 
 def _timeline(chunks: Chunks, start_ns: int, end_ns: int) -> dict[str, list[float]]:
     duration = end_ns - start_ns
     n_bins = int(np.clip(round(duration / 0.5e9), 10, 120))
     edges = np.linspace(start_ns, end_ns, n_bins + 1)
-    inwin = (chunks.ns >= start_ns) & (chunks.ns <= end_ns)
-    toks, _ = np.histogram(chunks.ns[inwin], bins=edges, weights=chunks.tokens[inwin])
+    if chunks.memo("negative", lambda: bool(len(chunks.tokens)) and chunks.tokens.min() < 0):
+        inwin = (chunks.ns >= start_ns) & (chunks.ns <= end_ns)
+        toks, _ = np.histogram(chunks.ns[inwin], bins=edges, weights=chunks.tokens[inwin])
+    else:  # chunks without tokens add nothing: bin the token-carrying ones only
+        w = window_scan(chunks, start_ns, end_ns)
+        toks = _time_bins(w.ns, w.tokens, start_ns, end_ns, edges)
     width_s = duration / n_bins / 1e9
     centers = (edges[:-1] + edges[1:]) / 2
     first = first_token_ns(chunks)
     last_chunk = np.full(chunks.n_requests, -1, dtype=np.int64)
-    if len(chunks.req):
-        np.maximum.at(last_chunk, chunks.req, chunks.ns)
+    off = chunks.starts()
+    nonempty = off[1:] > off[:-1]
+    if nonempty.any():
+        last_chunk[nonempty] = np.maximum(np.maximum.reduceat(chunks.ns, off[:-1][nonempty]), -1)
     stop = np.where(chunks.end_ns >= 0, chunks.end_ns, last_chunk)
     ok = first >= 0
     started = first[ok][None, :] <= centers[:, None]

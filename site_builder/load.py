@@ -1,7 +1,8 @@
 """Find run directories under a data folder and validate them against the contract.
 
-Finding is cheap (walk + hash); validating reads every Parquet file, so it
-happens only for runs whose aggregates are not cached yet. A broken run is
+Finding is cheap (walk + hash, and the hash is skipped for files whose size,
+times and inode are those of the last build); validating reads every
+Parquet file, so it happens only for runs whose aggregates are not cached yet. A broken run is
 reported as one line naming the file and the field; it never stops the
 good runs from being published.
 """
@@ -13,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rundir import contract
 from rundir.contract import ContractError, RunInfo
@@ -87,8 +89,28 @@ def content_digest(run_dir: Path, salt: str = "") -> str:
     return h.hexdigest()
 
 
-def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None) -> list[RunSource]:
-    """Find and fingerprint the runs under data_dir; LoadError if there are none."""
+def file_signature(run_dir: Path, salt: str = "") -> list[Any]:
+    """What identifies the run's files without reading them: name, size, mtime,
+    ctime and inode of each (an atomic rewrite or an in-place edit changes one)."""
+    sig: list[Any] = [salt]
+    for name in RUN_FILES:
+        try:
+            st = os.stat(Path(run_dir) / name)
+        except FileNotFoundError:
+            continue
+        sig.append([name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino])
+    return sig
+
+
+def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
+             known: dict[str, Any] | None = None) -> list[RunSource]:
+    """Find and fingerprint the runs under data_dir; LoadError if there are none.
+
+    `known` maps a run path to [file_signature, digest] from an earlier build:
+    a run whose signature is unchanged keeps its digest without re-reading
+    its files (hashing gigabytes of raw data would dominate a rebuild). It
+    is updated in place to the runs found now.
+    """
     data_dir = Path(data_dir)
     if not data_dir.exists():
         raise LoadError(f"{data_dir}: no such folder")
@@ -99,7 +121,21 @@ def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None) -> 
         raise LoadError(
             f"{data_dir}: no run directories found (a run directory holds a {contract.RUN_YAML})"
         )
-    return [RunSource(d, content_digest(d, salt)) for d in dirs]
+    if known is None:
+        return [RunSource(d, content_digest(d, salt)) for d in dirs]
+    fresh: dict[str, Any] = {}
+    out = []
+    for d in dirs:
+        sig = file_signature(d, salt)
+        hit = known.get(str(d))
+        digest = hit[1] if isinstance(hit, list) and len(hit) == 2 and hit[0] == sig else None
+        if not isinstance(digest, str):
+            digest = content_digest(d, salt)
+        fresh[str(d)] = [sig, digest]
+        out.append(RunSource(d, digest))
+    known.clear()
+    known.update(fresh)
+    return out
 
 
 def load_run(source: RunSource) -> RunData:

@@ -6,15 +6,27 @@ Pages of a run are keyed by the run's content digest and the builder's own
 fingerprint: a rebuild after adding one run renders that run's pages and
 the site-wide ones, nothing else. Links are relative everywhere, so the
 folder works from file://, GitHub Pages, S3 or nginx as it is.
+
+Big builds spread the per-run work (aggregate, render) over worker processes
+(`workers`). A rebuild stays fast at hundreds of real-size runs: file digests are reused
+while a run's files keep their size, times and inode (.cache/digests.json),
+cached runs load only their cells (their drill-down details are read only
+when their pages are rendered), model pages are keyed like run pages, and
+raw files are copied by the kernel (shutil.copyfile), not through Python.
 """
 
 from __future__ import annotations
 
 import csv
+import filecmp
 import hashlib
 import io
 import json
 import os
+import shutil
+import threading
+from concurrent.futures import Future
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -25,7 +37,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rundir.contract import RUN_YAML
 from site_builder import charts as ch
-from site_builder import load
+from site_builder import load, workers
 from site_builder.aggregate import AggregateCache, aggregate_run, code_salt
 from site_builder.pages import ModelGroup, Pages
 from site_builder.render import Renderer, json_script, templates_dir
@@ -106,9 +118,28 @@ class SiteWriter:
         self.written += 1
 
     def copy(self, rel: str, src: Path, key: str) -> None:
+        """Copy src to rel (in the kernel, not through Python) unless it is current."""
         if self.is_current(rel, key):
             return
-        self.write(rel, Path(src).read_bytes(), key)
+        path = self.out / rel
+        self.new[rel] = key
+        try:
+            same = (path.stat().st_size == Path(src).stat().st_size
+                    and filecmp.cmp(src, path, shallow=False))
+        except OSError:
+            same = False
+        if same:
+            self.unchanged += 1
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        self.written += 1
 
     def keep(self, rel: str) -> None:
         """Keep a file written outside the manifest's keys (e.g. the Vega bundle)."""
@@ -188,26 +219,48 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
+def _aggregate_here(src: load.RunSource, cache: AggregateCache) -> tuple[str, Any, Any]:
+    try:
+        data = load.load_run(src)
+        agg = aggregate_run(data, src.digest)
+        cache.put(agg)
+    except Exception as exc:  # one bad run must never stop the others
+        return "error", load.one_line(exc, src.path), None
+    return "ok", data.info, agg
+
+
 def _load_all(sources: list[load.RunSource], cache: AggregateCache, report: BuildReport,
-              progress: Progress) -> list[tuple[load.RunSource, Any, Any]]:
+              progress: Progress, pool: workers.Pool | None = None,
+              ) -> list[tuple[load.RunSource, Any, Any]]:
     task = progress.add_task("Reading runs", total=len(sources))
-    loaded = []
+    done: list[tuple[str, Any, Any] | Future] = []
     for src in sources:
         try:
-            agg = cache.get(src.digest)
+            agg = cache.get(src.digest, details=False)  # details: read if pages are rendered
             if agg is not None:
-                info = load.load_info(src)
-                report.reused.append(info.run_id)
+                done.append(("reused", load.load_info(src), agg))
+            elif pool is not None and not pool.broken:
+                future = pool.submit(workers.aggregate_one, str(src.path), src.digest,
+                                     str(cache.folder))
+                future.add_done_callback(lambda _: progress.advance(task))
+                done.append(future)
+                continue
             else:
-                data = load.load_run(src)
-                info = data.info
-                agg = aggregate_run(data, src.digest)
-                cache.put(agg)
-                report.aggregated.append(info.run_id)
-            loaded.append((src, info, agg))
+                done.append(_aggregate_here(src, cache))
         except Exception as exc:  # one bad run must never stop the others
-            report.errors.append(load.one_line(exc, src.path))
+            done.append(("error", load.one_line(exc, src.path), None))
         progress.advance(task)
+    loaded = []
+    for src, item in zip(sources, done, strict=True):  # in source order, like in-process
+        if isinstance(item, Future):
+            item = pool.result(item) if pool is not None else None
+            item = item or _aggregate_here(src, cache)  # no worker: do it here
+        kind, info, agg = item
+        if kind == "error":
+            report.errors.append(info)
+            continue
+        (report.reused if kind == "reused" else report.aggregated).append(info.run_id)
+        loaded.append((src, info, agg))
     return loaded
 
 
@@ -244,16 +297,30 @@ def _models(views: list[RunView]) -> list[ModelGroup]:
     return out
 
 
-def _write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str, src_dir: Path) -> None:
+def _details(cache: AggregateCache, run: RunView, src_dir: Path) -> dict[str, Any]:
+    """A cached run's drill-down details; aggregated again if the cache lost them."""
+    try:
+        return cache.details(run.agg.digest)
+    except (OSError, ValueError):
+        agg = aggregate_run(load.load_run(load.RunSource(src_dir, run.agg.digest)),
+                            run.agg.digest)
+        cache.put(agg)
+        return agg.details
+
+
+def _write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str, src_dir: Path,
+               cache: AggregateCache | None = None) -> None:
     base = f"runs/{run.slug}"
     key = _sha(f"{fp}|{run.agg.digest}|{run.slug}|{run.model_slug}".encode())
     if not writer.is_current(f"{base}/index.html", key):
         writer.write(f"{base}/index.html", pages.run_page(run), key)
-    cell_rels = [f"{base}/cells/{x.key}.html" for x in run.agg.cells
-                 if x.has_detail and x.key in run.agg.details]
+    cell_rels = [f"{base}/cells/{x.key}.html" for x in run.agg.cells if x.has_detail]
     if not all(writer.is_current(rel, key) for rel in cell_rels):
+        if not run.agg.details and cell_rels and cache is not None:
+            run.agg.details = _details(cache, run, src_dir)  # a cached run: load on demand
         for name, html in pages.cell_pages(run):
             writer.write(f"{base}/cells/{name}", html, key)
+    run.agg.details = {}  # written: free the memory (site-wide pages need cells only)
     records = run.cell_records()
     writer.write(f"{base}/cells.csv", _csv(records))
     writer.write(f"{base}/cells.json", _json({"run": {**run.record(), "info": run.info.to_dict()},
@@ -270,39 +337,71 @@ def build_site(
     *,
     progress: bool = False,
     methodology: Path | None = None,
+    jobs: int | None = None,
 ) -> BuildReport:
     """Build (or update) the site in out_dir from the runs under data_dir.
 
     Bad runs are reported in BuildReport.errors (one line each) and left out;
     the good ones are published regardless. Raises load.LoadError when the
-    data folder is missing or holds no run directory at all.
+    data folder is missing or holds no run directory at all. `jobs` caps the
+    worker processes (default: workers.default_jobs(); used only for builds
+    with enough raw data to aggregate).
     """
     out = Path(out_dir)
     report = BuildReport(out)
-    sources = load.discover(Path(data_dir), salt=code_salt(), exclude=out)
+    digests_path = out / CACHE_DIR / "digests.json"
+    try:
+        known = json.loads(digests_path.read_text("utf-8"))
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    sources = load.discover(Path(data_dir), salt=code_salt(), exclude=out, known=known)
     out.mkdir(parents=True, exist_ok=True)
     cache = AggregateCache(out / CACHE_DIR / "aggregates")
     writer = SiteWriter(out)
+    bundle = None
+    if not (out / STATIC / ch.bundle_name()).is_file():
+        # vl-convert takes seconds to build the Vega bundle and releases the GIL:
+        # build it alongside the aggregation instead of after it.
+        bundle = threading.Thread(target=ch.bundle_js, daemon=True)
+        bundle.start()
     renderer = Renderer()
     svg = ch.SvgRenderer()
-    with _progress(progress) as bar:
-        loaded = _load_all(sources, cache, report, bar)
+    jobs = workers.default_jobs() if jobs is None else jobs
+    todo = [s.path for s in sources if not cache.has(s.digest)]
+    pool = workers.Pool(jobs) if jobs > 1 and workers.worth_it(todo) else None
+    with pool or nullcontext(), _progress(progress) as bar:
+        loaded = _load_all(sources, cache, report, bar, pool)
         views = _views(loaded, report)
         if not views:
             return report
         models = _models(views)
+        if bundle is not None:
+            bundle.join()
         assets = write_assets(writer, renderer.folder)
         text = methodology_text(methodology)
         fp = _fingerprint(renderer, assets, text)
         pages = Pages(renderer, svg, assets, version())
         task = bar.add_task("Rendering runs", total=len(views))
-        for run in views:
-            _write_run(writer, pages, run, fp, Path(run.source_dir))
+        futures = [pool.submit(workers.render_one, str(out), assets, version(), fp, run)
+                   if pool is not None and not pool.broken else None for run in views]
+        for run, future in zip(views, futures, strict=True):
+            got = pool.result(future) if pool is not None and future is not None else None
+            if got is None:  # in-process (small build, or no worker could start)
+                _write_run(writer, pages, run, fp, Path(run.source_dir), cache)
+            else:
+                writer.new.update(got[0])
+                writer.written += got[1]
+                writer.unchanged += got[2]
             report.published.append(run.run_id)
             bar.advance(task)
         task = bar.add_task("Site pages", total=len(models) + 6)
         for m in models:
-            writer.write(f"models/{m.slug}.html", pages.model_page(m))
+            rel = f"models/{m.slug}.html"
+            key = _sha("|".join([fp, m.slug, *(f"{r.agg.digest}:{r.slug}" for r in m.runs)])
+                       .encode())
+            if not writer.is_current(rel, key):
+                writer.write(rel, pages.model_page(m), key)
             bar.advance(task)
         records = [r.record() for r in views]
         index = {"generator": f"speed-matrix {version()}", "runs": records}
@@ -316,6 +415,7 @@ def build_site(
         bar.advance(task, 6)
     writer.finish()
     cache.prune({s.digest for s in sources})
+    writer._atomic(digests_path, json.dumps(known, sort_keys=True).encode())
     report.written, report.unchanged, report.removed = (
         writer.written, writer.unchanged, writer.removed)
     return report

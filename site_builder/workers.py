@@ -1,0 +1,128 @@
+"""Worker processes for the heavy, per-run part of a build.
+
+A real-size run takes about 0.2 s to read and aggregate and as long again to
+render (~50 drill-down pages); at a hundred runs that is most of a cold
+build, and each run is independent, so with more than one CPU the runs are
+spread over worker processes (spawned: no fork of a process that may hold
+vl-convert's threads). Small builds (the tests, a rebuild after adding one
+run) stay in-process, since starting a worker costs about half a second.
+Results are put back in the order the in-process build produces them, so
+the report and every page are the same either way.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+from rundir.contract import REQUESTS_FILE
+
+JOBS_ENV = "SPEED_MATRIX_JOBS"  # worker processes; 1 keeps everything in-process
+MIN_PARALLEL_BYTES = 48 << 20  # raw chunks to aggregate before workers pay off (~3 real runs)
+
+
+def default_jobs() -> int:
+    """$SPEED_MATRIX_JOBS, else the CPUs this process may use (at most 4)."""
+    try:
+        env = int(os.environ.get(JOBS_ENV, ""))
+        return max(1, env)
+    except ValueError:
+        pass
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 4))
+
+
+def worth_it(paths: list[Path]) -> bool:
+    """True when the runs to aggregate hold enough raw data to keep workers busy
+    (and spawned workers can start: a __main__ read from stdin cannot be re-run)."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file is not None and not Path(main_file).is_file():
+        return False
+    total = 0
+    for p in paths:
+        try:
+            total += (Path(p) / REQUESTS_FILE).stat().st_size
+        except OSError:
+            continue
+    return total >= MIN_PARALLEL_BYTES
+
+
+class Pool:
+    """A spawn-based process pool for aggregate_one and render_one tasks.
+
+    When workers cannot run (e.g. a __main__ that spawn cannot re-import) the
+    pool is marked broken and `result` returns None: the caller then does
+    that task in-process, so a build never fails for want of workers.
+    """
+
+    def __init__(self, jobs: int) -> None:
+        self.executor = ProcessPoolExecutor(max_workers=jobs,
+                                            mp_context=multiprocessing.get_context("spawn"))
+        self.broken = False
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+    def submit(self, fn: Any, *args: Any) -> Future:
+        return self.executor.submit(fn, *args)
+
+    def result(self, future: Future) -> Any:
+        """The task's result, or None when the pool broke (do the task in-process)."""
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            self.broken = True
+            return None
+
+
+def aggregate_one(path: str, digest: str, cache_folder: str) -> tuple[str, Any, Any]:
+    """Read, validate and aggregate one run, caching its aggregate (details on disk).
+
+    Returns ("ok", info, aggregate without details) or ("error", one line, None).
+    """
+    from site_builder import load
+    from site_builder.aggregate import AggregateCache, aggregate_run
+
+    src = load.RunSource(Path(path), digest)
+    try:
+        data = load.load_run(src)
+        agg = aggregate_run(data, digest)
+        AggregateCache(Path(cache_folder)).put(agg)
+    except Exception as exc:  # one bad run must never stop the others
+        return "error", load.one_line(exc, src.path), None
+    agg.details = {}  # the parent needs cells only; pages read details from the cache
+    return "ok", data.info, agg
+
+
+_STATE: dict[str, Any] = {}
+
+
+def render_one(out: str, assets: dict[str, str], version: str, fp: str,
+               run: Any) -> tuple[dict[str, str], int, int]:
+    """Write one run's pages and files; return (manifest entries, written, unchanged)."""
+    from site_builder import charts as ch
+    from site_builder.aggregate import AggregateCache
+    from site_builder.pages import Pages
+    from site_builder.publish import CACHE_DIR, SiteWriter, _write_run
+    from site_builder.render import Renderer
+
+    key = (out, tuple(sorted(assets.items())), version)
+    if _STATE.get("key") != key:  # once per worker and build
+        _STATE.update(key=key, pages=Pages(Renderer(), ch.SvgRenderer(), assets, version),
+                      writer=SiteWriter(Path(out)),
+                      cache=AggregateCache(Path(out) / CACHE_DIR / "aggregates"))
+    writer = _STATE["writer"]
+    writer.new, writer.written, writer.unchanged = {}, 0, 0
+    _write_run(writer, _STATE["pages"], run, fp, Path(run.source_dir), _STATE["cache"])
+    return writer.new, writer.written, writer.unchanged

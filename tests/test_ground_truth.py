@@ -213,3 +213,17 @@ def test_prefill_rejects_cache_hits_and_matches_truth(refserver, tmp_path) -> No
     assert_close(m.ttft_ms, true_ttft, "prefill TTFT", abs_ms=0.5)
     # 2,048 words at 20,000 tok/s + 5 ms: about 107 ms
     assert m.ttft_ms == pytest.approx(5 + 2048 / 20000 * 1000, rel=0.1)
+
+
+def test_generic_endpoint_without_tokenizer_or_metrics(refserver, tmp_path) -> None:
+    """No /tokenize, no /metrics, no max_model_len: prompt sizes come from a
+    ratio calibrated on the server's usage counts, activity from the client."""
+    srv = refserver(engine="generic", tokens_per_s=200)
+    run_dir, _ = collect(srv, tmp_path, "--contexts", "1k", "--concurrency", "2",
+                         "--max-output", "2000")
+    run = read_run(run_dir)
+    assert run.info.engine.name == "openai"
+    assert len(run.server_metrics) == 0
+    prompts = [r["prompt_tokens"] for r in run.requests.to_pylist() if r["prompt_tokens"]]
+    assert prompts and all(abs(p - 1024) <= 16 for p in prompts)
+    check_against_truth(srv, run_dir)

@@ -17,7 +17,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench.engines import ServerInfo
 from bench.plan import Cell
@@ -56,7 +56,7 @@ class CellOutcome:
     window: tuple[int, int] | None = None
     warmup_s: float | None = None
     counting: str | None = None
-    notes: list[str] = field(default_factory=list)
+    client_bound: bool | None = None  # the client could not keep up in the window
 
 
 class CellRunner:
@@ -191,10 +191,15 @@ class CellRunner:
         if failure.is_set() and time.monotonic_ns() < end_ns:
             end_ns = max(start_ns + 1, min(end_ns, time.monotonic_ns()))
         verdict: Verdict = judge_decode(records, c, start_ns, end_ns, metrics_table)
-        if notes and verdict.reason is None:
-            verdict.reason = "; ".join(notes)
+        bound = self.client.client_bound(start_ns, end_ns)
+        if bound:
+            why = self.client.load(start_ns, end_ns).reason or "event loop lagging"
+            notes.append(f"client-bound: the collector could not keep up ({why})")
+        if notes:
+            verdict.reason = "; ".join(filter(None, [verdict.reason, *notes]))
         return CellOutcome(
-            records, verdict.status, verdict.reason, (start_ns, end_ns), warmup_s, verdict.counting
+            records, verdict.status, verdict.reason, (start_ns, end_ns), warmup_s,
+            verdict.counting, bound,
         )
 
     async def _wait_ready(self, c: int, live: list, failure: asyncio.Event,

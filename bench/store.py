@@ -67,6 +67,7 @@ class RunStore:
             row["window_start_ns"], row["window_end_ns"] = outcome.window
         row["warmup_s"] = outcome.warmup_s
         row["token_counting"] = outcome.counting
+        row["client_bound"] = outcome.client_bound
         self.rows[cell.key] = row
         if outcome.records:
             self.requests.append(records_table(outcome.records))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import os
 import re
 import signal
@@ -152,6 +153,10 @@ async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, prog
             store.record(cell, outcome)
             store.flush(sampler.table() if sampler.enabled else None)
             progress.end(cell, outcome)
+            # Collect now and freeze the survivors, so a garbage-collection
+            # pass over everything measured so far cannot stall the next window.
+            gc.collect()
+            gc.freeze()
             if interrupted.is_set() or outcome.status == PENDING:
                 raise RunError(
                     f"interrupted: every finished cell is kept in {store.run_dir}; "

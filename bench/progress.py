@@ -6,8 +6,6 @@ Only presentation lives here; numbers shown live come from the same
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 from rich.console import Console
 from rich.live import Live
@@ -42,7 +40,6 @@ class Progress:
         self.plan: Plan | None = None
         self.results: dict[tuple[str, int, int], str] = {}
         self.current: Cell | None = None
-        self.started = 0.0
         self.remaining: list[Cell] = []
         self.settings = None
 
@@ -70,7 +67,6 @@ class Progress:
         self.plan = plan
         for key, row in store.rows.items():
             self.results[key] = LABELS.get(row["status"], row["status"])
-        self.started = time.monotonic()
         if self.console.is_terminal:
             self.live = Live(self._table(), console=self.console, refresh_per_second=2)
             self.live.start()

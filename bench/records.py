@@ -91,13 +91,6 @@ class RequestRecord:
     def tokens(self) -> int:
         return self.chunk_tokens[-1] if self.chunk_tokens else 0
 
-    @property
-    def first_token_ns(self) -> int | None:
-        for ns, cum in zip(self.chunk_ns, self.chunk_tokens, strict=True):
-            if cum > 0:
-                return ns
-        return None
-
 
 def records_table(records: list[RequestRecord]) -> pa.Table:
     cols = {name: [getattr(r, name) for r in records] for name in REQUESTS_SCHEMA.names}

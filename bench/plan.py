@@ -123,13 +123,15 @@ def make_plan(
             if max_model_len is None:
                 dropped.append("max (the server does not report its max model length)")
                 continue
-            value = fit_context(max_model_len, max_output, max_model_len)
+            # the largest context that fits is the room itself
+            room = max_model_len - max_output - FIT_MARGIN
+            value = room if room >= 1 else None
         else:
             value = fit_context(int(ctx), max_output, max_model_len)
         if value is None or value < 1:
+            label = "max" if ctx == "max" else context_label(int(ctx))
             dropped.append(
-                f"{context_label(int(ctx))} (does not fit {max_model_len} tokens with "
-                f"{max_output} output)"
+                f"{label} (does not fit {max_model_len} tokens with {max_output} output)"
             )
         elif value not in fitted:
             fitted.append(value)

@@ -52,6 +52,16 @@ def test_default_plan_adds_largest_context() -> None:
     assert plan.concurrency == [1, 2, 4, 8, 16, 32, 64, 128]
 
 
+def test_default_plan_on_a_32k_model() -> None:
+    # 32K itself does not fit with 4,096 output (room 28,608 < 90%): dropped,
+    # and the largest that fits is the room, labelled 27K.
+    plan = make_plan(contexts=None, concurrency=None, max_output=4096,
+                     max_model_len=32768, kv_budget=131072)
+    assert [context_label(c) for c in plan.contexts] == ["8K", "16K", "27K"]
+    assert any(d.startswith("32K") for d in plan.dropped)
+    assert any(d.startswith("64K") for d in plan.dropped)
+
+
 def _ev(ns: int, obj: dict) -> tuple[int, bytes]:
     return ns, json.dumps(obj).encode()
 

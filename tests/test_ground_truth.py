@@ -227,3 +227,14 @@ def test_generic_endpoint_without_tokenizer_or_metrics(refserver, tmp_path) -> N
     prompts = [r["prompt_tokens"] for r in run.requests.to_pylist() if r["prompt_tokens"]]
     assert prompts and all(abs(p - 1024) <= 16 for p in prompts)
     check_against_truth(srv, run_dir)
+
+
+def test_default_dry_run_plans_the_full_matrix(refserver, tmp_path) -> None:
+    """`bench run --base-url URL --dry-run` as a new user types it."""
+    srv = refserver(max_model_len=32768, kv_budget_tokens=262144)
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--dry-run", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stderr.split())
+    assert "Contexts: 8K, 16K, 27K; concurrency: 1, 2, 4, 8, 16, 32, 64, 128" in text
+    assert "dropped context 32K" in text and "Over capacity" in text and "Will run" in text
+    assert not (tmp_path / "runs").exists()

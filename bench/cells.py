@@ -28,6 +28,7 @@ from bench.stream import StreamClient
 from rundir.contract import (
     ERROR,
     OVER_CAPACITY,
+    PENDING,
     PURPOSE_MEASURE,
     PURPOSE_PREFILL,
     PURPOSE_PREFIX_FILL,
@@ -185,7 +186,7 @@ class CellRunner:
         cancel.set()
         await asyncio.gather(*tasks)
         if interrupted.is_set():
-            return CellOutcome(records, "pending", "interrupted", (start_ns, end_ns), warmup_s)
+            return CellOutcome(records, PENDING, "interrupted", (start_ns, end_ns), warmup_s)
         await self._drain()
         metrics_table = self.sampler.table() if self.sampler.enabled else None
         if failure.is_set() and time.monotonic_ns() < end_ns:

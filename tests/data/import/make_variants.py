@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from bench.importer.parse import HEADINGS as PAGE_HEADINGS
+
 HERE = Path(__file__).resolve().parent
 SEEDS = HERE / "seeds"
 HEADINGS = ("Hardware", "Engine", "Run")
@@ -101,15 +103,7 @@ def spaced() -> str:
     text = re.sub(r"\| (\d[\d,]*\.\d)(\d[\d,]*) ms TTFT", r"| \1 \2 ms TTFT", text)
     text = text.replace("requests| Context", "requests\n\n| Context")
     text = text.replace("requests.| Phase", "requests.\n| Phase")
-    for heading in (
-        "Hardware",
-        "Engine",
-        "Run",
-        "Launch command",
-        "Prefill",
-        "Sustained decode",
-        "All measurements",
-    ):
+    for heading in PAGE_HEADINGS:
         text = text.replace(f"\n{heading}\n", f"\n\n{heading}\n\n")
     return text.replace("\n", "\r\n")
 

@@ -17,6 +17,7 @@ import pytest
 from rundir import metrics
 from rundir.contract import PURPOSE_MEASURE
 from rundir.io import read_run
+from site_builder.aggregate import measured_cells
 from tests.conftest import run_cli
 from tests.refserver.harness import refserver_fixture, true_running  # noqa: F401
 
@@ -213,6 +214,49 @@ def test_prefill_rejects_cache_hits_and_matches_truth(refserver, tmp_path) -> No
     assert_close(m.ttft_ms, true_ttft, "prefill TTFT", abs_ms=0.5)
     # 2,048 words at 20,000 tok/s + 5 ms: about 107 ms
     assert m.ttft_ms == pytest.approx(5 + 2048 / 20000 * 1000, rel=0.1)
+
+
+@pytest.mark.parametrize("in_usage", [True, False], ids=["usage", "counter-only"])
+def test_prefill_cache_hits_are_rejected_and_retried(refserver, tmp_path, in_usage) -> None:
+    """Every second request is served from the prefix cache. A hit is told by
+    usage `cached_tokens`, or only by vLLM's prefix-cache hit counter; either
+    way the collector rejects it, keeps it as evidence, and takes another
+    cold sample, and the page's prefill numbers come from cold samples only."""
+    srv = refserver(tokens_per_s=200, ttft_ms=5, prefill_tok_per_s=20000, cache_hit_every=2,
+                    report_cached_tokens=in_usage)
+    out = tmp_path / "pre"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), "--contexts",
+                  "2k", "--concurrency", "1", "--duration", "1", "--warmup-stable", "0.5",
+                  "--max-output", "50", "--server-wait", "3")
+    assert res.returncode == 0, res.stderr
+    run = read_run(out)
+    truth = srv.truth_by_id()
+    rows = [r for r in run.requests.to_pylist() if r["purpose"] == "prefill_sample"]
+    hits = [r for r in rows if truth[r["request_id"]]["cached"]]
+    cold = [r for r in rows if not truth[r["request_id"]]["cached"]]
+    assert len(cold) == 3 and hits, [truth[r["request_id"]]["cached"] for r in rows]
+    assert all(r["error"] is None for r in cold)
+    for r in hits:
+        assert r["error"] == f"rejected: prefix-cache hit ({r['prompt_tokens']} cached tokens)"
+    cells, _ = measured_cells(run)
+    prefill = next(c for c in cells if c.phase == "prefill")
+    assert prefill.status == "valid" and prefill.completed == 3
+    true_ttft = statistics.median(
+        (truth[r["request_id"]]["chunks"][0][0] - r["send_ns"]) / 1e6 for r in cold)
+    assert_close(prefill.ttft_ms, true_ttft, "prefill TTFT", abs_ms=0.5)
+    # cold: 2,048 words at 20,000 tok/s + 5 ms; a hit would have been ~5 ms
+    assert prefill.ttft_ms == pytest.approx(5 + 2048 / 20000 * 1000, rel=0.1)
+
+
+def test_prefill_every_sample_a_cache_hit_is_an_error(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=200, ttft_ms=5, cache_hit_every=1)
+    out = tmp_path / "pre"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), "--contexts",
+                  "2k", "--concurrency", "1", "--duration", "1", "--warmup-stable", "0.5",
+                  "--max-output", "50", "--server-wait", "3")
+    assert res.returncode == 0, res.stderr
+    status, reason = statuses(out)[("prefill", 2048, 1)]
+    assert status == "error" and reason == "only 0 cold samples in 9 tries"
 
 
 def test_generic_endpoint_without_tokenizer_or_metrics(refserver, tmp_path) -> None:

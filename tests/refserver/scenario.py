@@ -22,7 +22,10 @@ The toy model the scenario drives (documented here because tests rely on it):
 - **Time**: a request gets a slot when one is free (FIFO). Its first token is
   due `ttft_ms` after the slot, plus prompt_tokens / `prefill_tok_per_s`
   unless it is a prefix-cache hit (its first `prefix_cache_words` words were
-  prefilled before). One global step clock drives decode: every decoding
+  prefilled before, or its number k has k % `cache_hit_every` == 0). A hit
+  reports `cached_tokens` = its prompt tokens in usage (unless
+  `report_cached_tokens` is false) and adds them to the vLLM prefix-cache
+  hit counter. One global step clock drives decode: every decoding
   stream emits one chunk per step, all at the same instant; a step lasts
   1 / `tokens_per_s` × (1 + `slowdown_per_active` × (running − 1)). A chunk
   carries `tokens_per_chunk` tokens (an int, or a list cycled per step like
@@ -67,6 +70,8 @@ class Scenario:
     ttft_ms: float = 10.0
     prefill_tok_per_s: float | None = None  # None: prefill costs nothing
     prefix_cache_words: int = 64
+    cache_hit_every: int | None = None  # request k with k % n == 0 is a prefix-cache hit
+    report_cached_tokens: bool = True  # False: only /metrics tells of a hit
     tokens_per_s: float = 100.0
     slowdown_per_active: float = 0.0
     tokens_per_chunk: int | list[int] = 1
@@ -115,6 +120,8 @@ class Scenario:
         need(self.slots is None or self.slots > 0, "slots must be > 0")
         need(self.dp_ranks >= 1, "dp_ranks must be >= 1")
         need(self.fault_every >= 1, "fault_every must be >= 1")
+        need(self.cache_hit_every is None or self.cache_hit_every >= 1,
+             "cache_hit_every must be >= 1")
         need(self.loop_period >= 1, "loop_period must be >= 1")
         if self.status_every is not None:
             need(set(self.status_every) == {"n", "code"} and self.status_every["n"] >= 1,

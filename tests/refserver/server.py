@@ -66,6 +66,7 @@ class Req:
         self.created = int(time.time())
         self.state, self.generated, self.step_i, self.ready_ns = WAITING, 0, 0, 0
         self.faulty = self.malformed_sent = self.stalled = False
+        self.forced_hit, self.report_cached = False, True
         self.text = ["", ""]  # non-stream body: reasoning, content
         self.rec = {"request_id": rid, "index": index,
                     "endpoint": "chat" if chat else "completions", "stream": self.stream,
@@ -76,7 +77,7 @@ class Req:
                     "status": 200, "accepted": False}
 
     def usage(self) -> dict:
-        cached = self.prompt_tokens if self.rec["cached"] else 0
+        cached = self.prompt_tokens if self.rec["cached"] and self.report_cached else 0
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.generated,
                 "total_tokens": self.prompt_tokens + self.generated,
                 "prompt_tokens_details": {"cached_tokens": cached}}
@@ -138,7 +139,7 @@ class Engine:
         while self.waiting and (self.slots is None or len(self.running) < self.slots):
             r = self.waiting.popleft()
             now = mono()
-            cached = r.prompt_tokens > 0 and r.prefix in self.seen
+            cached = r.prompt_tokens > 0 and (r.forced_hit or r.prefix in self.seen)
             prefill = 0 if cached or not sc.prefill_tok_per_s else (
                 r.prompt_tokens / sc.prefill_tok_per_s)
             r.rec.update(slot_ns=now, cached=cached)
@@ -451,6 +452,8 @@ class App:
         rid = headers.get("x-request-id") or f"ref-{e.n_requests}-{uuid.uuid4().hex[:8]}"
         r = Req(conn, e.n_requests, rid, chat, data, words)
         r.faulty = e.n_requests % sc.fault_every == 0
+        r.forced_hit = bool(sc.cache_hit_every) and e.n_requests % sc.cache_hit_every == 0
+        r.report_cached = sc.report_cached_tokens
         r.prefix = tuple(words[: sc.prefix_cache_words])
         r.max_tokens = r.max_tokens or sc.default_max_tokens or max(
             1, sc.max_model_len - r.prompt_tokens)

@@ -159,9 +159,12 @@ class CellRunner:
         cancel = asyncio.Event()
         failure = asyncio.Event()
         live: list = [None] * c
+        end_ns: int | None = None  # set when the window opens
 
         async def stream_loop(i: int) -> None:
             while not cancel.is_set():
+                if end_ns is not None and time.monotonic_ns() >= end_ns:
+                    return  # a starved event loop sets `cancel` late: start nothing past the window
                 rec = await self.send(
                     cell, prompts[i], s.max_output, PURPOSE_MEASURE, i, cancel,
                     on_start=lambda proto, i=i: live.__setitem__(i, proto),

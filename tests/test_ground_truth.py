@@ -32,6 +32,16 @@ def collect(srv, tmp_path: Path, *extra: str, ok: bool = True) -> tuple[Path, ob
     return out, res
 
 
+def collect_prefill(srv, tmp_path: Path) -> Path:
+    """A 2K prefill cell (and one short decode cell) against `srv`."""
+    out = tmp_path / "pre"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), "--contexts",
+                  "2k", "--concurrency", "1", "--duration", "1", "--warmup-stable", "0.5",
+                  "--max-output", "50", "--server-wait", "3")
+    assert res.returncode == 0, res.stderr
+    return out
+
+
 def page_metrics(run_dir: Path) -> dict[tuple[int, int], dict]:
     """The sustained-decode numbers a page shows for each cell."""
     run = read_run(run_dir)
@@ -197,11 +207,7 @@ def test_final_usage_only_with_multi_token_chunks_is_not_trusted(refserver, tmp_
 
 def test_prefill_rejects_cache_hits_and_matches_truth(refserver, tmp_path) -> None:
     srv = refserver(tokens_per_s=200, ttft_ms=5, prefill_tok_per_s=20000)
-    out = tmp_path / "pre"
-    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), "--contexts",
-                  "2k", "--concurrency", "1", "--duration", "1", "--warmup-stable", "0.5",
-                  "--max-output", "50")
-    assert res.returncode == 0, res.stderr
+    out = collect_prefill(srv, tmp_path)
     run = read_run(out)
     rows = [r for r in run.requests.to_pylist() if r["purpose"] == "prefill_sample"]
     assert len(rows) == 3 and all(r["error"] is None for r in rows)
@@ -224,11 +230,7 @@ def test_prefill_cache_hits_are_rejected_and_retried(refserver, tmp_path, in_usa
     cold sample, and the page's prefill numbers come from cold samples only."""
     srv = refserver(tokens_per_s=200, ttft_ms=5, prefill_tok_per_s=20000, cache_hit_every=2,
                     report_cached_tokens=in_usage)
-    out = tmp_path / "pre"
-    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), "--contexts",
-                  "2k", "--concurrency", "1", "--duration", "1", "--warmup-stable", "0.5",
-                  "--max-output", "50", "--server-wait", "3")
-    assert res.returncode == 0, res.stderr
+    out = collect_prefill(srv, tmp_path)
     run = read_run(out)
     truth = srv.truth_by_id()
     rows = [r for r in run.requests.to_pylist() if r["purpose"] == "prefill_sample"]
@@ -250,11 +252,7 @@ def test_prefill_cache_hits_are_rejected_and_retried(refserver, tmp_path, in_usa
 
 def test_prefill_every_sample_a_cache_hit_is_an_error(refserver, tmp_path) -> None:
     srv = refserver(tokens_per_s=200, ttft_ms=5, cache_hit_every=1)
-    out = tmp_path / "pre"
-    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), "--contexts",
-                  "2k", "--concurrency", "1", "--duration", "1", "--warmup-stable", "0.5",
-                  "--max-output", "50", "--server-wait", "3")
-    assert res.returncode == 0, res.stderr
+    out = collect_prefill(srv, tmp_path)
     status, reason = statuses(out)[("prefill", 2048, 1)]
     assert status == "error" and reason == "only 0 cold samples in 9 tries"
 

@@ -8,6 +8,7 @@ host. Every string passes through the redactor before it is kept.
 from __future__ import annotations
 
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -16,6 +17,33 @@ from urllib.parse import urlsplit
 import psutil
 
 from rundir.contract import Hardware
+
+GIB = 1 << 30
+# Cards whose memory as the driver reports it (after ECC and reserved space)
+# does not round to the capacity they are sold and known by. Matched against
+# the name NVML or nvidia-smi gives; first match wins.
+NOMINAL_VRAM_GB = (
+    (re.compile(r"\bH200\b"), 141),
+    (re.compile(r"\bB200\b"), 180),
+    (re.compile(r"\bB300\b"), 288),
+    (re.compile(r"\bRTX PRO 6000\b"), 96),
+    (re.compile(r"\b(L40S?|A40)\b"), 48),
+    (re.compile(r"\b(A10|L4)\b"), 24),
+)
+
+
+def vram_gb(name: str, total_bytes: float) -> int:
+    """The GPU's memory as readers know the card ("H200 141GB", "H100 80GB").
+
+    The driver reports what is usable: 143,771 MiB on an H200, sold as 141 GB.
+    Decimal gigabytes (151 there) match no spec sheet and would set a card
+    apart from the same card on published pages; binary gigabytes (GiB) match
+    most cards (80 for an H100 80GB), and the table names the rest.
+    """
+    for pattern, nominal in NOMINAL_VRAM_GB:
+        if pattern.search(name):
+            return nominal
+    return round(total_bytes / GIB)
 
 
 def gpu_hardware() -> Hardware | None:
@@ -38,7 +66,7 @@ def gpu_hardware() -> Hardware | None:
         cuda = pynvml.nvmlSystemGetCudaDriverVersion()
         return Hardware(
             type="Discrete GPU", gpu_name=name.removeprefix("NVIDIA ").strip(), gpu_count=count,
-            vram_gb_per_gpu=round(mem / 1e9), driver=driver,
+            vram_gb_per_gpu=vram_gb(name, mem), driver=driver,
             cuda=f"{cuda // 1000}.{cuda % 1000 // 10}",
         )
     finally:
@@ -60,7 +88,7 @@ def _nvidia_smi() -> Hardware | None:
     name, mem_mib, driver = (p.strip() for p in out[0].split(","))
     return Hardware(
         type="Discrete GPU", gpu_name=name.removeprefix("NVIDIA ").strip(), gpu_count=len(out),
-        vram_gb_per_gpu=round(float(mem_mib) * 1.048576 / 1000), driver=driver,
+        vram_gb_per_gpu=vram_gb(name, float(mem_mib) * (1 << 20)), driver=driver,
     )
 
 

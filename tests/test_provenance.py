@@ -1,0 +1,79 @@
+"""GPU provenance: what the hardware block says about the cards.
+
+No GPU is attached to CI machines, so NVML is replaced by a stand-in module
+and `nvidia-smi` by a script printing the real tool's CSV query format. The
+H200's 143,771 MiB was read on this workplace's H200 machines (the device
+notes); the other MiB figures are typical of those cards, not readings.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from bench import provenance
+from bench.provenance import vram_gb
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(("name", "mib", "label"), [
+    ("NVIDIA H200", 143771, 141),  # nvidia-smi on this workplace's H200 (device notes)
+    ("NVIDIA H100 80GB HBM3", 81559, 80),
+    ("NVIDIA A100-SXM4-40GB", 40960, 40),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887, 96),
+    ("NVIDIA L40S", 46068, 48),
+    ("NVIDIA GeForce RTX 4090", 24564, 24),
+])
+def test_vram_is_the_capacity_readers_know(name, mib, label) -> None:
+    assert vram_gb(name, mib * MIB) == label
+
+
+def test_table_does_not_catch_longer_names() -> None:
+    assert vram_gb("NVIDIA A100 80GB PCIe", 81920 * MIB) == 80  # not the A10 entry
+    assert vram_gb("NVIDIA L4", 23034 * MIB) == 24
+    assert vram_gb("NVIDIA RTX PRO 6000D Blackwell Workstation Edition", 86016 * MIB) == 84
+
+
+def _fake_nvidia_smi(tmp_path: Path, monkeypatch, lines: list[str]) -> None:
+    script = tmp_path / "bin" / "nvidia-smi"
+    script.parent.mkdir()
+    script.write_text("#!/bin/sh\ncat <<'EOF'\n" + "\n".join(lines) + "\nEOF\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML: the CLI is the fallback
+
+
+def test_nvidia_smi_fallback(tmp_path, monkeypatch) -> None:
+    _fake_nvidia_smi(tmp_path, monkeypatch, ["NVIDIA H200, 143771, 580.159.03"] * 8)
+    hw = provenance.detect_hardware()
+    assert (hw.type, hw.gpu_name, hw.gpu_count, hw.vram_gb_per_gpu, hw.driver) == (
+        "Discrete GPU", "H200", 8, 141, "580.159.03")
+    assert hw.cpu and hw.os
+
+
+def test_nvml(monkeypatch) -> None:
+    nvml = types.SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=81559 * MIB),
+        nvmlSystemGetDriverVersion=lambda: "580.159.03",
+        nvmlSystemGetCudaDriverVersion=lambda: 13000,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    hw = provenance.gpu_hardware()
+    assert (hw.gpu_name, hw.gpu_count, hw.vram_gb_per_gpu, hw.cuda) == ("H100 80GB HBM3", 2, 80, "13.0")
+
+
+def test_no_gpu_is_a_cpu_machine(tmp_path, monkeypatch) -> None:
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert provenance.detect_hardware().type == "CPU"

@@ -28,7 +28,7 @@ NOMINAL_VRAM_GB = (
     (re.compile(r"\bB300\b"), 288),
     (re.compile(r"\bRTX PRO 6000\b"), 96),
     (re.compile(r"\b(L40S?|A40)\b"), 48),
-    (re.compile(r"\b(A10|L4)\b"), 24),
+    (re.compile(r"\b(A10G?|L4)\b"), 24),
 )
 
 

@@ -37,6 +37,7 @@ def test_vram_is_the_capacity_readers_know(name, mib, label) -> None:
 def test_table_does_not_catch_longer_names() -> None:
     assert vram_gb("NVIDIA A100 80GB PCIe", 81920 * MIB) == 80  # not the A10 entry
     assert vram_gb("NVIDIA L4", 23034 * MIB) == 24
+    assert vram_gb("NVIDIA A10G", 22731 * MIB) == 24
     assert vram_gb("NVIDIA RTX PRO 6000D Blackwell Workstation Edition", 86016 * MIB) == 84
 
 

@@ -43,7 +43,8 @@ def engine_counters(base_url: str) -> dict[str, float]:
     wanted = {
         "vllm:generation_tokens_total{": "generated",
         'vllm:request_success_total{engine="0",finished_reason="length"': "length_finished",
-        "vllm:request_generation_tokens_sum{": "length_tokens",
+        'vllm:request_success_total{engine="0",finished_reason="abort"': "aborted",
+        "vllm:request_generation_tokens_sum{": "finished_tokens",
         "vllm:num_requests_running{": "running",
     }
     out = dict.fromkeys(wanted.values(), 0.0)
@@ -107,7 +108,11 @@ def test_usage_counts_and_server_counters_agree(vllm_server, tmp_path) -> None:
     # finished by length on the server.
     late = delta["length_finished"] - whole
     assert 0 <= late <= len(cancelled), (delta, whole, len(cancelled))
-    assert delta["length_tokens"] == whole_tokens + late * max_out, (delta, whole_tokens, late)
+    # vLLM 0.32 records no stats for aborted requests (seen: 0 aborts after
+    # 13 cancelled streams); should one be recorded, its tokens are at most max_out
+    exact = whole_tokens + late * max_out
+    assert exact <= delta["finished_tokens"] <= exact + delta["aborted"] * max_out, (
+        delta, whole_tokens, late)
     client_total = whole_tokens + sum(delivered)
     undelivered_max = sum(max_out - d for d in delivered)
     assert client_total <= delta["generated"] <= client_total + undelivered_max, (

@@ -47,6 +47,7 @@ class Settings:
     stable_s: float = 3.0
     drain_timeout_s: float = 60.0
     stall_timeout_s: float = 60.0
+    ttft_timeout_s: float = 900.0
 
 
 @dataclass

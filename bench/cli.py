@@ -49,7 +49,10 @@ def main() -> None:
 @click.option("--server-wait", default=30.0, show_default=True, type=float,
               help="After a failed cell, how long to wait for the server to answer again (s).")
 @click.option("--stall-timeout", default=60.0, show_default=True, type=float,
-              help="Fail a stream that sends no bytes for this long (s).")
+              help="Fail a stream that sends no bytes for this long once tokens flow (s).")
+@click.option("--ttft-timeout", default=900.0, show_default=True, type=float,
+              help="Fail a request with no first token after this long (s): queued "
+                   "long-context prefills legitimately take minutes.")
 @click.option("--kv-budget", default=None, help="KV-cache budget in tokens (overrides detection).")
 @click.option("--launch-command", default=None, help="The server's launch command, if not local.")
 @click.option("--run-card", type=click.Path(dir_okay=False), default=None,
@@ -68,6 +71,7 @@ def run_cmd(**kw) -> None:
             prefill_repeats=kw["prefill_repeats"],
             warmup_timeout_s=_positive(kw["warmup_timeout"], "--warmup-timeout"),
             stall_timeout_s=_positive(kw["stall_timeout"], "--stall-timeout"),
+            ttft_timeout_s=_positive(kw["ttft_timeout"], "--ttft-timeout"),
             stable_s=max(0.0, kw["warmup_stable"]),
         )
         opts = RunOptions(

@@ -122,7 +122,8 @@ def asyncio_run(coro) -> None:
 
 async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, progress, clean) -> None:
     s = opts.settings
-    client = StreamClient(info.base_url, opts.api_key, s.stall_timeout_s)
+    client = StreamClient(info.base_url, opts.api_key, s.stall_timeout_s,
+                          ttft_timeout_s=s.ttft_timeout_s)
     prompts = PromptFactory(info, opts.api_key, store.info.run_id)
     sampler = MetricsSampler(info, opts.api_key)
     runner = CellRunner(info, client, prompts, sampler, s, clean)

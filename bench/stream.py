@@ -311,10 +311,15 @@ class StreamClient:
     """Posts JSON to one OpenAI-compatible server and reads SSE streams.
 
     `ssl_context` replaces the default (verifying) one for https;
-    `kernel_stamps=False` stamps events when read (for comparisons)."""
+    `kernel_stamps=False` stamps events when read (for comparisons).
+    A stream fails when no bytes come for `stall_timeout_s` once tokens
+    flow, or when its first token has not come `ttft_timeout_s` after the
+    request: a long prompt queued behind others can take minutes to prefill,
+    and servers send nothing meanwhile."""
 
     def __init__(self, base_url: str, api_key: str | None = None, stall_timeout_s: float = 60.0,
-                 ssl_context: ssl.SSLContext | None = None, kernel_stamps: bool = True) -> None:
+                 ssl_context: ssl.SSLContext | None = None, kernel_stamps: bool = True,
+                 ttft_timeout_s: float = 900.0) -> None:
         parts = urlsplit(base_url.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"--base-url: expected http(s)://host[:port][/path], got {base_url!r}")
@@ -325,6 +330,7 @@ class StreamClient:
         self.ssl = (ssl_context or ssl.create_default_context()) if https else None
         self._auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         self.stall_timeout_s = stall_timeout_s
+        self.ttft_timeout_s = ttft_timeout_s
         self.kernel_stamps = kernel_stamps and SO_TIMESTAMPNS is not None and _ANC_SIZE > 0
         self.monitor = LoopLagMonitor()
         self._buf = bytearray(_RECV_SIZE)  # one loop thread: shared by every read
@@ -453,7 +459,7 @@ class StreamClient:
         if on_start is not None:
             on_start(stream)
         cancel_wait = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
-        poll_s = max(0.01, min(1.0, self.stall_timeout_s / 4))
+        poll_s = max(0.01, min(1.0, self.stall_timeout_s / 4, self.ttft_timeout_s / 4))
         try:
             while not finished.done():
                 waiters = [finished] + ([cancel_wait] if cancel_wait else [])
@@ -463,7 +469,15 @@ class StreamClient:
                 if cancel is not None and cancel.is_set():
                     result.cancelled = True  # closing the connection aborts it server-side
                     break
-                idle = (_mono() - stream.last_rx_ns) / 1e9
+                now = _mono()
+                if stream.n_events < 2:  # the role chunk may come first; a token follows
+                    waited = (now - result.send_ns) / 1e9
+                    if waited > self.ttft_timeout_s:
+                        result.error = (f"no first token after {waited:.1f} s "
+                                        f"(--ttft-timeout {self.ttft_timeout_s:g})")
+                        break
+                    continue
+                idle = (now - stream.last_rx_ns) / 1e9
                 if idle > self.stall_timeout_s:
                     result.error = f"stream stalled: no bytes for {idle:.1f} s"
                     break

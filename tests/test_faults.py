@@ -52,6 +52,25 @@ def test_stream_faults_mark_the_cell_error(refserver, tmp_path, fault, expect) -
     assert cell["status"] == "error" and expect in cell["reason"], cell["reason"]
 
 
+def test_queued_prefix_warmup_is_not_a_stall(refserver, tmp_path) -> None:
+    """A cell's prefix warm-ups queue behind one another (one slot, slow
+    prefill): the last waits far longer than the stall limit for its first
+    token, and the cell is still measured."""
+    srv = refserver(tokens_per_s=200, slots=1, prefill_tok_per_s=1000)
+    out = tmp_path / "q"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST,
+                  "--contexts", "1k", "--concurrency", "4", "--stall-timeout", "1.5",
+                  "--warmup-timeout", "3")
+    assert res.returncode == 0, res.stderr
+    rows = read_run(out).requests.to_pylist()
+    fills = [r for r in rows if r["purpose"] == "prefix_fill"]
+    assert len(fills) == 4 and all(r["error"] is None for r in fills)
+    waits = sorted((r["end_ns"] - r["send_ns"]) / 1e9 for r in fills)
+    assert waits[-1] > 3.0  # four 1,024-token prefills at 1,000 tok/s, one at a time
+    cell = read_run(out).cells.to_pylist()[0]
+    assert cell["status"] != "error", cell
+
+
 def test_stall_is_an_error_after_the_timeout(refserver, tmp_path) -> None:
     srv = refserver(tokens_per_s=200, stall_after_tokens=10, stall_s=6, fault_every=2)
     out = tmp_path / "run"

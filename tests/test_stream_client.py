@@ -222,6 +222,18 @@ def test_stall_timeout(refserver) -> None:
     assert len(r.events) >= 2 and not r.done
 
 
+@pytest.mark.parametrize("role_chunk", ["start", "first_token"])
+def test_waiting_for_the_first_token_is_not_a_stall(refserver, role_chunk) -> None:
+    """Servers send nothing (or only the role chunk) while a prompt is queued
+    or prefilled; that wait answers to the TTFT limit, not the stall limit."""
+    srv = refserver(tokens_per_s=200, ttft_ms=1200, role_chunk=role_chunk, default_max_tokens=5)
+    (r,) = _streams(srv.base_url, 1, stall_timeout_s=0.3)
+    assert r.error is None and r.done
+    (r,) = _streams(srv.base_url, 1, stall_timeout_s=0.3, ttft_timeout_s=0.4)
+    assert r.error is not None and r.error.startswith("no first token after 0.")
+    assert "--ttft-timeout 0.4" in r.error and not r.done
+
+
 def test_connection_reset_is_an_error(refserver) -> None:
     srv = refserver(tokens_per_s=400, reset_after_tokens=3)
     (r,) = _streams(srv.base_url, 1)

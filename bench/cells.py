@@ -219,7 +219,7 @@ class CellRunner:
             if failure.is_set() or interrupted.is_set():
                 return False
             for i, proto in enumerate(live):
-                if proto is not None and proto.n_events >= 2:
+                if proto is not None and proto.producing:
                     produced[i] = True
             producing = all(produced)
             # The running gauge can lag (vLLM CPU was seen reading 0 while four

@@ -94,6 +94,12 @@ class _SseStream:
         self.received = self.data_left = self.crlf_left = 0  # body bytes; of the chunk
         self.last_rx_ns = self.n_events = self.last_stamp = 0
 
+    @property
+    def producing(self) -> bool:
+        """Tokens have come: a role-only chunk may precede the first token, so
+        that is the second event (or the first, from servers that send none)."""
+        return self.n_events >= 2
+
     def feed(self, data: bytes, stamp: int) -> None:
         if self.finished.done():
             return  # e.g. the trailer after the last chunk
@@ -470,7 +476,7 @@ class StreamClient:
                     result.cancelled = True  # closing the connection aborts it server-side
                     break
                 now = _mono()
-                if stream.n_events < 2:  # the role chunk may come first; a token follows
+                if not stream.producing:
                     waited = (now - result.send_ns) / 1e9
                     if waited > self.ttft_timeout_s:
                         result.error = (f"no first token after {waited:.1f} s "

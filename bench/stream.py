@@ -96,8 +96,8 @@ class _SseStream:
 
     @property
     def producing(self) -> bool:
-        """Tokens have come: a role-only chunk may precede the first token, so
-        that is the second event (or the first, from servers that send none)."""
+        """Tokens are flowing. A role-only chunk may precede the first token,
+        so that is certain only from the second event on."""
         return self.n_events >= 2
 
     def feed(self, data: bytes, stamp: int) -> None:

@@ -27,6 +27,8 @@ from bench.sampler import MetricsSampler
 from bench.stream import StreamClient
 from rundir.contract import (
     ERROR,
+    METRIC_PREFIX_CACHE_HITS,
+    METRIC_PROMPT_TOKENS,
     OVER_CAPACITY,
     PENDING,
     PURPOSE_MEASURE,
@@ -110,17 +112,18 @@ class CellRunner:
                 break
             tag = f"p{cell.context}-a{attempt}"
             prompt = await asyncio.to_thread(self.prompts.build, cell.context, tag)
-            hits_before = self._prefix_hits()
+            before = await asyncio.to_thread(self._cache_counters)
             rec = await self.send(cell, prompt, 1, PURPOSE_PREFILL, 0)
             records.append(rec)
             if rec.error:
                 if context_refused(rec.error, rec.status):
                     return CellOutcome(records, OVER_CAPACITY, f"server refused the context: {rec.error}")
                 return CellOutcome(records, ERROR, rec.error)
-            hits = self._prefix_hits()
             cached = rec.cached_tokens or 0
-            if hits is not None and hits_before is not None:
-                cached = max(cached, int(hits - hits_before))
+            if before is not None:
+                after = await self._counters_with(before, rec.prompt_tokens or 0)
+                if after is not None:
+                    cached = max(cached, int(after[1] - before[1]))
             if rec.prompt_tokens and cached > CACHE_HIT_RATIO * rec.prompt_tokens:
                 rec.error = f"rejected: prefix-cache hit ({cached} cached tokens)"
                 continue
@@ -129,11 +132,27 @@ class CellRunner:
             return CellOutcome(records, ERROR, f"only {good} cold samples in {len(records)} tries")
         return CellOutcome(records, VALID, None)
 
-    def _prefix_hits(self) -> float | None:
-        if "prefix_cache_hits_total" not in self.info.gauges:
+    def _cache_counters(self) -> tuple[float, float] | None:
+        """(prompt tokens, prefix-cache hit tokens) from the server's counters;
+        a blocking scrape, so call it off the event loop."""
+        if not {METRIC_PROMPT_TOKENS, METRIC_PREFIX_CACHE_HITS} <= set(self.info.gauges):
             return None
         sums = self.sampler.scrape()
-        return None if sums is None else sums.get("prefix_cache_hits_total")
+        if sums is None or METRIC_PREFIX_CACHE_HITS not in sums:
+            return None
+        return sums.get(METRIC_PROMPT_TOKENS, 0.0), sums[METRIC_PREFIX_CACHE_HITS]
+
+    async def _counters_with(self, before: tuple[float, float], prompt_tokens: int,
+                             wait_s: float = 5.0) -> tuple[float, float] | None:
+        """The counters once they include a finished request: engines publish
+        them after the step, seconds late on a busy host, and a hit read too
+        early would be blamed on the next sample."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            now = await asyncio.to_thread(self._cache_counters)
+            if now is None or now[0] - before[0] >= prompt_tokens or time.monotonic() > deadline:
+                return now
+            await asyncio.sleep(0.1)
 
     # -- decode ---------------------------------------------------------
     async def decode(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:

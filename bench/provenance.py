@@ -52,7 +52,7 @@ def gpu_hardware() -> Hardware | None:
 
         pynvml.nvmlInit()
     except Exception:  # no NVIDIA driver: try the CLI, then give up
-        return _nvidia_smi()
+        return nvidia_smi_hardware()
     try:
         count = pynvml.nvmlDeviceGetCount()
         if not count:
@@ -73,7 +73,8 @@ def gpu_hardware() -> Hardware | None:
         pynvml.nvmlShutdown()
 
 
-def _nvidia_smi() -> Hardware | None:
+def nvidia_smi_hardware() -> Hardware | None:
+    """GPU facts from the `nvidia-smi` CLI, where NVML cannot be loaded."""
     if not shutil.which("nvidia-smi"):
         return None
     try:

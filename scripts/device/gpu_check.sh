@@ -31,7 +31,7 @@ python3 - "$OUT/provenance.json" <<'PY'
 import dataclasses, json, sys
 from bench import provenance
 nvml = provenance.gpu_hardware()
-smi = provenance._nvidia_smi()
+smi = provenance.nvidia_smi_hardware()
 full = provenance.detect_hardware()
 out = {k: dataclasses.asdict(v) if v else None for k, v in
        (("nvml", nvml), ("nvidia_smi", smi), ("detected", full))}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rundir.contract import PURPOSE_MEASURE
-from rundir.io import read_run
+from rundir.io import is_run_dir, read_run
 
 pytestmark = pytest.mark.engine_llama
 
@@ -96,7 +96,8 @@ def test_real_engine_killed_mid_cell(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            if (out / "cells.parquet").exists() and any(
+            # run.yaml is written last on every flush: it marks the directory whole
+            if is_run_dir(out) and any(
                     c["status"] == "valid" for c in read_run(out).cells.to_pylist()):
                 break
             time.sleep(0.2)

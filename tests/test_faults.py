@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rundir.io import read_run
+from rundir.io import is_run_dir, read_run
 from tests.conftest import REPO, run_cli
 from tests.refserver.harness import refserver_fixture  # noqa: F401
 
@@ -121,8 +121,8 @@ def test_server_killed_mid_run_keeps_measured_cells(refserver, tmp_path) -> None
     # wait until the first cell is stored, then kill the server mid second cell
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if (out / "cells.parquet").exists() and any(
-                c["status"] == "valid" for c in cells(out).values()):
+        # run.yaml is written last on every flush: it marks the directory whole
+        if is_run_dir(out) and any(c["status"] == "valid" for c in cells(out).values()):
             break
         time.sleep(0.2)
     time.sleep(1.0)

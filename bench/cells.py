@@ -19,12 +19,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.chunks import StreamParser
 from bench.engines import ServerInfo
 from bench.plan import Cell
 from bench.prompts import Prompt, PromptFactory, messages
 from bench.records import RequestRecord, Verdict, context_refused, judge_decode
 from bench.sampler import MetricsSampler
-from bench.stream import StreamClient
+from bench.stream import StreamClient, StreamResult
 from rundir.contract import (
     ERROR,
     METRIC_PREFIX_CACHE_HITS,
@@ -37,6 +38,7 @@ from rundir.contract import (
     VALID,
 )
 
+PARSE_SLICE = 128  # events parsed between yields to the loop (about 1 ms)
 CACHE_HIT_RATIO = 0.1  # a prefill sample with more cached tokens than this is rejected
 
 
@@ -96,11 +98,31 @@ class CellRunner:
         self, cell: Cell, prompt: Prompt, max_tokens: int, purpose: str, index: int,
         cancel: asyncio.Event | None = None, on_start=None,
     ) -> RequestRecord:
+        rid, result = await self._post(prompt, max_tokens, cancel, on_start)
+        return await self._record(cell, rid, purpose, index, result)
+
+    async def _post(self, prompt: Prompt, max_tokens: int, cancel: asyncio.Event | None,
+                    on_start) -> tuple[str, StreamResult]:
         rid = f"{self.prompts.run_tag}-{next(self._ids)}"
         result = await self.client.post_stream(
             "/v1/chat/completions", self.payload(prompt, max_tokens), rid, cancel, on_start
         )
-        return RequestRecord.from_stream(cell.key, rid, purpose, index, result, self.redact)
+        return rid, result
+
+    async def _record(self, cell: Cell, rid: str, purpose: str, index: int,
+                      result: StreamResult) -> RequestRecord:
+        """Parse a finished stream PARSE_SLICE events at a time, yielding to
+        the loop between slices: in one piece a 4,096-event stream blocked
+        every other stream's reads for 10-30 ms and made cells client-bound
+        (seen at 8 streams on an H200)."""
+        parser = StreamParser()
+        events = result.events
+        for i in range(0, len(events), PARSE_SLICE):
+            if not parser.feed(events[i:i + PARSE_SLICE]):
+                break
+            await asyncio.sleep(0)
+        return RequestRecord.from_stream(cell.key, rid, purpose, index, result, self.redact,
+                                         parser.result())
 
     # -- prefill --------------------------------------------------------
     async def prefill(self, cell: Cell) -> CellOutcome:
@@ -166,9 +188,12 @@ class CellRunner:
         records: list[RequestRecord] = []
         # 1. warm each stream's prefix cache.
         fills = await asyncio.gather(
-            *(self.send(cell, p, 1, PURPOSE_PREFIX_FILL, i) for i, p in enumerate(prompts))
+            *(self.send(cell, p, 1, PURPOSE_PREFIX_FILL, i, interrupted)
+              for i, p in enumerate(prompts))
         )
         records.extend(fills)
+        if interrupted.is_set():
+            return CellOutcome(records, PENDING, "interrupted")
         failed = [r for r in fills if r.error]
         if failed:
             refused = context_refused(failed[0].error, failed[0].status)
@@ -181,16 +206,26 @@ class CellRunner:
         live: list = [None] * c
         end_ns: int | None = None  # set when the window opens
 
+        parsing: list[asyncio.Task] = []
+
+        async def keep(result: StreamResult, rid: str, i: int) -> None:
+            rec = await self._record(cell, rid, PURPOSE_MEASURE, i, result)
+            records.append(rec)
+            if rec.error:
+                failure.set()
+
         async def stream_loop(i: int) -> None:
-            while not cancel.is_set():
+            while not cancel.is_set() and not failure.is_set():
                 if end_ns is not None and time.monotonic_ns() >= end_ns:
                     return  # a starved event loop sets `cancel` late: start nothing past the window
-                rec = await self.send(
-                    cell, prompts[i], s.max_output, PURPOSE_MEASURE, i, cancel,
+                rid, result = await self._post(
+                    prompts[i], s.max_output, cancel,
                     on_start=lambda proto, i=i: live.__setitem__(i, proto),
                 )
-                records.append(rec)
-                if rec.error:
+                # Restart first, parse meanwhile: a failure the transport saw is
+                # known now; one inside the events sets `failure` when parsed.
+                parsing.append(asyncio.create_task(keep(result, rid, i)))
+                if not result.cancelled and (result.error or not result.done):
                     failure.set()
                     return
 
@@ -208,9 +243,11 @@ class CellRunner:
             await self._sleep_until(end_ns, failure, interrupted)
         cancel.set()
         await asyncio.gather(*tasks)
+        await asyncio.gather(*parsing)
         if interrupted.is_set():
             return CellOutcome(records, PENDING, "interrupted", (start_ns, end_ns), warmup_s)
-        await self._drain()
+        if not await self._drain():
+            notes.append(f"the server was still busy {s.drain_timeout_s:.0f} s after the window")
         metrics_table = self.sampler.table() if self.sampler.enabled else None
         if failure.is_set() and time.monotonic_ns() < end_ns:
             end_ns = max(start_ns + 1, min(end_ns, time.monotonic_ns()))
@@ -263,17 +300,21 @@ class CellRunner:
                 return
             await asyncio.sleep(min(left, 0.05))
 
-    async def _drain(self) -> None:
-        """Wait until the server reports nothing running or waiting."""
+    async def _drain(self) -> bool:
+        """Wait until the server reports nothing running or waiting; False
+        if it is still busy at drain_timeout_s. A server that stopped
+        answering has nothing to drain."""
         if not self.sampler.enabled:
             await asyncio.sleep(0.2)
-            return
+            return True
         deadline = time.monotonic() + self.settings.drain_timeout_s
-        failures = 0
-        while time.monotonic() < deadline and failures < 3:
-            sums = await asyncio.to_thread(self.sampler.scrape)
-            if sums is None:
-                failures += 1  # a server that stopped answering has nothing to drain
-            elif not sums.get("running") and not sums.get("waiting"):
-                return
+        gone = 0
+        while time.monotonic() < deadline:
+            state = await asyncio.to_thread(self.sampler.drain_state)
+            if state == "idle":
+                return True
+            gone = gone + 1 if state == "gone" else 0
+            if gone >= 3:
+                return True
             await asyncio.sleep(0.2)
+        return False

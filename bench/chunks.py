@@ -31,81 +31,101 @@ class ParsedStream:
     error: str | None
 
 
+class StreamParser:
+    """Parses a stream's events a slice at a time, so a caller on the event
+    loop can yield between slices (a 4,096-event stream takes 10-30 ms)."""
+
+    def __init__(self) -> None:
+        self.stamps: list[int] = []
+        self.usage_cum: list[int | None] = []
+        self.has_text: list[bool] = []
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.finish: str | None = None
+        self.prompt: int | None = None
+        self.cached: int | None = None
+        self.final_usage: int | None = None
+        self.error: str | None = None
+
+    def feed(self, events: list[tuple[int, bytes]]) -> bool:
+        """Parse the next events; False once an error has ended the stream."""
+        if self.error is not None:
+            return False
+        for ns, payload in events:
+            try:
+                obj = json.loads(payload)
+            except ValueError:
+                self.error = f"malformed SSE event: {payload[:80].decode('utf-8', 'replace')!r}"
+                return False
+            if not isinstance(obj, dict):
+                self.error = "malformed SSE event: not a JSON object"
+                return False
+            if "error" in obj and not obj.get("choices"):
+                err = obj["error"]
+                msg = err.get("message") if isinstance(err, dict) else err
+                self.error = f"server error mid-stream: {msg}"
+                return False
+            usage = obj.get("usage") or None
+            text = False
+            for choice in obj.get("choices") or ():
+                delta = choice.get("delta") or {}
+                piece = delta.get("content")
+                if piece is None and "text" in choice:  # /v1/completions
+                    piece = choice.get("text")
+                think = delta.get("reasoning_content") or delta.get("reasoning")
+                if piece:
+                    self.content.append(piece)
+                    text = True
+                if think:
+                    self.reasoning.append(think)
+                    text = True
+                if choice.get("finish_reason"):
+                    self.finish = choice["finish_reason"]
+            cum = None
+            if usage:
+                cum = usage.get("completion_tokens")
+                self.final_usage = cum
+                if usage.get("prompt_tokens") is not None:
+                    self.prompt = usage["prompt_tokens"]
+                details = usage.get("prompt_tokens_details") or {}
+                if details.get("cached_tokens") is not None:
+                    self.cached = details["cached_tokens"]
+            self.stamps.append(ns)
+            self.usage_cum.append(cum)
+            self.has_text.append(text)
+        return True
+
+    def result(self) -> ParsedStream:
+        text_chunks = [u for u, t in zip(self.usage_cum, self.has_text, strict=True) if t]
+        continuous = bool(text_chunks) and all(u is not None for u in text_chunks)
+        cumulative: list[int] = []
+        running = 0
+        if continuous:
+            for u in self.usage_cum:
+                running = u if u is not None else running
+                cumulative.append(running)
+            counting = COUNT_USAGE_CONTINUOUS
+        else:
+            for t in self.has_text:
+                running += 1 if t else 0
+                cumulative.append(running)
+            counting = COUNT_CHUNKS
+        return ParsedStream(
+            chunk_ns=self.stamps,
+            chunk_tokens=cumulative,
+            counting=counting,
+            content="".join(self.content)[-TAIL_CHARS:],
+            reasoning="".join(self.reasoning)[-TAIL_CHARS:],
+            finish_reason=self.finish,
+            prompt_tokens=self.prompt,
+            cached_tokens=self.cached,
+            final_usage_tokens=self.final_usage,
+            error=self.error,
+        )
+
+
 def parse_events(events: list[tuple[int, bytes]]) -> ParsedStream:
     """Decode OpenAI chat/completions stream chunks into cumulative counts."""
-    stamps: list[int] = []
-    usage_cum: list[int | None] = []
-    has_text: list[bool] = []
-    content: list[str] = []
-    reasoning: list[str] = []
-    finish = prompt = cached = final_usage = None
-    error = None
-    for ns, payload in events:
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            error = f"malformed SSE event: {payload[:80].decode('utf-8', 'replace')!r}"
-            break
-        if not isinstance(obj, dict):
-            error = "malformed SSE event: not a JSON object"
-            break
-        if "error" in obj and not obj.get("choices"):
-            err = obj["error"]
-            msg = err.get("message") if isinstance(err, dict) else err
-            error = f"server error mid-stream: {msg}"
-            break
-        usage = obj.get("usage") or None
-        text = False
-        for choice in obj.get("choices") or ():
-            delta = choice.get("delta") or {}
-            piece = delta.get("content")
-            if piece is None and "text" in choice:  # /v1/completions
-                piece = choice.get("text")
-            think = delta.get("reasoning_content") or delta.get("reasoning")
-            if piece:
-                content.append(piece)
-                text = True
-            if think:
-                reasoning.append(think)
-                text = True
-            if choice.get("finish_reason"):
-                finish = choice["finish_reason"]
-        cum = None
-        if usage:
-            cum = usage.get("completion_tokens")
-            final_usage = cum
-            if usage.get("prompt_tokens") is not None:
-                prompt = usage["prompt_tokens"]
-            details = usage.get("prompt_tokens_details") or {}
-            if details.get("cached_tokens") is not None:
-                cached = details["cached_tokens"]
-        stamps.append(ns)
-        usage_cum.append(cum)
-        has_text.append(text)
-    text_chunks = [u for u, t in zip(usage_cum, has_text, strict=True) if t]
-    continuous = bool(text_chunks) and all(u is not None for u in text_chunks)
-    cumulative: list[int] = []
-    if continuous:
-        running = 0
-        for u in usage_cum:
-            running = u if u is not None else running
-            cumulative.append(running)
-        counting = COUNT_USAGE_CONTINUOUS
-    else:
-        running = 0
-        for t in has_text:
-            running += 1 if t else 0
-            cumulative.append(running)
-        counting = COUNT_CHUNKS
-    return ParsedStream(
-        chunk_ns=stamps,
-        chunk_tokens=cumulative,
-        counting=counting,
-        content="".join(content)[-TAIL_CHARS:],
-        reasoning="".join(reasoning)[-TAIL_CHARS:],
-        finish_reason=finish,
-        prompt_tokens=prompt,
-        cached_tokens=cached,
-        final_usage_tokens=final_usage,
-        error=error,
-    )
+    parser = StreamParser()
+    parser.feed(events)
+    return parser.result()

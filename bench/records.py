@@ -66,9 +66,11 @@ class RequestRecord:
     @classmethod
     def from_stream(
         cls, key: tuple[str, int, int], request_id: str, purpose: str, index: int,
-        result: StreamResult, redact,
+        result: StreamResult, redact, parsed: ParsedStream | None = None,
     ) -> RequestRecord:
-        parsed: ParsedStream = parse_events(result.events)
+        """`parsed`: result.events already parsed (by the caller, in slices)."""
+        if parsed is None:
+            parsed = parse_events(result.events)
         error = result.error or parsed.error
         if error and result.cancelled:
             error = None  # we closed it: not a failure

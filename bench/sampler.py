@@ -19,12 +19,13 @@ from rundir.contract import METRIC_RUNNING, METRIC_WAITING, SERVER_METRICS_SCHEM
 
 
 class MetricsSampler:
-    def __init__(self, info: ServerInfo, api_key: str | None, interval_s: float = 1.0) -> None:
+    def __init__(self, info: ServerInfo, api_key: str | None, interval_s: float = 1.0,
+                 timeout_s: float = 5.0) -> None:
         self.info = info
         self.interval_s = interval_s
         self._by_source = {src: name for name, src in info.gauges.items()}
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=info.base_url, headers=headers, timeout=5.0)
+        self._http = httpx.Client(base_url=info.base_url, headers=headers, timeout=timeout_s)
         self._rows: dict[str, list] = {k: [] for k in SERVER_METRICS_SCHEMA.names}
         self._latest: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -56,16 +57,33 @@ class MetricsSampler:
 
     def scrape(self) -> dict[str, float] | None:
         """One scrape; returns the canonical gauges summed over label sets."""
-        t0 = time.monotonic_ns()
         try:
-            resp = self._http.get("/metrics")
+            return self._scrape()
         except httpx.HTTPError:
             self.failures += 1
             return None
+
+    def drain_state(self) -> str:
+        """'idle', 'busy' or 'gone', for the drain between cells. A /metrics
+        that connects but does not answer in time is busy, not gone:
+        llama-server answers it from the loop that runs the requests, and
+        that loop was seen stalled for 33 s on an H200."""
+        try:
+            sums = self._scrape()
+        except (httpx.ReadTimeout, httpx.PoolTimeout):
+            return "busy"
+        except httpx.HTTPError:
+            self.failures += 1
+            return "gone"
+        return "busy" if sums.get("running") or sums.get("waiting") else "idle"
+
+    def _scrape(self) -> dict[str, float]:
+        t0 = time.monotonic_ns()
+        resp = self._http.get("/metrics")
         t1 = time.monotonic_ns()
         if resp.status_code != 200:
-            self.failures += 1
-            return None
+            raise httpx.HTTPStatusError(f"/metrics answered HTTP {resp.status_code}",
+                                        request=resp.request, response=resp)
         stamp = (t0 + t1) // 2
         samples = parse_metrics(resp.text, wanted=self._by_source)
         sums: dict[str, float] = {}

@@ -5,9 +5,11 @@ on or ending with one clear message. Secrets never leak."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,63 @@ def test_server_restarted_mid_run_goes_on(refserver, tmp_path) -> None:
     statuses = [c["status"] for c in cells(out).values()]
     assert "pending" not in statuses
     assert "valid" in statuses
+
+
+def interrupt(proc: subprocess.Popen) -> tuple[str, float]:
+    """Ctrl-C the collector; its stderr and the seconds it took to exit."""
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    return stderr, time.monotonic() - sent
+
+
+def waiting(srv) -> float:
+    """The server's vLLM waiting gauge."""
+    with urllib.request.urlopen(srv.base_url + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith("vllm:num_requests_waiting"))
+
+
+def test_interrupt_keeps_finished_cells_and_resumes(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=200)
+    out = tmp_path / "run"
+    proc = start_bench(srv, out, "--concurrency", "1,2", "--duration", "3")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if is_run_dir(out) and any(c["status"] == "valid" for c in cells(out).values()):
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)  # inside the second cell
+    stderr, took = interrupt(proc)
+    assert proc.returncode == 1 and "Traceback" not in stderr, stderr
+    assert took < 15, f"{took:.1f} s to stop after Ctrl-C"
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: interrupted") and f"--resume {out}" in last
+    got = cells(out)
+    assert got[("decode", 128, 1)]["status"] == "valid"
+    assert got[("decode", 128, 2)]["status"] == "pending"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(out), *FAST,
+                  "--concurrency", "1,2")
+    assert res.returncode == 0, res.stderr
+    again = cells(out)
+    assert again[("decode", 128, 1)] == got[("decode", 128, 1)]
+    assert again[("decode", 128, 2)]["status"] == "valid"
+
+
+def test_interrupt_during_prefix_warmup_stops_at_once(refserver, tmp_path) -> None:
+    """Ctrl-C while the cell's prefix warm-ups queue on a busy server: the
+    collector stops them and exits; it does not wait for them and then
+    start the cell's streams (seen on an H200 whose llama-server stalled)."""
+    srv = refserver(tokens_per_s=200, slots=1, prefill_tok_per_s=20)  # 6.4 s per warm-up
+    out = tmp_path / "run"
+    proc = start_bench(srv, out, "--concurrency", "4")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and waiting(srv) < 3:
+        time.sleep(0.2)  # the warm-ups have reached the server: one runs, three queue
+    stderr, took = interrupt(proc)
+    assert proc.returncode == 1 and "Traceback" not in stderr, stderr
+    assert took < 5, f"{took:.1f} s to stop after Ctrl-C"
+    assert cells(out)[("decode", 128, 4)]["status"] == "pending"
+    measured = [r for r in srv.truth(min_records=4) if (r["max_tokens"] or 0) > 1]
+    assert not measured, "a measurement stream started after Ctrl-C"

@@ -16,6 +16,9 @@ DEV="$REPO/.device"
 ARCH="${CUDA_ARCH:-90}"          # Hopper; 89 Ada, 100/120 Blackwell
 JOBS="${JOBS:-$(nproc)}"
 BUILD_LIMIT="${BUILD_LIMIT:-360}"  # seconds; the device lends 15 minutes in all
+CONTEXTS="${CONTEXTS:-1k,4k}" CONCURRENCY="${CONCURRENCY:-1,8,64}"
+DURATION="${DURATION:-8}" MAX_OUTPUT="${MAX_OUTPUT:-4096}"
+KV_TOKENS="${KV_TOKENS:-524288}"  # the server's -c, shared by its 64 slots
 PORT="${PORT:-18181}"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
@@ -71,7 +74,7 @@ if [ -n "${LLAMA_SERVER:-}" ]; then server_bin="$LLAMA_SERVER"; else build_serve
 
 # 3. Serve the tiny model on the GPU: 64 slots sharing one KV cache.
 "$server_bin" -m "$DEV/tiny.gguf" --host 127.0.0.1 --port "$PORT" \
-    -c 524288 -np 64 -kvu -ngl 99 -fa off -t 4 --metrics --alias tiny --no-webui \
+    -c "$KV_TOKENS" -np 64 -kvu -ngl 99 -fa off -t 4 --metrics --alias tiny --no-webui \
     > "$OUT/server.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null' EXIT
@@ -88,7 +91,8 @@ start=$SECONDS
 # Interrupted (like Ctrl-C) at BENCH_LIMIT, the collector keeps what it measured.
 timeout -s INT -k 30 "${BENCH_LIMIT:-200}" \
     python3 -c "from bench.cli import main; main()" run --base-url "http://127.0.0.1:$PORT" \
-    --contexts 1k,4k --concurrency 1,8,64 --duration 8 --warmup-stable 2 \
+    --contexts "$CONTEXTS" --concurrency "$CONCURRENCY" --duration "$DURATION" \
+    --max-output "$MAX_OUTPUT" --warmup-stable 2 \
     --out "$OUT/run" > "$OUT/bench.log" 2>&1
 rc=$?
 say "bench run exited $rc after $((SECONDS - start)) s"

@@ -215,11 +215,12 @@ def test_interrupt_during_prefix_warmup_stops_at_once(refserver, tmp_path) -> No
     out = tmp_path / "run"
     proc = start_bench(srv, out, "--concurrency", "4")
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and waiting(srv) < 3:
-        time.sleep(0.2)  # the warm-ups have reached the server: one runs, three queue
+    while waiting(srv) < 3:  # the warm-ups have reached the server: one runs, three queue
+        assert time.monotonic() < deadline, "the prefix warm-ups never queued"
+        time.sleep(0.2)
     stderr, took = interrupt(proc)
     assert proc.returncode == 1 and "Traceback" not in stderr, stderr
-    assert took < 5, f"{took:.1f} s to stop after Ctrl-C"
+    assert took < 10, f"{took:.1f} s to stop after Ctrl-C"  # unstopped: ~20 s more
     assert cells(out)[("decode", 128, 4)]["status"] == "pending"
     measured = [r for r in srv.truth(min_records=4) if (r["max_tokens"] or 0) > 1]
     assert not measured, "a measurement stream started after Ctrl-C"

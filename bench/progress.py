@@ -6,6 +6,9 @@ Only presentation lives here; numbers shown live come from the same
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import numpy as np
 from rich.console import Console
 from rich.live import Live
@@ -22,15 +25,59 @@ LABELS = {
 }
 
 
-def estimate_s(cells: list[Cell], settings) -> float:
-    """Rough time: warm-up + window + drain per decode cell, seconds per prefill."""
+PREFILL_TOK_S_GUESS = 20_000  # until a prefill cell is measured: a mid-size model on one GPU
+
+
+def estimate_s(cells: list[Cell], settings, prefill_tok_s: float = PREFILL_TOK_S_GUESS) -> float:
+    """Rough time: per decode cell its C prefix warm-ups (C × context prompt
+    tokens, queued), readiness, window and drain; per prefill cell its
+    samples. Prompt processing dominates large cells, so its speed is the
+    figure that matters."""
     total = 0.0
     for c in cells:
         if c.phase == DECODE:
-            total += settings.duration_s + settings.stable_s + 4 + c.context / 20000
+            warm = c.concurrency * c.context / prefill_tok_s
+            total += warm + settings.duration_s + settings.stable_s + 4
         else:
-            total += settings.prefill_repeats * (1 + c.context / 5000)
+            total += settings.prefill_repeats * (0.2 + c.context / prefill_tok_s)
     return total
+
+
+class Eta:
+    """The remaining time, with the prompt-processing speed learnt from the
+    prefill cells as they finish (they run first): the one figure the rough
+    estimate cannot know, and the one that made a 24-minute sweep read
+    "about 15"."""
+
+    def __init__(self, settings, clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.prompt_tokens = 0.0
+        self.prefill_s = 0.0
+        self._began: float | None = None
+
+    @property
+    def prefill_tok_s(self) -> float:
+        if self.prefill_s <= 0 or self.prompt_tokens <= 0:
+            return PREFILL_TOK_S_GUESS
+        return self.prompt_tokens / self.prefill_s
+
+    def begin(self) -> None:
+        self._began = self.clock()
+
+    def end(self, cell: Cell) -> None:
+        """A finished cell; a prefill cell teaches the prompt speed, overheads
+        and retried samples included (so the estimate errs long)."""
+        if self._began is None:
+            return
+        took = self.clock() - self._began
+        self._began = None
+        if cell.phase == PREFILL:
+            self.prompt_tokens += self.settings.prefill_repeats * cell.context
+            self.prefill_s += took
+
+    def remaining_s(self, cells: list[Cell]) -> float:
+        return estimate_s(cells, self.settings, self.prefill_tok_s)
 
 
 class Progress:
@@ -41,10 +88,10 @@ class Progress:
         self.results: dict[tuple[str, int, int], str] = {}
         self.current: Cell | None = None
         self.remaining: list[Cell] = []
-        self.settings = None
+        self.eta: Eta | None = None
 
     def show_plan(self, info, plan: Plan, todo: list[Cell], settings, kv_budget, kv_source, run_dir) -> None:
-        self.settings = settings
+        self.eta = Eta(settings)
         self.remaining = list(todo)
         p = self.console.print
         p(f"[bold]{info.engine}[/] {info.version or ''} at {info.base_url} serving "
@@ -61,7 +108,8 @@ class Progress:
                 p(f"  skip {c.phase} {context_label(c.context)} × {c.concurrency}: "
                   f"{LABELS.get(c.status, c.status)}{' — ' + c.reason if c.reason else ''}")
         eta = estimate_s(todo, settings)
-        p(f"Will run {len(todo)} cells, about {eta / 60:.0f} min; writing {run_dir}")
+        p(f"Will run {len(todo)} cells, about {eta / 60:.0f} min (refined as cells finish); "
+          f"writing {run_dir}")
 
     def start(self, plan: Plan, store) -> None:
         self.plan = plan
@@ -73,6 +121,8 @@ class Progress:
 
     def begin(self, cell: Cell) -> None:
         self.current = cell
+        if self.eta is not None:
+            self.eta.begin()
         self.results[cell.key] = "running"
         self._refresh()
 
@@ -86,6 +136,8 @@ class Progress:
             )
             text = f"{m.total_tok_s:,.1f}" + ("*" if outcome.status != "valid" else "")
         self.results[cell.key] = text
+        if self.eta is not None and outcome.status != PENDING:  # interrupted: not a full cell
+            self.eta.end(cell)
         if cell in self.remaining:
             self.remaining.remove(cell)
         if (outcome.reason and outcome.status != "valid") or self.live is None:
@@ -110,7 +162,7 @@ class Progress:
 
     def _table(self) -> Table:
         plan = self.plan
-        eta = estimate_s(self.remaining, self.settings) if self.settings else 0
+        eta = self.eta.remaining_s(self.remaining) if self.eta else 0
         table = Table(title=f"decode total tok/s (ETA {eta / 60:.1f} min)")
         table.add_column("context")
         for c in plan.concurrency if plan else []:

@@ -90,7 +90,20 @@ def nvidia_smi_hardware() -> Hardware | None:
     return Hardware(
         type="Discrete GPU", gpu_name=name.removeprefix("NVIDIA ").strip(), gpu_count=len(out),
         vram_gb_per_gpu=vram_gb(name, float(mem_mib) * (1 << 20)), driver=driver,
+        cuda=_nvidia_smi_cuda(),
     )
+
+
+def _nvidia_smi_cuda() -> str | None:
+    """The CUDA version the driver supports, from the banner of a plain
+    `nvidia-smi` (its CSV queries do not offer it)."""
+    try:
+        banner = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=10,
+                                check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"CUDA Version:\s*([0-9][0-9.]*)", banner)
+    return found.group(1) if found else None
 
 
 def cpu_name() -> str:

@@ -1,9 +1,10 @@
 """GPU provenance: what the hardware block says about the cards.
 
 No GPU is attached to CI machines, so NVML is replaced by a stand-in module
-and `nvidia-smi` by a script printing the real tool's CSV query format. The
-H200's 143,771 MiB was read on this workplace's H200 machines (the device
-notes); the other MiB figures are typical of those cards, not readings.
+and `nvidia-smi` by a script printing the real tool's CSV query format and
+banner. The H200's 143,771 MiB and its banner were read on this workplace's
+H200 machines; the other MiB figures are typical of those cards, not
+readings.
 """
 
 from __future__ import annotations
@@ -41,10 +42,21 @@ def test_table_does_not_catch_longer_names() -> None:
     assert vram_gb("NVIDIA RTX PRO 6000D Blackwell Workstation Edition", 86016 * MIB) == 84
 
 
+# The banner's first lines as `nvidia-smi` printed them on this workplace's H200.
+BANNER = [
+    "Sun Nov 29 22:37:58 2026",
+    "+" + "-" * 89 + "+",
+    "| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0"
+    "     |",
+]
+
+
 def _fake_nvidia_smi(tmp_path: Path, monkeypatch, lines: list[str]) -> None:
+    """`nvidia-smi` prints the banner; with a query, the CSV lines."""
     script = tmp_path / "bin" / "nvidia-smi"
     script.parent.mkdir()
-    script.write_text("#!/bin/sh\ncat <<'EOF'\n" + "\n".join(lines) + "\nEOF\n")
+    script.write_text("#!/bin/sh\nif [ $# -eq 0 ]; then cat <<'EOF'\n" + "\n".join(BANNER)
+                      + "\nEOF\nelse cat <<'EOF'\n" + "\n".join(lines) + "\nEOF\nfi\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML: the CLI is the fallback
@@ -53,8 +65,8 @@ def _fake_nvidia_smi(tmp_path: Path, monkeypatch, lines: list[str]) -> None:
 def test_nvidia_smi_fallback(tmp_path, monkeypatch) -> None:
     _fake_nvidia_smi(tmp_path, monkeypatch, ["NVIDIA H200, 143771, 580.159.03"] * 8)
     hw = provenance.detect_hardware()
-    assert (hw.type, hw.gpu_name, hw.gpu_count, hw.vram_gb_per_gpu, hw.driver) == (
-        "Discrete GPU", "H200", 8, 141, "580.159.03")
+    assert (hw.type, hw.gpu_name, hw.gpu_count, hw.vram_gb_per_gpu, hw.driver, hw.cuda) == (
+        "Discrete GPU", "H200", 8, 141, "580.159.03", "13.0")
     assert hw.cpu and hw.os
 
 

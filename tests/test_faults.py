@@ -37,6 +37,16 @@ def cells(run_dir: Path) -> dict[tuple[str, int, int], dict]:
             for c in read_run(run_dir).cells.to_pylist()}
 
 
+def wait_for_a_valid_cell(run_dir: Path, timeout: float = 60) -> None:
+    """Until a running collector has stored its first Valid cell. run.yaml is
+    written last on every flush: before it, the directory is not yet a run."""
+    deadline = time.monotonic() + timeout
+    while not (is_run_dir(run_dir) and any(c["status"] == "valid"
+                                           for c in cells(run_dir).values())):
+        assert time.monotonic() < deadline, f"no Valid cell in {run_dir} after {timeout:g} s"
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("fault, expect", [
     ({"status_every": {"n": 3, "code": 429}}, "HTTP 429"),
     ({"status_every": {"n": 3, "code": 500}}, "HTTP 500"),
@@ -120,13 +130,7 @@ def test_server_killed_mid_run_keeps_measured_cells(refserver, tmp_path) -> None
     srv = refserver(tokens_per_s=200)
     out = tmp_path / "run"
     proc = start_bench(srv, out, "--concurrency", "1,2,4", "--duration", "3")
-    # wait until the first cell is stored, then kill the server mid second cell
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        # run.yaml is written last on every flush: it marks the directory whole
-        if is_run_dir(out) and any(c["status"] == "valid" for c in cells(out).values()):
-            break
-        time.sleep(0.2)
+    wait_for_a_valid_cell(out)  # then kill the server mid second cell
     time.sleep(1.0)
     srv.kill()
     _, stderr = proc.communicate(timeout=120)
@@ -185,11 +189,7 @@ def test_interrupt_keeps_finished_cells_and_resumes(refserver, tmp_path) -> None
     srv = refserver(tokens_per_s=200)
     out = tmp_path / "run"
     proc = start_bench(srv, out, "--concurrency", "1,2", "--duration", "3")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if is_run_dir(out) and any(c["status"] == "valid" for c in cells(out).values()):
-            break
-        time.sleep(0.2)
+    wait_for_a_valid_cell(out)
     time.sleep(1.0)  # inside the second cell
     stderr, took = interrupt(proc)
     assert proc.returncode == 1 and "Traceback" not in stderr, stderr

@@ -52,6 +52,7 @@ from benchmarks._synthetic import make_large_run, run_identity  # noqa: E402
 from rundir import contract as c  # noqa: E402
 from rundir.io import RunData, read_run  # noqa: E402
 from site_builder.aggregate import aggregate_run  # noqa: E402
+from site_builder.sitewriter import default_cache_dir  # noqa: E402
 from tests.synthetic_runs import make_measured_run  # noqa: E402
 
 FULL_RUNS, QUICK_RUNS = 100, 10
@@ -319,6 +320,7 @@ def run(root: Path, n: int, rounds: int) -> dict[str, Any]:
     fixed_noop = build(tiny / "data", tiny / "site")
     site = root / "site"
     shutil.rmtree(site, ignore_errors=True)
+    shutil.rmtree(default_cache_dir(site), ignore_errors=True)  # the cache lives beside it
     if (root / "data" / extra.name).exists():
         shutil.move(root / "data" / extra.name, extra)
     cold = build(root / "data", site)

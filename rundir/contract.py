@@ -9,12 +9,17 @@ the format is a change to this file (and `docs/data-format.md`).
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
+
+from rundir import checks
 
 SCHEMA_VERSION = 1
 
@@ -22,6 +27,10 @@ RUN_YAML = "run.yaml"
 REQUESTS_FILE = "requests.parquet"
 CELLS_FILE = "cells.parquet"
 SERVER_METRICS_FILE = "server_metrics.parquet"
+# Raw rows of attempts a cell no longer reports (a re-measured Error cell, an
+# attempt cut short): kept as evidence, same schema as requests.parquet, and
+# never read by the builder.
+SUPERSEDED_REQUESTS_FILE = "superseded_requests.parquet"
 
 # Phases of a cell.
 PREFILL = "prefill"
@@ -168,17 +177,107 @@ class RunInfo:
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ContractError(
-                f"{where}: field schema_version: unknown schema version {version!r} "
+                f"{where}: field schema_version: unknown schema version {_show(version)} "
                 f"(this tool reads version {SCHEMA_VERSION})"
             )
         run = _build(cls, data, where, "")
         if run.source not in (SOURCE_MEASURED, SOURCE_IMPORTED):
             raise ContractError(
-                f"{where}: field source: expected 'measured' or 'imported', got {run.source!r}"
+                f"{where}: field source: expected 'measured' or 'imported', got {_show(run.source)}"
             )
         if not run.run_id:
             raise ContractError(f"{where}: field run_id: must not be empty")
+        if run.measured_at is not None and not _is_iso_datetime(run.measured_at):
+            raise ContractError(
+                f"{where}: field measured_at: expected an ISO 8601 date-time with a time zone "
+                f"(e.g. 2025-11-29T07:06:40Z), got {_show(run.measured_at)}"
+            )
         return run
+
+
+def _is_iso_datetime(text: str) -> bool:
+    """True for what datetime.fromisoformat reads with a time zone (hence with a time):
+    a bare date or a local time would be published as if it were UTC."""
+    try:
+        return datetime.fromisoformat(text).tzinfo is not None
+    except ValueError:
+        return False
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+# Lower bounds of numeric run.yaml fields (list items share their list's bound):
+# (minimum, inclusive). A negative GPU count or a zero-length window is never data.
+_MINIMUM: dict[str, tuple[float, bool]] = {
+    "hardware.gpu_count": (0, True),
+    "hardware.vram_gb_per_gpu": (0, True),
+    "model.max_model_len": (1, True),
+    "parameters.contexts": (1, True),
+    "parameters.concurrency": (1, True),
+    "parameters.prefill_contexts": (1, True),
+    "parameters.duration_s": (0, False),
+    "parameters.max_output_tokens": (1, True),
+    "parameters.prefill_repeats": (0, True),
+    "kv_budget.tokens": (0, True),
+}
+_INDEX = re.compile(r"\[\d+\]")
+
+
+_TOKENISH = re.compile(r"(?=[A-Za-z0-9_\-+/=.]*\d)(?=[A-Za-z0-9_\-+/=.]*[A-Za-z])"
+                       r"[A-Za-z0-9_\-+/=.]{16,}|\b(?:sk|hf|ghp|gho|xox[bp])[-_][A-Za-z0-9]")
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def show_value(value: Any) -> str:
+    """A value as a one-line error message may show it. Short scalars as they
+    are (`'eight'`, `nan`); containers, long text and anything shaped like a
+    key or token (16+ characters of letters and digits, or sk-/hf_ prefixes) only
+    by kind and size, so a
+    secret typed into the wrong field never reaches the terminal."""
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() > 200:
+            return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+        return repr(value)
+    if isinstance(value, str):
+        if len(value) > 40 or _TOKENISH.search(value) or not value.isprintable():
+            return f"a string of {len(value)} characters"
+        return repr(value)
+    if isinstance(value, dict):
+        return f"a mapping of {_count(len(value), 'entry', 'entries')}"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {_count(len(value), 'item', 'items')}"
+    return f"a {type(value).__name__}"
+
+
+_show = show_value
+
+
+def _check_number(value: int | float, where: str, path: str) -> None:
+    bound = _MINIMUM.get(_INDEX.sub("", path))
+    if bound is None:
+        return
+    low, inclusive = bound
+    if value < low or (value == low and not inclusive):
+        op = ">=" if inclusive else ">"
+        raise ContractError(f"{where}: field {path}: expected a number {op} {low:g}, "
+                            f"got {_show(value)}")
+
+
+def check_section(cls: Any, value: Any, where: str, path: str) -> Any:
+    """Validate one section (a run card's `hardware:`) exactly as run.yaml's reader
+    would, so a card cannot carry what the run directory would refuse."""
+    return _convert(cls, value, where, path)
+
+
+def _field_name(key: Any) -> str:
+    """A key as a message shows it: plain when printable, else its short repr."""
+    plain = isinstance(key, str) and key.isprintable() and 0 < len(key) <= 40
+    return key if plain and not _TOKENISH.search(key) else _show(key)
 
 
 def _type_name(tp: Any) -> str:
@@ -196,11 +295,11 @@ def _convert(tp: Any, value: Any, where: str, path: str) -> Any:
     if origin is list:
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise ContractError(f"{where}: field {path}: expected a list, got {value!r}")
+            raise ContractError(f"{where}: field {path}: expected a list, got {_show(value)}")
         return [_convert(item, v, where, f"{path}[{i}]") for i, v in enumerate(value)]
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ContractError(f"{where}: field {path}: expected a mapping, got {value!r}")
+            raise ContractError(f"{where}: field {path}: expected a mapping, got {_show(value)}")
         return _build(tp, value, where, path + ".")
     ok = (
         (tp is float and isinstance(value, (int, float)) and not isinstance(value, bool))
@@ -210,17 +309,36 @@ def _convert(tp: Any, value: Any, where: str, path: str) -> Any:
     )
     if not ok:
         raise ContractError(
-            f"{where}: field {path}: expected {_type_name(tp)}, got {value!r}"
+            f"{where}: field {path}: expected {_type_name(tp)}, got {_show(value)}"
         )
-    return float(value) if tp is float else value
+    if tp is float:
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ContractError(
+                f"{where}: field {path}: expected a finite number, got {_show(value)}"
+            )
+        _check_number(number, where, path)
+        return number
+    if tp is int:
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ContractError(
+                f"{where}: field {path}: expected an integer that fits in 64 bits, "
+                f"got {_show(value)}"
+            )
+        _check_number(value, where, path)
+        return int(value)
+    return value
 
 
 def _build(cls: Any, data: dict, where: str, prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - known, key=str)  # keys may be numbers: `1: x`
     if unknown:
-        raise ContractError(f"{where}: field {prefix}{unknown[0]}: unknown field")
+        raise ContractError(f"{where}: field {prefix}{_field_name(unknown[0])}: unknown field")
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
@@ -342,26 +460,18 @@ def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
 
 
 def _check_values(name: str, table: pa.Table, where: str) -> None:
-    phases = set(table.column("phase").unique().to_pylist())
-    bad = phases - set(PHASES)
-    if bad:
-        raise ContractError(f"{where}: column phase: unknown value {sorted(bad)[0]!r}")
+    """Value rules beyond the schema: known enums, sane keys, and for raw
+    requests chunk lists that a metric can trust (see docs/data-format.md)."""
+    problem = checks.known(table, "phase", PHASES) or checks.cell_keys(table)
     if name == CELLS_FILE:
-        bad = set(table.column("status").unique().to_pylist()) - set(STATUSES)
-        if bad:
-            raise ContractError(f"{where}: column status: unknown value {sorted(bad)[0]!r}")
+        problem = problem or checks.known(table, "status", STATUSES) or checks.cells(
+            table, [f.name for f in CELLS_SCHEMA
+                    if f.name == "warmup_s" or f.name.startswith("pub_")])
     if name == REQUESTS_FILE:
-        bad = set(table.column("purpose").unique().to_pylist()) - set(PURPOSES)
-        if bad:
-            raise ContractError(f"{where}: column purpose: unknown value {sorted(bad)[0]!r}")
-        import pyarrow.compute as pc
-
-        ns_len = pc.list_value_length(table.column("chunk_ns"))
-        tok_len = pc.list_value_length(table.column("chunk_tokens"))
-        if not pc.all(pc.equal(ns_len, tok_len)).as_py() if len(table) else False:
-            raise ContractError(
-                f"{where}: column chunk_tokens: length differs from chunk_ns in some row"
-            )
+        problem = (problem or checks.known(table, "purpose", PURPOSES)
+                   or checks.requests(table))
+    if problem:
+        raise ContractError(f"{where}: {problem}")
 
 
 def empty_table(name: str) -> pa.Table:

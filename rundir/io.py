@@ -55,8 +55,12 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def write_run_info(run_dir: Path, info: RunInfo) -> None:
-    text = yaml.safe_dump(info.to_dict(), sort_keys=False, allow_unicode=True, width=100)
-    atomic_write_text(Path(run_dir) / RUN_YAML, text)
+    """Validate info by the contract's own reader, then write run.yaml atomically:
+    a value the reader would refuse (NaN, a 70-bit integer, a bad date) never lands."""
+    path = Path(run_dir) / RUN_YAML
+    clean = RunInfo.from_dict(info.to_dict(), where=str(path))
+    text = yaml.safe_dump(clean.to_dict(), sort_keys=False, allow_unicode=True, width=100)
+    atomic_write_text(path, text)
 
 
 def write_table(run_dir: Path, name: str, table: pa.Table) -> None:
@@ -65,17 +69,58 @@ def write_table(run_dir: Path, name: str, table: pa.Table) -> None:
     atomic_write(Path(run_dir) / name, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (the
+    plain loader silently keeps the last one: a typo'd copy would win)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class says so
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(path: Path, label: str | None = None) -> object:
+    """Parse a YAML file for the contract; every failure is one ContractError line
+    naming the file (`label` replaces the path in messages) and, for bad YAML, the line."""
+    where = label or str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ContractError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ContractError(f"{where}: line {line}: not UTF-8 text (byte "
+                            f"0x{raw[exc.start]:02x})") from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}:" if mark else ""
+        problem = " ".join(str(getattr(exc, "problem", "") or "").split())
+        detail = f" ({problem})" if problem else ""
+        raise ContractError(f"{where}:{line} not valid YAML{detail}") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer of 5,000 digits
+        first = " ".join(str(exc).split())[:120]
+        raise ContractError(f"{where}: not valid YAML ({first})") from None
+
+
 def read_run_info(run_dir: Path) -> RunInfo:
+    """Read and validate run.yaml; ContractError names the file and the field."""
     path = Path(run_dir) / RUN_YAML
     if not path.is_file():
         raise ContractError(f"{path}: missing (not a run directory)")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        raise ContractError(f"{path}:{line} not valid YAML") from None
-    return RunInfo.from_dict(data, where=str(path))
+    return RunInfo.from_dict(load_yaml(path), where=str(path))
 
 
 def read_table(run_dir: Path, name: str, required: bool = True) -> pa.Table:

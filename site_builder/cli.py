@@ -1,10 +1,12 @@
 """`build-site`: build the static site from run directories, or preview it.
 
-    build-site --data data --out site [--skip-invalid]
+    build-site --data data --out site [--skip-invalid] [--cache DIR]
     build-site serve [--port 8000] [--dir site]
 
 Exit status: 0 when every run was published (or bad ones were skipped with
---skip-invalid), 1 when a run was invalid or there was nothing to publish.
+--skip-invalid), 1 when a run was invalid (failed to load or to render),
+there was nothing to publish, or the folders cannot be used (--out inside
+--data, a symlink in --out leading elsewhere, an unwritable --out).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import click
 
 from site_builder import load, publish
 from site_builder import serve as serve_mod
+from site_builder.sitewriter import SiteError
 
 
 def _err(message: str) -> None:
@@ -33,20 +36,27 @@ def _err(message: str) -> None:
 @click.option("--methodology", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               default=None,
               help="Markdown for the methodology page [default: docs/methodology.md].")
+@click.option("--cache", "cache_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="The build cache (never published; must be outside --out) "
+                   "[default: .OUT-build-cache beside --out].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display and no summary.")
 @click.version_option(publish.version(), prog_name="build-site")
 @click.pass_context
 def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
-         methodology: Path | None, quiet: bool) -> None:
+         methodology: Path | None, cache_dir: Path | None, quiet: bool) -> None:
     """Build the Speed test matrix site from the run directories under --data."""
     if ctx.invoked_subcommand is not None:
         return
     try:
         report = publish.build_site(data_dir, out_dir, methodology=methodology,
-                                    progress=not quiet and sys.stderr.isatty())
-    except load.LoadError as exc:
-        _err(str(exc))
+                                    progress=not quiet and sys.stderr.isatty(),
+                                    cache_dir=cache_dir)
+    except (load.LoadError, SiteError) as exc:
+        _err(" ".join(str(exc).split()))
         ctx.exit(1)
+    for line in report.warnings:
+        click.echo(f"warning: {line}", err=True)
     for line in report.errors:
         if skip_invalid:
             click.echo(f"warning: skipped {line}", err=True)

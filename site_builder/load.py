@@ -38,6 +38,7 @@ class RunSource:
 
     path: Path  # as reachable from the current directory (kept relative for messages)
     digest: str  # sha256 over the run's contract files: the cache key
+    problem: str | None = None  # set when the run must not even be read (one line)
 
     def files(self) -> list[Path]:
         """The contract files present in the run directory."""
@@ -102,6 +103,26 @@ def file_signature(run_dir: Path, salt: str = "") -> list[Any]:
     return sig
 
 
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def escaping_file(run_dir: Path, root: Path) -> str | None:
+    """A one-line problem when one of the run's contract files is a symlink whose
+    target lies outside the data folder (a shared data folder must not make the
+    builder read, and publish as raw download, a file from elsewhere)."""
+    for name in RUN_FILES:
+        path = Path(run_dir) / name
+        if not path.is_symlink():
+            continue
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return f"{path}: a symlink that leads nowhere"
+        if root not in real.parents:
+            return f"{path}: a symlink leading outside the data folder (to {real}); refused"
+    return None
+
+
 def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
              known: dict[str, Any] | None = None) -> list[RunSource]:
     """Find and fingerprint the runs under data_dir; LoadError if there are none.
@@ -121,30 +142,41 @@ def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
         raise LoadError(
             f"{data_dir}: no run directories found (a run directory holds a {contract.RUN_YAML})"
         )
-    if known is None:
-        return [RunSource(d, content_digest(d, salt)) for d in dirs]
+    root = data_dir.resolve()
     fresh: dict[str, Any] = {}
     out = []
     for d in dirs:
+        problem = escaping_file(d, root)
+        if problem is not None:
+            out.append(RunSource(d, "", problem))
+            continue
+        if known is None:
+            out.append(RunSource(d, content_digest(d, salt)))
+            continue
         sig = file_signature(d, salt)
         hit = known.get(str(d))
         digest = hit[1] if isinstance(hit, list) and len(hit) == 2 and hit[0] == sig else None
-        if not isinstance(digest, str):
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):  # names cache files
             digest = content_digest(d, salt)
         fresh[str(d)] = [sig, digest]
         out.append(RunSource(d, digest))
-    known.clear()
-    known.update(fresh)
+    if known is not None:
+        known.clear()
+        known.update(fresh)
     return out
 
 
 def load_run(source: RunSource) -> RunData:
     """Read and validate the whole run; ContractError names the file and field."""
+    if source.problem:
+        raise ContractError(source.problem)
     return read_run(source.path)
 
 
 def load_info(source: RunSource) -> RunInfo:
     """Read and validate only run.yaml (cheap), for runs whose aggregates are cached."""
+    if source.problem:
+        raise ContractError(source.problem)
     return read_run_info(source.path)
 
 

@@ -9,7 +9,8 @@ folder works from file://, GitHub Pages, S3 or nginx as it is.
 
 Big builds spread the per-run work (aggregate, render) over worker processes
 (`workers`). A rebuild stays fast at hundreds of real-size runs: file digests are reused
-while a run's files keep their size, times and inode (.cache/digests.json),
+while a run's files keep their size, times and inode (digests.json in the
+build cache, which lives outside the published folder: `sitewriter`),
 cached runs load only their cells (their drill-down details are read only
 when their pages are rendered), model pages are keyed like run pages, and
 raw files are copied by the kernel (shutil.copyfile), not through Python.
@@ -18,12 +19,9 @@ raw files are copied by the kernel (shutil.copyfile), not through Python.
 from __future__ import annotations
 
 import csv
-import filecmp
 import hashlib
 import io
 import json
-import os
-import shutil
 import threading
 from concurrent.futures import Future
 from contextlib import nullcontext
@@ -35,16 +33,21 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rundir.contract import RUN_YAML
+from rundir.contract import RUN_YAML, ContractError
 from site_builder import charts as ch
 from site_builder import load, workers
 from site_builder.aggregate import AggregateCache, aggregate_run, code_salt
 from site_builder.pages import ModelGroup, Pages
 from site_builder.render import Renderer, json_script, templates_dir
+from site_builder.sitewriter import SiteError, SiteWriter, default_cache_dir
 from site_builder.views import RunView
 
-CACHE_DIR = ".cache"
 STATIC = "static"
+AGGREGATES = "aggregates"  # in the build cache
+DIGESTS = "digests.json"  # in the build cache
+# What a build writes at the top of --out: a --data folder there would be overwritten.
+BUILDER_NAMES = ("runs", "models", STATIC, "data", "index.html", "compare.html",
+                 "downloads.html", "methodology.html", "index.json", "index.csv", ".cache")
 
 
 def version() -> str:
@@ -65,98 +68,12 @@ class BuildReport:
     out: Path
     published: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # one line each, nothing skipped
     aggregated: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
     written: int = 0
     unchanged: int = 0
     removed: int = 0
-
-
-class SiteWriter:
-    """Atomic, change-only writes into the output folder, with stale-file cleanup."""
-
-    def __init__(self, out: Path) -> None:
-        self.out = Path(out)
-        self.manifest_path = self.out / CACHE_DIR / "manifest.json"
-        try:
-            self.old: dict[str, str] = json.loads(self.manifest_path.read_text("utf-8"))
-        except (OSError, ValueError):
-            self.old = {}
-        self.new: dict[str, str] = {}
-        self.written = self.unchanged = self.removed = 0
-
-    def _atomic(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-
-    def is_current(self, rel: str, key: str) -> bool:
-        """True (and recorded) when rel was written from the same key and is still there."""
-        if self.old.get(rel) == key and (self.out / rel).is_file():
-            self.new[rel] = key
-            self.unchanged += 1
-            return True
-        return False
-
-    def write(self, rel: str, data: str | bytes, key: str | None = None) -> None:
-        raw = data.encode("utf-8") if isinstance(data, str) else data
-        path = self.out / rel
-        self.new[rel] = key or _sha(raw)
-        try:
-            same = path.stat().st_size == len(raw) and path.read_bytes() == raw
-        except OSError:
-            same = False
-        if same:
-            self.unchanged += 1
-            return
-        self._atomic(path, raw)
-        self.written += 1
-
-    def copy(self, rel: str, src: Path, key: str) -> None:
-        """Copy src to rel (in the kernel, not through Python) unless it is current."""
-        if self.is_current(rel, key):
-            return
-        path = self.out / rel
-        self.new[rel] = key
-        try:
-            same = (path.stat().st_size == Path(src).stat().st_size
-                    and filecmp.cmp(src, path, shallow=False))
-        except OSError:
-            same = False
-        if same:
-            self.unchanged += 1
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        self.written += 1
-
-    def keep(self, rel: str) -> None:
-        """Keep a file written outside the manifest's keys (e.g. the Vega bundle)."""
-        self.new[rel] = self.old.get(rel, "kept")
-
-    def finish(self) -> None:
-        """Delete files the previous build wrote and this one did not; save the manifest."""
-        for rel in sorted(set(self.old) - set(self.new)):
-            path = self.out / rel
-            if path.is_file():
-                path.unlink()
-                self.removed += 1
-                parent = path.parent
-                while parent != self.out and parent.is_dir() and not any(parent.iterdir()):
-                    parent.rmdir()
-                    parent = parent.parent
-        self._atomic(self.manifest_path, json.dumps(self.new, indent=0, sort_keys=True).encode())
 
 
 def _progress(enabled: bool) -> Progress:
@@ -236,6 +153,8 @@ def _load_all(sources: list[load.RunSource], cache: AggregateCache, report: Buil
     done: list[tuple[str, Any, Any] | Future] = []
     for src in sources:
         try:
+            if src.problem:  # never read (nor hand to a worker) a run refused at discovery
+                raise ContractError(src.problem)
             agg = cache.get(src.digest, details=False)  # details: read if pages are rendered
             if agg is not None:
                 done.append(("reused", load.load_info(src), agg))
@@ -277,7 +196,11 @@ def _views(loaded: list[tuple[load.RunSource, Any, Any]], report: BuildReport) -
     slugs = load.unique_slugs([info.run_id for _, info, _ in kept])
     views = []
     for (src, info, agg), slug in zip(kept, slugs, strict=True):
-        raw = [(p.name, p.stat().st_size) for p in src.files()]
+        try:
+            raw = [(p.name, p.stat().st_size) for p in src.files()]
+        except OSError as exc:  # a file removed since discovery
+            report.errors.append(f"{src.path}: cannot read ({exc.strerror or exc})")
+            continue
         views.append(RunView(info, agg, slug, source_dir=str(src.path), raw_files=raw))
     return views
 
@@ -331,6 +254,60 @@ def _write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str, src_dir:
         writer.copy(f"{base}/raw/{name}", src_dir / name, _sha(f"{run.agg.digest}|{name}".encode()))
 
 
+def check_folders(data: Path, out: Path, cache_dir: Path) -> None:
+    """Refuse folder layouts where a build would publish or delete what it must not:
+    --out at or inside --data (the site would be read back as data, or data
+    overwritten), --data where the builder writes inside --out, the cache inside
+    --out (it would be published). SiteError, one line."""
+    data_real, out_real, cache_real = (Path(p).resolve() for p in (data, out, cache_dir))
+    if out_real == data_real:
+        raise SiteError(f"--out {out} is the --data folder: choose an output folder "
+                        "outside the run directories")
+    if data_real in out_real.parents:
+        raise SiteError(f"--out {out} is inside --data {data}: the site would be searched "
+                        "for runs and could overwrite them; choose an --out outside --data")
+    if out_real in data_real.parents:
+        top = data_real.relative_to(out_real).parts[0]
+        if top in BUILDER_NAMES:
+            raise SiteError(f"--data {data} is inside --out {out} under {top}/, which a build "
+                            "rewrites and cleans; keep the run directories elsewhere")
+    if cache_real == out_real or out_real in cache_real.parents:
+        raise SiteError(f"--cache {cache_dir} is inside --out {out}: the cache holds local "
+                        "paths and must not be published")
+
+
+def _render_runs(views: list[RunView], writer: SiteWriter, pages: Pages, fp: str,
+                 cache: AggregateCache, pool: workers.Pool | None, assets: dict[str, str],
+                 report: BuildReport, bar: Progress) -> list[RunView]:
+    """Write every run's pages; a run that fails to render is reported in one line,
+    its files removed, and left out. Returns the runs that were written."""
+    task = bar.add_task("Rendering runs", total=len(views))
+    futures = [pool.submit(workers.render_one, str(writer.out), str(cache.folder.parent),
+                           assets, version(), fp, run)
+               if pool is not None and not pool.broken else None for run in views]
+    done = []
+    for run, future in zip(views, futures, strict=True):
+        try:
+            got = pool.result(future) if pool is not None and future is not None else None
+            if got is None:  # in-process (small build, or no worker could start)
+                _write_run(writer, pages, run, fp, Path(run.source_dir), cache)
+            else:
+                writer.new.update(got[0])
+                writer.written += got[1]
+                writer.unchanged += got[2]
+        except SiteError:
+            raise  # the output folder itself: no other run can be written either
+        except Exception as exc:  # one run's pages must never stop the others
+            what = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            report.errors.append(f"{run.source_dir}: could not render its pages ({what})")
+            writer.forget(f"runs/{run.slug}/")
+        else:
+            done.append(run)
+            report.published.append(run.run_id)
+        bar.advance(task)
+    return done
+
+
 def build_site(
     data_dir: Path,
     out_dir: Path,
@@ -338,27 +315,37 @@ def build_site(
     progress: bool = False,
     methodology: Path | None = None,
     jobs: int | None = None,
+    cache_dir: Path | None = None,
 ) -> BuildReport:
     """Build (or update) the site in out_dir from the runs under data_dir.
 
-    Bad runs are reported in BuildReport.errors (one line each) and left out;
-    the good ones are published regardless. Raises load.LoadError when the
-    data folder is missing or holds no run directory at all. `jobs` caps the
-    worker processes (default: workers.default_jobs(); used only for builds
-    with enough raw data to aggregate).
+    Bad runs (failing to load or to render) are reported in BuildReport.errors
+    (one line each) and left out; the good ones are published regardless.
+    Raises load.LoadError when the data folder is missing or holds no run
+    directory at all, SiteError when the folders overlap dangerously or the
+    output cannot be written. `jobs` caps the worker processes (default:
+    workers.default_jobs(); used only for builds with enough raw data to
+    aggregate). The cache (default: sitewriter.default_cache_dir) is never
+    inside out_dir.
     """
     out = Path(out_dir)
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(out)
     report = BuildReport(out)
-    digests_path = out / CACHE_DIR / "digests.json"
+    if Path(data_dir).is_dir():
+        check_folders(Path(data_dir), out, cache_dir)
+    digests_path = cache_dir / DIGESTS
     try:
         known = json.loads(digests_path.read_text("utf-8"))
         known = known if isinstance(known, dict) else {}
     except (OSError, ValueError):
         known = {}
     sources = load.discover(Path(data_dir), salt=code_salt(), exclude=out, known=known)
-    out.mkdir(parents=True, exist_ok=True)
-    cache = AggregateCache(out / CACHE_DIR / "aggregates")
-    writer = SiteWriter(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SiteError(f"--out {out}: cannot create ({exc.strerror or exc})") from None
+    cache = AggregateCache(cache_dir / AGGREGATES)
+    writer = SiteWriter(out, cache_dir, protect=(Path(data_dir),))
     bundle = None
     if not (out / STATIC / ch.bundle_name()).is_file():
         # vl-convert takes seconds to build the Vega bundle and releases the GIL:
@@ -382,19 +369,14 @@ def build_site(
         text = methodology_text(methodology)
         fp = _fingerprint(renderer, assets, text)
         pages = Pages(renderer, svg, assets, version())
-        task = bar.add_task("Rendering runs", total=len(views))
-        futures = [pool.submit(workers.render_one, str(out), assets, version(), fp, run)
-                   if pool is not None and not pool.broken else None for run in views]
-        for run, future in zip(views, futures, strict=True):
-            got = pool.result(future) if pool is not None and future is not None else None
-            if got is None:  # in-process (small build, or no worker could start)
-                _write_run(writer, pages, run, fp, Path(run.source_dir), cache)
-            else:
-                writer.new.update(got[0])
-                writer.written += got[1]
-                writer.unchanged += got[2]
-            report.published.append(run.run_id)
-            bar.advance(task)
+        done = _render_runs(views, writer, pages, fp, cache, pool, assets, report, bar)
+        if len(done) < len(views):  # keep every slug (pages already link to them)
+            models = [ModelGroup(m.name, m.slug, [r for r in m.runs if r in done])
+                      for m in models]
+            models = [m for m in models if m.runs]
+            views = done
+        if not views:
+            return report
         task = bar.add_task("Site pages", total=len(models) + 6)
         for m in models:
             rel = f"models/{m.slug}.html"
@@ -414,6 +396,11 @@ def build_site(
         writer.write("data/index.js", f"window.SPEED_MATRIX_INDEX = {json_script(index)};\n")
         bar.advance(task, 6)
     writer.finish()
+    if writer.ignored:
+        shown = ", ".join(repr(r) for r in writer.ignored[:3])
+        more = f" and {len(writer.ignored) - 3} more" if len(writer.ignored) > 3 else ""
+        report.warnings.append(f"{writer.manifest_path}: ignored {len(writer.ignored)} "
+                               f"path(s) outside --out or inside --data: {shown}{more}")
     cache.prune({s.digest for s in sources})
     writer._atomic(digests_path, json.dumps(known, sort_keys=True).encode())
     report.written, report.unchanged, report.removed = (

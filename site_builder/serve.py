@@ -1,7 +1,9 @@
 """A local preview server for a built site, bound to 127.0.0.1 only.
 
 A plain static file server, like the hosts the site is meant for: what
-works here works on GitHub Pages, S3 or nginx.
+works here works on GitHub Pages, S3 or nginx. Hidden paths (a name
+starting with a dot, such as an older build's `.cache/`) and symlinks
+leading outside the folder answer 404: they are never part of the site.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import functools
 import http.server
 import threading
+import urllib.parse
 from pathlib import Path
 
 EXTRA_TYPES = {
@@ -23,6 +26,21 @@ EXTRA_TYPES = {
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, **EXTRA_TYPES}
+
+    def send_head(self):  # noqa: ANN201 - the stdlib's signature
+        """404 for hidden names and for anything whose real location is outside
+        the served folder; otherwise the stdlib's static file answer."""
+        url_path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        root = Path(self.directory).resolve()
+        try:
+            real = Path(self.translate_path(self.path)).resolve()
+        except (OSError, RuntimeError):  # a symlink loop
+            real = None
+        hidden = any(part.startswith(".") for part in url_path.split("/") if part)
+        if hidden or real is None or (real != root and root not in real.parents):
+            self.send_error(404, "File not found")
+            return None
+        return super().send_head()
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
         if getattr(self.server, "quiet", False):

@@ -108,20 +108,21 @@ def aggregate_one(path: str, digest: str, cache_folder: str) -> tuple[str, Any, 
 _STATE: dict[str, Any] = {}
 
 
-def render_one(out: str, assets: dict[str, str], version: str, fp: str,
+def render_one(out: str, cache_dir: str, assets: dict[str, str], version: str, fp: str,
                run: Any) -> tuple[dict[str, str], int, int]:
     """Write one run's pages and files; return (manifest entries, written, unchanged)."""
     from site_builder import charts as ch
     from site_builder.aggregate import AggregateCache
     from site_builder.pages import Pages
-    from site_builder.publish import CACHE_DIR, SiteWriter, _write_run
+    from site_builder.publish import AGGREGATES, _write_run
     from site_builder.render import Renderer
+    from site_builder.sitewriter import SiteWriter
 
-    key = (out, tuple(sorted(assets.items())), version)
+    key = (out, cache_dir, tuple(sorted(assets.items())), version)
     if _STATE.get("key") != key:  # once per worker and build
         _STATE.update(key=key, pages=Pages(Renderer(), ch.SvgRenderer(), assets, version),
-                      writer=SiteWriter(Path(out)),
-                      cache=AggregateCache(Path(out) / CACHE_DIR / "aggregates"))
+                      writer=SiteWriter(Path(out), Path(cache_dir)),
+                      cache=AggregateCache(Path(cache_dir) / AGGREGATES))
     writer = _STATE["writer"]
     writer.new, writer.written, writer.unchanged = {}, 0, 0
     _write_run(writer, _STATE["pages"], run, fp, Path(run.source_dir), _STATE["cache"])

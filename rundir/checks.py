@@ -1,0 +1,141 @@
+"""Value checks of the contract's Parquet tables, beyond their schema.
+
+A table can have every column of the right type and still hold numbers no
+metric should trust: a cumulative token count that goes down, chunk times
+out of order, a cell listed twice, a NaN where a published figure goes. Each
+function returns the first problem as text naming the column and the row
+(`column chunk_tokens: decreases in request 'r7'`), or None; the contract
+module adds the file name and raises. Big list columns are checked
+vectorised over their flattened values and offsets (tens of millions of
+chunks per second), so validation does not slow reading down.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+KEY = ("phase", "context", "concurrency")
+
+
+def _first(mask: pa.ChunkedArray | pa.Array) -> int | None:
+    """Index of the first true value of a boolean array (nulls count as false)."""
+    if isinstance(mask, pa.ChunkedArray):
+        mask = mask.combine_chunks()
+    hits = pc.indices_nonzero(pc.fill_null(mask, False))
+    return int(hits[0].as_py()) if len(hits) else None
+
+
+def row_name(table: pa.Table, row: int) -> str:
+    """How a message names a row: its request id, else its cell key."""
+    if "request_id" in table.column_names:
+        return f"request {table.column('request_id')[row].as_py()!r}"
+    key = ", ".join(str(table.column(k)[row].as_py()) for k in KEY)
+    return f"cell ({key})"
+
+
+def known(table: pa.Table, column: str, allowed: tuple[str, ...]) -> str | None:
+    """A value of an enumerated column that the contract does not list."""
+    bad = set(table.column(column).unique().to_pylist()) - set(allowed)
+    return f"column {column}: unknown value {sorted(bad)[0]!r}" if bad else None
+
+
+def at_least(table: pa.Table, column: str, low: int) -> str | None:
+    """A value below low in a numeric column (empty values are not judged here)."""
+    col = table.column(column)
+    if not len(col) or col.null_count == len(col) or pc.min(col).as_py() >= low:
+        return None
+    row = _first(pc.less(col, low))
+    assert row is not None
+    return (f"column {column}: expected >= {low}, got {col[row].as_py()} "
+            f"in {row_name(table, row)}")
+
+
+def cell_keys(table: pa.Table) -> str | None:
+    """Contexts and concurrency levels are positive (a cell key of 0 or -4 is no cell)."""
+    return at_least(table, "context", 1) or at_least(table, "concurrency", 1)
+
+
+def cells(table: pa.Table, figures: list[str]) -> str | None:
+    """Each cell once; finite, non-negative figures; a window that does not end
+    before it starts."""
+    keys = list(zip(*(table.column(k).to_pylist() for k in KEY), strict=True))
+    if len(set(keys)) != len(keys):
+        seen: set[tuple] = set()
+        for row, key in enumerate(keys):
+            if key in seen:
+                return (f"columns phase, context, concurrency: {row_name(table, row)} "
+                        "appears more than once")
+            seen.add(key)
+    for name in figures:
+        col = table.column(name)
+        if pa.types.is_floating(col.type):
+            row = _first(pc.invert(pc.is_finite(col)))
+            if row is not None:
+                return (f"column {name}: expected a finite number, got {col[row].as_py()} "
+                        f"in {row_name(table, row)}")
+        problem = at_least(table, name, 0)
+        if problem:
+            return problem
+    row = _first(pc.less(table.column("window_end_ns"), table.column("window_start_ns")))
+    if row is not None:
+        return f"column window_end_ns: before window_start_ns in {row_name(table, row)}"
+    return None
+
+
+def requests(table: pa.Table) -> str | None:
+    """Unique request ids, no negative counts, paired chunk lists, cumulative
+    token counts that never go down and chunk times that never go back."""
+    ids = table.column("request_id")
+    if pc.count_distinct(ids).as_py() != len(ids):
+        counts = pc.value_counts(ids)
+        dup = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))[0]
+        return (f"column request_id: {dup.as_py()!r} appears more than once "
+                "(request ids are unique in a run)")
+    for column in ("stream_index", "prompt_tokens", "cached_tokens"):
+        problem = at_least(table, column, 0)
+        if problem:
+            return problem
+    ns_len = pc.list_value_length(table.column("chunk_ns"))
+    tok_len = pc.list_value_length(table.column("chunk_tokens"))
+    if len(table) and not pc.all(pc.equal(ns_len, tok_len)).as_py():
+        return "column chunk_tokens: length differs from chunk_ns in some row"
+    for column, negative_ok, going_down in (("chunk_tokens", False, "decreases"),
+                                            ("chunk_ns", True, "goes back in time")):
+        found = list_order(table.column(column), negative_ok)
+        if found is not None:
+            row, what = found
+            what = going_down if what == "order" else what
+            return f"column {column}: {what} in {row_name(table, row)}"
+    return None
+
+
+def list_order(col: pa.ChunkedArray, negative_ok: bool) -> tuple[int, str] | None:
+    """(row, problem) of the first list holding an empty value, a negative value
+    (unless negative_ok) or a value below the one before it ("order"); None
+    when every list is non-decreasing. One numpy pass over the flattened
+    values: the comparison across two lists' boundary is masked out."""
+    row0 = 0
+    for chunk in col.chunks:
+        offsets = chunk.offsets.to_numpy()
+        values = chunk.values.slice(offsets[0], offsets[-1] - offsets[0])
+        off = offsets - offsets[0]
+
+        def row_of(i: int) -> int:
+            return row0 + int(np.searchsorted(off, i, side="right")) - 1  # noqa: B023
+
+        if values.null_count:
+            return row_of(_first(values.is_null()) or 0), "has empty values"
+        v = values.to_numpy()
+        if not negative_ok and v.size and v.min() < 0:
+            return row_of(int(np.argmax(v < 0))), "negative count"
+        if v.size > 1:
+            down = v[1:] < v[:-1]
+            starts = off[1:-1]
+            starts = starts[(starts > 0) & (starts < v.size)]
+            down[starts - 1] = False  # a list's first value against the previous list's last
+            if down.any():
+                return row_of(int(np.argmax(down)) + 1), "order"
+        row0 += len(chunk)
+    return None

@@ -1,0 +1,488 @@
+"""`build-site` under faults (issue 9): bad runs are skipped in one line while
+the good ones publish; the build never touches files outside --out; the cache
+is not published; overlapping folders are refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from rundir import contract as c
+from site_builder import load
+from site_builder.aggregate import code_salt
+from site_builder.cli import main
+from site_builder.pages import Pages
+from site_builder.serve import serve_in_thread
+from site_builder.sitewriter import default_cache_dir
+from tests.synthetic_runs import make_imported_run, make_measured_run
+
+
+def _run(data: Path, run_id: str, seed: int = 0) -> Path:
+    return make_measured_run(data / run_id, run_id=run_id, contexts=[1024], concurrency=[1, 2],
+                             duration_s=0.5, seed=seed)
+
+
+def _build(data: Path, out: Path, *extra: str):
+    return CliRunner().invoke(main, ["--data", str(data), "--out", str(out), "--quiet", *extra])
+
+
+def _lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.strip()]
+
+
+def _tree_digest(root: Path) -> dict[str, str]:
+    """Every file under root (symlinks not followed) with a hash of its bytes."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            p = Path(dirpath) / name
+            if not p.is_symlink():
+                out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+# --------------------------------------------------------------------------
+# A bad run is skipped in one line; the good one publishes
+# --------------------------------------------------------------------------
+
+
+def _yaml(path: str, value: object) -> Callable[[Path], None]:
+    def apply(run_dir: Path) -> None:
+        data = yaml.safe_load((run_dir / c.RUN_YAML).read_text())
+        *parents, last = path.split(".")
+        node = data
+        for p in parents:
+            node = node[p]
+        node[last] = value
+        (run_dir / c.RUN_YAML).write_text(yaml.safe_dump(data))
+    return apply
+
+
+def _raw_yaml(transform: Callable[[bytes], bytes]) -> Callable[[Path], None]:
+    def apply(run_dir: Path) -> None:
+        path = run_dir / c.RUN_YAML
+        path.write_bytes(transform(path.read_bytes()))
+    return apply
+
+
+def _rows(name: str, change: Callable[[list[dict]], None]) -> Callable[[Path], None]:
+    """Rewrite a Parquet file of the run with pyarrow directly (not the contract's writer)."""
+    def apply(run_dir: Path) -> None:
+        table = pq.read_table(run_dir / name)
+        rows = table.to_pylist()
+        change(rows)
+        pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), run_dir / name)
+    return apply
+
+
+def _decrease_tokens(rows: list[dict]) -> None:
+    """The issue's crafted file: a count drops by 490 inside one request."""
+    row = next(r for r in rows if r["purpose"] == "measure" and len(r["chunk_tokens"]) > 3)
+    counts = [t + 500 for t in row["chunk_tokens"]]
+    counts[2] = counts[1] - 490
+    row["chunk_tokens"] = counts
+
+
+def _ns_back(rows: list[dict]) -> None:
+    row = next(r for r in rows if len(r["chunk_ns"]) > 3)
+    row["chunk_ns"][2] = row["chunk_ns"][0] - 1
+
+
+def _dup_request(rows: list[dict]) -> None:
+    rows[1]["request_id"] = rows[0]["request_id"]
+
+
+def _dup_cell(rows: list[dict]) -> None:
+    rows.append(dict(rows[-1]))
+
+
+def _warmup_nan(rows: list[dict]) -> None:
+    next(r for r in rows if r["phase"] == "decode")["warmup_s"] = float("nan")
+
+
+def _set_first(column: str, value: float) -> Callable[[list[dict]], None]:
+    def change(rows: list[dict]) -> None:
+        rows[0][column] = value
+    return change
+
+
+def _escaping_symlink(run_dir: Path) -> None:
+    """requests.parquet replaced by a link to a (valid) file outside the data folder."""
+    outside = run_dir.parents[1] / "elsewhere.parquet"
+    (run_dir / c.REQUESTS_FILE).rename(outside)
+    (run_dir / c.REQUESTS_FILE).symlink_to(outside)
+
+
+BAD_RUNS = [
+    # (id, imported?, mutation, file, what the line says after the file)
+    ("yaml-duration-nan", False, _yaml("parameters.duration_s", float("nan")), c.RUN_YAML,
+     "field parameters.duration_s: expected a finite number, got nan"),
+    ("yaml-vram-inf", False, _yaml("hardware.vram_gb_per_gpu", float("inf")), c.RUN_YAML,
+     "field hardware.vram_gb_per_gpu: expected a finite number, got inf"),
+    ("yaml-gpu-count-overflow", False, _yaml("hardware.gpu_count", 2**64), c.RUN_YAML,
+     "field hardware.gpu_count: expected an integer that fits in 64 bits"),
+    ("yaml-measured-at-not-iso", False, _yaml("measured_at", "Nov 29, 2025"), c.RUN_YAML,
+     "field measured_at: expected an ISO 8601 date-time"),
+    ("yaml-not-utf8", False, _raw_yaml(lambda b: b.replace(b"tester", b"t\xe9ster")),
+     c.RUN_YAML, "not UTF-8 text"),
+    ("yaml-duplicate-key", False, _raw_yaml(lambda b: b + b"run_id: other\n"), c.RUN_YAML,
+     "key 'run_id' appears twice"),
+    ("requests-tokens-decrease", False, _rows(c.REQUESTS_FILE, _decrease_tokens),
+     c.REQUESTS_FILE, "column chunk_tokens: decreases in request"),
+    ("requests-ns-back-in-time", False, _rows(c.REQUESTS_FILE, _ns_back), c.REQUESTS_FILE,
+     "column chunk_ns: goes back in time in request"),
+    ("requests-duplicate-id", False, _rows(c.REQUESTS_FILE, _dup_request), c.REQUESTS_FILE,
+     "column request_id:"),
+    ("cells-duplicate-row", False, _rows(c.CELLS_FILE, _dup_cell), c.CELLS_FILE,
+     "columns phase, context, concurrency: cell"),
+    ("cells-warmup-nan", False, _rows(c.CELLS_FILE, _warmup_nan), c.CELLS_FILE,
+     "column warmup_s: expected a finite number, got nan"),
+    ("imported-pub-nan", True, _rows(c.CELLS_FILE, _set_first("pub_total_tok_s", float("nan"))),
+     c.CELLS_FILE, "column pub_total_tok_s: expected a finite number, got nan"),
+    ("imported-pub-negative", True,
+     _rows(c.CELLS_FILE, _set_first("pub_total_tok_s", -18786.9)), c.CELLS_FILE,
+     "column pub_total_tok_s: expected >= 0, got -18786.9"),
+    ("symlink-out-of-data", False, _escaping_symlink, c.REQUESTS_FILE,
+     "a symlink leading outside the data folder"),
+]
+
+
+def _imported(data: Path, run_id: str) -> Path:
+    return make_imported_run(data / run_id, run_id=run_id, cells=[
+        {"phase": "decode", "context": 1024, "concurrency": 1, "status": "valid",
+         "total_tok_s": 100.0, "ttft_ms": 50.0},
+    ])
+
+
+@pytest.mark.parametrize("imported,mutate,file,says", [b[1:] for b in BAD_RUNS],
+                         ids=[b[0] for b in BAD_RUNS])
+def test_bad_run_is_one_line_and_the_good_one_publishes(tmp_path: Path, imported: bool,
+                                                        mutate, file: str, says: str) -> None:
+    data, out = tmp_path / "data", tmp_path / "site"
+    _run(data, "good")
+    bad = _imported(data, "zz-bad") if imported else _run(data, "zz-bad", seed=1)
+    mutate(bad)
+    res = _build(data, out, "--skip-invalid")
+    assert res.exit_code == 0, res.output
+    assert _lines(res.stderr) == [f"warning: skipped {bad / file}: {_rest(res.stderr, bad, file)}"]
+    assert says in res.stderr and "Traceback" not in res.output
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert "runs/good/index.html" in index and "zz-bad" not in index
+    assert not (out / "runs" / "zz-bad").exists()
+    res = _build(data, out)  # without --skip-invalid: the same line as an error, exit 1
+    assert res.exit_code == 1
+    assert len(_lines(res.stderr)) == 1 and _lines(res.stderr)[0].startswith(f"error: {bad / file}")
+
+
+def _rest(stderr: str, bad: Path, file: str) -> str:
+    return stderr.strip().split(f"{bad / file}: ", 1)[1]
+
+
+def test_issue_repro_nan_in_one_run_yaml_subprocess(cli, tmp_path: Path) -> None:
+    """The issue: one NaN in any run.yaml crashed the whole build, even with --skip-invalid."""
+    _run(tmp_path / "data", "good")
+    bad = _run(tmp_path / "data", "nan-run", seed=1)
+    text = (bad / c.RUN_YAML).read_text().replace("duration_s: 0.5", "duration_s: .nan")
+    (bad / c.RUN_YAML).write_text(text)
+    res = cli("build-site", "--data", "data", "--out", "site", "--skip-invalid", cwd=tmp_path)
+    assert res.returncode == 0 and "Traceback" not in res.stderr
+    assert "warning: skipped data/nan-run/run.yaml: field parameters.duration_s" in res.stderr
+    assert (tmp_path / "site" / "runs" / "good" / "index.html").is_file()
+
+
+# --------------------------------------------------------------------------
+# A run that fails to render is skipped like one that fails to load
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["run_page", "cell_pages"])
+def test_render_failure_skips_that_run_only(tmp_path: Path, monkeypatch, where: str) -> None:
+    data, out = tmp_path / "data", tmp_path / "site"
+    _run(data, "good")
+    _run(data, "boom", seed=1)
+    assert _build(data, out).exit_code == 0  # first published fine
+    assert (out / "runs" / "boom" / "index.html").is_file()
+    original = getattr(Pages, where)
+
+    def failing(self, run, *a, **kw):  # noqa: ANN001, ANN202
+        if run.run_id == "boom":
+            raise RuntimeError("template exploded")
+        return original(self, run, *a, **kw)
+
+    monkeypatch.setattr(Pages, where, failing)
+    monkeypatch.setenv("SPEED_MATRIX_JOBS", "1")
+    _run(data, "boom", seed=2)  # new content: its pages must be rendered again
+    res = _build(data, out, "--skip-invalid")
+    assert res.exit_code == 0, res.output
+    assert _lines(res.stderr) == [f"warning: skipped {data / 'boom'}: could not render its "
+                                  "pages (RuntimeError: template exploded)"]
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert "runs/good/index.html" in index and "runs/boom/" not in index
+    assert not (out / "runs" / "boom").exists()  # no half-published run, old pages gone
+    res = _build(data, out)
+    assert res.exit_code == 1 and len(_lines(res.stderr)) == 1
+    assert _lines(res.stderr)[0].startswith(f"error: {data / 'boom'}: could not render")
+    assert "Traceback" not in res.output
+
+
+# --------------------------------------------------------------------------
+# Folders: refused clearly when they overlap dangerously
+# --------------------------------------------------------------------------
+
+
+def _folders(tmp: Path, case: str) -> tuple[list[str], str]:
+    data = tmp / "data"
+    if case == "out-is-data":
+        return ["--data", str(data), "--out", str(data)], "is the --data folder"
+    if case == "out-is-data-spelled-differently":
+        return ["--data", str(data), "--out", f"{data}/./"], "is the --data folder"
+    if case == "out-inside-data":
+        return ["--data", str(data), "--out", str(data / "site")], "is inside --data"
+    if case == "out-symlink-into-data":
+        (tmp / "link").symlink_to(data)
+        return ["--data", str(data), "--out", str(tmp / "link" / "site")], "is inside --data"
+    if case in ("data-inside-out-runs", "data-inside-out-static", "data-inside-out-data"):
+        sub = case.rsplit("-", 1)[1]
+        inner = tmp / "site" / sub / "src"
+        _run(inner, "inner")
+        return ["--data", str(inner), "--out", str(tmp / "site")], f"under {sub}/"
+    if case == "cache-inside-out":
+        return ["--data", str(data), "--out", str(tmp / "site"), "--cache",
+                str(tmp / "site" / "cache")], "--cache"
+    if case == "cache-is-out":
+        return ["--data", str(data), "--out", str(tmp / "site"), "--cache",
+                str(tmp / "site")], "must not be published"
+    raise AssertionError(case)
+
+
+FOLDER_CASES = ["out-is-data", "out-is-data-spelled-differently", "out-inside-data",
+                "out-symlink-into-data", "data-inside-out-runs", "data-inside-out-static",
+                "data-inside-out-data", "cache-inside-out", "cache-is-out"]
+
+
+@pytest.mark.parametrize("case", FOLDER_CASES)
+def test_overlapping_folders_refused(tmp_path: Path, case: str) -> None:
+    _run(tmp_path / "data", "r0")
+    args, says = _folders(tmp_path, case)
+    before = _tree_digest(tmp_path)
+    res = CliRunner().invoke(main, [*args, "--quiet"])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    lines = _lines(res.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: --") and says in lines[0], lines
+    assert _tree_digest(tmp_path) == before  # nothing written, nothing deleted
+
+
+def test_data_elsewhere_inside_out_builds_and_is_never_deleted(tmp_path: Path) -> None:
+    """--data inside --out where the builder writes nothing is allowed; a manifest
+    naming its files does not delete them."""
+    out = tmp_path / "site"
+    data = out / "sources"
+    _run(data, "r0")
+    assert _build(data, out).exit_code == 0
+    manifest = default_cache_dir(out) / "manifest.json"
+    entries = json.loads(manifest.read_text())
+    entries["sources/r0/run.yaml"] = "x"
+    entries["sources/r0/cells.parquet"] = "y"
+    manifest.write_text(json.dumps(entries))
+    res = _build(data, out)
+    assert res.exit_code == 0
+    assert (data / "r0" / c.RUN_YAML).is_file() and (data / "r0" / c.CELLS_FILE).is_file()
+    assert "ignored 2 path(s)" in res.stderr
+
+
+# --------------------------------------------------------------------------
+# The cache: never published, never able to reach outside --out
+# --------------------------------------------------------------------------
+
+
+def _built(tmp: Path) -> tuple[Path, Path, Path]:
+    data, out = tmp / "data", tmp / "site"
+    _run(data, "r0")
+    _run(data, "r1", seed=1)
+    res = _build(data, out)
+    assert res.exit_code == 0, res.output
+    return data, out, default_cache_dir(out)
+
+
+def test_cache_outside_the_published_tree_and_no_local_paths(tmp_path: Path) -> None:
+    data, out, cache = _built(tmp_path)
+    assert cache.parent == out.parent and cache.name == ".site-build-cache"
+    assert (cache / "manifest.json").is_file() and (cache / "digests.json").is_file()
+    assert not any(p.name.startswith(".") for p in out.rglob("*"))
+    local = [str(tmp_path), str(tmp_path.resolve()), str(data.resolve())]
+    for path in out.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes().decode("utf-8", "replace")
+            assert not any(s in text for s in local), path
+    assert str(data) in (cache / "digests.json").read_text()  # the cache keeps them
+
+
+def _victim(tmp: Path) -> Path:
+    victim = tmp / "victim.txt"
+    victim.write_text("precious")
+    return victim
+
+
+MANIFEST_ATTACKS = [
+    # (id, manifest names; `V` is replaced by the victim's absolute path)
+    ("parent-relative", ["../victim.txt"]),
+    ("absolute", ["V"]),
+    ("climbs-from-inside", ["runs/../../victim.txt"]),
+    ("dot-then-parent", ["./../victim.txt"]),
+    ("through-symlinked-folder", ["link/victim.txt"]),
+    ("symlinked-file", ["runs/r0/leak.txt"]),
+    ("backslashes", ["..\\victim.txt"]),
+    ("many-at-once", ["../victim.txt", "V", "link/victim.txt", "../../etc/passwd"]),
+]
+
+
+@pytest.mark.parametrize("names", [m[1] for m in MANIFEST_ATTACKS],
+                         ids=[m[0] for m in MANIFEST_ATTACKS])
+def test_crafted_manifest_cannot_delete_outside_out(tmp_path: Path, names: list[str]) -> None:
+    data, out, cache = _built(tmp_path)
+    victim = _victim(tmp_path)
+    (out / "link").symlink_to(tmp_path, target_is_directory=True)
+    (out / "runs" / "r0" / "leak.txt").symlink_to(victim)
+    manifest = cache / "manifest.json"
+    entries = json.loads(manifest.read_text())
+    for name in names:
+        entries[str(victim) if name == "V" else name] = "crafted"
+    manifest.write_text(json.dumps(entries))
+    res = _build(data, out)
+    assert res.exit_code == 0, res.output
+    assert victim.read_text() == "precious"
+    lines = _lines(res.stderr)
+    assert len(lines) == 1 and lines[0].startswith(f"warning: {manifest}: ignored ")
+    assert "outside --out" in lines[0]
+    assert json.loads(manifest.read_text()).keys().isdisjoint(names)  # forgotten afterwards
+    assert _build(data, out).stderr == ""  # so the next build is quiet
+
+
+@pytest.mark.parametrize("content", [
+    "[\"../victim.txt\"]", "{\"../victim.txt\": 5, \"index.html\": 7}", "\"text\"", "{not json",
+    "{\"\": \"x\", \"\\u0000\": \"y\"}",
+], ids=["a-list", "non-string-keys-values", "a-string", "not-json", "empty-and-nul-names"])
+def test_malformed_manifest_is_never_trusted(tmp_path: Path, content: str) -> None:
+    data, out, cache = _built(tmp_path)
+    victim = _victim(tmp_path)
+    (cache / "manifest.json").write_text(content)
+    res = _build(data, out)
+    assert res.exit_code == 0 and "Traceback" not in res.output
+    assert victim.read_text() == "precious" and (out / "index.html").is_file()
+    assert len(_lines(res.stderr)) <= 1
+
+
+def test_legacy_cache_inside_out_is_confined_adopted_and_removed(tmp_path: Path) -> None:
+    """A site folder built before the cache moved (and shared with a crafted
+    `.cache/manifest.json`): nothing outside is deleted and the old cache goes."""
+    data, out = tmp_path / "data", tmp_path / "site"
+    _run(data, "r0")
+    victim = _victim(tmp_path)
+    legacy = out / ".cache"
+    (legacy / "aggregates").mkdir(parents=True)
+    (legacy / "aggregates" / "x.json").write_text("{}")
+    (legacy / "digests.json").write_text(json.dumps({str(data / "r0"): ["sig", "0" * 64]}))
+    (out / "runs" / "gone").mkdir(parents=True)
+    (out / "runs" / "gone" / "index.html").write_text("stale")
+    (legacy / "manifest.json").write_text(json.dumps(
+        {"../victim.txt": "a", str(victim): "b", "runs/gone/index.html": "c"}))
+    res = _build(data, out)
+    assert res.exit_code == 0, res.output
+    assert victim.read_text() == "precious"
+    assert not (out / "runs" / "gone").exists()  # the old build's own stale page is cleaned
+    assert not legacy.exists()
+    assert "ignored 2 path(s)" in res.stderr
+
+
+def test_symlinked_folder_in_out_refused_in_one_line(tmp_path: Path) -> None:
+    """A site folder whose runs/ leads elsewhere: the build writes nothing there."""
+    data, out = tmp_path / "data", tmp_path / "site"
+    _run(data, "r0")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out.mkdir()
+    (out / "runs").symlink_to(elsewhere, target_is_directory=True)
+    res = _build(data, out)
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    lines = _lines(res.stderr)
+    assert len(lines) == 1 and "leads outside --out" in lines[0], lines
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_crafted_digest_cannot_write_outside_the_cache(tmp_path: Path) -> None:
+    """digests.json names aggregate files: a digest like ../../victim is recomputed."""
+    data, out, cache = _built(tmp_path)
+    victim = tmp_path / "victim.json"
+    victim.write_text("precious")
+    digests = json.loads((cache / "digests.json").read_text())
+    run0 = str(data / "r0")
+    digests[run0] = [load.file_signature(data / "r0", code_salt()), "../../victim"]
+    (cache / "digests.json").write_text(json.dumps(digests))
+    _run(data, "r0", seed=5)  # force re-aggregation of r0 under the crafted digest
+    digests[run0][0] = load.file_signature(data / "r0", code_salt())
+    (cache / "digests.json").write_text(json.dumps(digests))
+    res = _build(data, out)
+    assert res.exit_code == 0, res.output
+    assert victim.read_text() == "precious"
+    assert not (tmp_path / "victim.details.json").exists()
+
+
+def test_planted_temporary_names_are_never_written_through(tmp_path: Path) -> None:
+    """Symlinks planted at the temporary names a write would use: skipped, not followed."""
+    from site_builder import sitewriter
+
+    data, out, _cache = _built(tmp_path)
+    victim = _victim(tmp_path)
+    _run(data, "r2", seed=2)  # so index.html has to be written again
+    start = int(repr(sitewriter._SEQUENCE)[6:-1])  # itertools.count(N) -> N
+    for n in range(start, start + 500):
+        (out / f".index.html.{os.getpid()}.{n}.tmp").symlink_to(victim)
+    res = _build(data, out)
+    assert res.exit_code == 0, res.output
+    assert victim.read_text() == "precious"
+    assert "runs/r2/index.html" in (out / "index.html").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------
+# `build-site serve` never serves hidden files or what lies outside the folder
+# --------------------------------------------------------------------------
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_serve_hides_cache_and_escaping_links(tmp_path: Path) -> None:
+    data, out, _cache = _built(tmp_path)
+    (out / ".cache").mkdir()
+    (out / ".cache" / "digests.json").write_text(json.dumps({str(data): 1}))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the web")
+    (out / "leak.txt").symlink_to(secret)
+    (out / "inside.html").symlink_to(out / "index.html")
+    server, base = serve_in_thread(out)
+    try:
+        assert _status(base + "index.html") == 200
+        assert _status(base + "inside.html") == 200  # a link that stays inside is fine
+        assert _status(base + ".cache/digests.json") == 404
+        assert _status(base + "%2ecache/digests.json") == 404
+        assert _status(base + "leak.txt") == 404
+        assert _status(base + "runs/r0/../../leak.txt") == 404
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -12,10 +12,12 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 import psutil
 
+from bench.redact import redact
 from rundir.contract import Hardware
 
 GIB = 1 << 30
@@ -124,13 +126,18 @@ def detect_hardware() -> Hardware:
     return hw
 
 
-def local_launch_command(base_url: str) -> str | None:
-    """The command line of the local process listening on the server's port."""
-    parts = urlsplit(base_url)
-    host = parts.hostname or ""
+def local_launch_command(base_url: str, secrets: Iterable[str] = ()) -> str | None:
+    """The command line of the local process listening on the server's port,
+    redacted: a server started with ``--api-key K`` shows K to every user of
+    the host, and the command line is published with the run."""
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port that is not a number: not ours to judge here
+        return None
     if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") and not host.startswith("127."):
         return None
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         conns = psutil.net_connections(kind="inet")
     except (psutil.Error, OSError):
@@ -138,7 +145,7 @@ def local_launch_command(base_url: str) -> str | None:
     for conn in conns:
         if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
             try:
-                return shlex.join(psutil.Process(conn.pid).cmdline())
+                return redact(shlex.join(psutil.Process(conn.pid).cmdline()), secrets)
             except psutil.Error:
                 return None
     return None

@@ -90,3 +90,43 @@ def test_no_gpu_is_a_cpu_machine(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setitem(sys.modules, "pynvml", None)
     assert provenance.detect_hardware().type == "CPU"
+
+
+# -- the launch command from the local process table ---------------------------
+
+LISTENER = (
+    "import socket, sys, time\n"
+    "s = socket.socket()\n"
+    "s.bind(('127.0.0.1', 0))\n"
+    "s.listen()\n"
+    "print(s.getsockname()[1], flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_local_launch_command_is_redacted() -> None:
+    """A server's command line is visible to every user of the host and is
+    published with the run: the key in it must not be, whatever its shape."""
+    import subprocess
+
+    key = "local-Key-4242-abcdef"
+    args = ["--api-key", key, "-k", "short-k-9876", "--hf-token=hf_" + "a1" * 15,
+            "-H", "x-api-key: hdr-5555-zz", "--max-num-batched-tokens", "16384"]
+    proc = subprocess.Popen([sys.executable, "-c", LISTENER, *args], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        command = provenance.local_launch_command(f"http://127.0.0.1:{port}/v1")
+        literal = provenance.local_launch_command(f"http://127.0.0.1:{port}/v1", ["--max-num"])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert command is not None and "--max-num-batched-tokens 16384" in command
+    for secret in (key, "short-k-9876", "hf_a1a1", "hdr-5555-zz"):
+        assert secret not in command, command
+    assert command.count("<redacted>") == 4
+    assert "--max-num" not in literal  # the run's own secrets are passed through too
+
+
+def test_local_launch_command_of_a_remote_or_odd_url_is_none() -> None:
+    assert provenance.local_launch_command("https://api.example.com/v1") is None
+    assert provenance.local_launch_command("http://127.0.0.1:notaport/v1") is None

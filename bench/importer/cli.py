@@ -13,10 +13,12 @@ import click
 
 from bench.importer.parse import PageError
 from bench.importer.write import TargetError, import_file
+from bench.redact import redact
 
 
 def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
+    """One line; redacted, since a parse error may quote the page's text."""
+    click.echo(f"error: {redact(message)}", err=True)
     raise click.exceptions.Exit(1)
 
 

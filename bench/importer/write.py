@@ -21,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench.importer.parse import PageError, PublishedPage, parse_page
+from bench.redact import redact, redact_tree
 from rundir.contract import (
     CELLS_FILE,
     CELLS_SCHEMA,
@@ -140,7 +141,14 @@ def _same_run(target: Path, info: RunInfo, cells: pa.Table) -> bool:
 
 
 def write_run(page: PublishedPage, out: Path, source_file: str, sha256: str) -> ImportResult:
-    """Write ``out/<run_id>/`` whole or not at all; the same run again is a no-op."""
+    """Write ``out/<run_id>/`` whole or not at all; the same run again is a no-op.
+
+    Every string of the page (launch command, notes, extra values, names) and
+    the source file's name are redacted first: published pages come from
+    other tools, and a key in them must not reach the run directory.
+    """
+    page = redact_tree(page)
+    source_file = redact(source_file)
     out = Path(out)
     if is_run_dir(out):
         raise TargetError(

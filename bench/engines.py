@@ -3,16 +3,33 @@
 Each engine names the same facts differently (max model length, KV budget,
 running/waiting gauges, version, tokenizer). `probe_server` asks, in a few
 GET requests, and returns one `ServerInfo` the rest of the collector uses
-without caring which engine it was.
+without caring which engine it was. Every answer is checked (bench.answers):
+a required fact (the model id) that is missing or malformed is a one-line
+`ServerError`; an optional one (max model length, KV budget, version) is
+left unknown with a note in `ServerInfo.notes`, never guessed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
+from bench.answers import (
+    ABSENT,
+    BadAnswer,
+    digits,
+    integer,
+    json_body,
+    show,
+    status_detail,
+    text,
+    transport,
+)
 from bench.promtext import parse_metrics
+from bench.redact import redact
 from rundir.contract import (
     METRIC_GENERATION_TOKENS,
     METRIC_KV_USAGE,
@@ -68,129 +85,212 @@ class ServerInfo:
     gauges: dict[str, str] = field(default_factory=dict)
     tokenize: str | None = None  # "vllm" or "llama.cpp" style endpoint, if any
     backend: str | None = None
+    # Optional facts the server answered malformed, each "endpoint: problem; X unknown".
+    notes: list[str] = field(default_factory=list)
 
 
-def _get(client: httpx.Client, path: str) -> httpx.Response | None:
+def public_url(url: str) -> str:
+    """The URL without user:password, for messages."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "the --base-url"
+    return str(parsed.copy_with(username=None, password=None)) if parsed.userinfo else url
+
+
+def _key_refused(path: str, status: int) -> ServerError:
+    return ServerError(
+        f"{path} answered HTTP {status}: the API key is wrong or missing "
+        "(pass --api-key or set OPENAI_API_KEY)"
+    )
+
+
+class _Probe:
+    """The probe's HTTP client plus the notes it gathers on optional facts."""
+
+    def __init__(self, client: httpx.Client, info: ServerInfo, api_key: str | None) -> None:
+        self.client, self.info = client, info
+        self.secrets = [api_key] if api_key else []
+
+    def note(self, text: str) -> None:
+        self.info.notes.append(redact(text, self.secrets))  # it may quote the server
+
+    def get(self, path: str, unknown: str) -> httpx.Response | None:
+        """An optional endpoint's 200 answer, or None: absent (404) silently,
+        anything else with a note saying what is therefore unknown."""
+        try:
+            resp = self.client.get(path)
+        except httpx.HTTPError as exc:
+            self.note(f"{path}: no answer ({transport(exc)}); {unknown} unknown")
+            return None
+        if resp.status_code == 401:  # a 403 may be a gateway hiding /metrics: noted below
+            raise _key_refused(path, resp.status_code)
+        if resp.status_code == 200:
+            return resp
+        if resp.status_code not in ABSENT:
+            self.note(f"{path}: answered HTTP {resp.status_code}; {unknown} unknown")
+        return None
+
+    def json(self, path: str, unknown: str, kind: type = dict) -> Any:
+        resp = self.get(path, unknown)
+        if resp is None:
+            return None
+        try:
+            return json_body(resp, path, kind)
+        except BadAnswer as exc:
+            self.note(f"{exc}; {unknown} unknown")
+            return None
+
+    def optional(self, check: Callable[[], Any], unknown: str) -> Any:
+        """The checked value of an optional fact, or None with a note."""
+        try:
+            return check()
+        except BadAnswer as exc:
+            self.note(f"{exc}; {unknown} unknown")
+            return None
+
+
+def _models(client: httpx.Client, root: str) -> list[dict]:
+    """/v1/models: the required list of served models, each with an id."""
+    path = "/v1/models"
     try:
         resp = client.get(path)
-    except httpx.HTTPError:
-        return None
-    if resp.status_code == 401:
+    except httpx.HTTPError as exc:
         raise ServerError(
-            f"{client.base_url}{path} answered 401 Unauthorized: the API key is wrong or "
-            "missing (pass --api-key or set OPENAI_API_KEY)"
+            f"no server answers at {public_url(root)}{path} ({transport(exc)}); "
+            "is it running, and is --base-url right?"
+        ) from None
+    if resp.status_code in (401, 403):
+        raise _key_refused(path, resp.status_code)
+    if resp.status_code != 200:
+        raise ServerError(
+            f"{path}: answered HTTP {resp.status_code}{status_detail(resp)}, expected 200 with "
+            "a model list: not an OpenAI-compatible server, or not ready yet?"
         )
-    return resp
-
-
-def _json(resp: httpx.Response | None) -> dict | None:
-    if resp is None or resp.status_code != 200:
-        return None
     try:
-        data = resp.json()
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
+        body = json_body(resp, path)
+        entries = body.get("data")
+        if not isinstance(entries, list) or not entries:
+            raise BadAnswer(f"{path}: field data: expected a non-empty list of models, "
+                            f"got {show(entries)}")
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise BadAnswer(f"{path}: field data[{i}]: expected a model object with an id, "
+                                f"got {show(entry)}")
+            text(entry.get("id"), path, f"data[{i}].id", limit=1000)
+    except BadAnswer as exc:
+        raise ServerError(str(exc)) from None
+    return entries
 
 
-def probe_server(base_url: str, api_key: str | None, model: str | None = None) -> ServerInfo:
-    """Detect the engine and read what it reports about itself."""
+def probe_server(base_url: str, api_key: str | None, model: str | None = None,
+                 timeout_s: float = 10.0) -> ServerInfo:
+    """Detect the engine and read what it reports about itself. Raises only
+    ServerError (one line) for a server that cannot be benchmarked; optional
+    facts it answers malformed are left unknown with a note in `notes`."""
     base_url = base_url.rstrip("/")
     root = base_url[:-3] if base_url.endswith("/v1") else base_url
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with httpx.Client(base_url=root, headers=headers, timeout=10.0) as client:
-        try:
-            resp = client.get("/v1/models")
-        except httpx.HTTPError as exc:
-            raise ServerError(
-                f"no server answers at {root} ({type(exc).__name__}: {exc}); "
-                "is it running, and is --base-url right?"
-            ) from None
-        if resp.status_code == 401:
-            raise ServerError(
-                f"{root}/v1/models answered 401 Unauthorized: the API key is wrong or "
-                "missing (pass --api-key or set OPENAI_API_KEY)"
-            )
-        models = _json(resp)
-        if not models or not models.get("data"):
-            raise ServerError(
-                f"{root}/v1/models answered HTTP {resp.status_code} without a model list: "
-                "not an OpenAI-compatible server?"
-            )
-        entries = models["data"]
+    with httpx.Client(base_url=root, headers=headers, timeout=timeout_s) as client:
+        entries = _models(client, root)
         entry = entries[0]
         if model:
-            matches = [e for e in entries if e.get("id") == model]
+            matches = [e for e in entries if e["id"] == model]
             if not matches:
-                ids = ", ".join(str(e.get("id")) for e in entries)
+                ids = ", ".join(show(e["id"], 80) for e in entries[:20])
                 raise ServerError(f"--model: {model!r} is not served here (served: {ids})")
             entry = matches[0]
-        owner = str(entry.get("owned_by") or "").lower()
-        info = ServerInfo(base_url=root, engine="openai", model=str(entry["id"]))
-        if entry.get("max_model_len"):
-            info.max_model_len = int(entry["max_model_len"])
+        owner = entry.get("owned_by")
+        owner = owner.lower() if isinstance(owner, str) else ""
+        info = ServerInfo(base_url=root, engine="openai", model=entry["id"])
+        probe = _Probe(client, info, api_key)
+        if entry.get("max_model_len") is not None:
+            info.max_model_len = probe.optional(lambda: integer(
+                entry["max_model_len"], "/v1/models", "max_model_len", 1), "max model length")
         metrics_text = None
-        metrics_resp = _get(client, "/metrics")
-        if metrics_resp is not None and metrics_resp.status_code == 200:
+        metrics_resp = probe.get("/metrics", "server gauges")
+        if metrics_resp is not None:
             metrics_text = metrics_resp.text
-        props = _json(_get(client, "/props")) if owner != "vllm" else None
+        props = probe.json("/props", "llama.cpp settings") if owner != "vllm" else None
         if owner == "vllm" or (metrics_text and "vllm:" in metrics_text):
-            _vllm(client, info, metrics_text)
+            _vllm(probe, metrics_text)
         elif owner == "llamacpp" or (props and "default_generation_settings" in props):
-            _llamacpp(client, info, props or {}, metrics_text)
+            _llamacpp(probe, props or {})
         elif owner == "sglang" or (metrics_text and "sglang:" in metrics_text):
-            _sglang(client, info, metrics_text)
+            _sglang(probe)
         if metrics_text:
             present = {s.name for s in parse_metrics(metrics_text)}
             known = GAUGES.get(info.engine, {})
             info.gauges = {k: v for k, v in known.items() if v in present}
             info.has_metrics = bool(info.gauges)
+            if known and not info.gauges:
+                probe.note(f"/metrics: answered without any {info.engine} gauge "
+                           f"(expected e.g. {known[METRIC_RUNNING]}); server gauges unknown")
     return info
 
 
-def _vllm(client: httpx.Client, info: ServerInfo, metrics_text: str | None) -> None:
+def _vllm(probe: _Probe, metrics_text: str | None) -> None:
+    info = probe.info
     info.engine = "vllm"
-    version = _json(_get(client, "/version"))
-    if version:
-        info.version = version.get("version")
+    version = probe.json("/version", "engine version")
+    if version is not None:
+        info.version = probe.optional(
+            lambda: text(version.get("version"), "/version", "version"), "engine version")
     info.tokenize = "vllm"
-    if metrics_text:
-        for sample in parse_metrics(metrics_text):
-            if sample.name != "vllm:cache_config_info":
-                continue
-            labels = sample.labels
-            # Newer vLLM states the budget in tokens; older ones only in blocks.
-            token_label = "kv_cache_size_tokens" if labels.get(
-                "kv_cache_size_tokens", "").isdigit() else None
-            if token_label:
-                info.kv_budget = int(labels[token_label])
-                info.kv_budget_source = f"vllm:cache_config_info {token_label}"
-            elif labels.get("num_gpu_blocks", "").isdigit() and labels.get("block_size", "").isdigit():
-                info.kv_budget = int(labels["num_gpu_blocks"]) * int(labels["block_size"])
-                info.kv_budget_source = "vllm:cache_config_info num_gpu_blocks × block_size"
+    if not metrics_text:
+        return
+    for sample in parse_metrics(metrics_text):
+        if sample.name == "vllm:cache_config_info":
+            _vllm_kv(probe, sample.labels)
 
 
-def _llamacpp(client: httpx.Client, info: ServerInfo, props: dict, metrics_text: str | None) -> None:
+def _vllm_kv(probe: _Probe, labels: dict[str, str]) -> None:
+    """The KV budget from vllm:cache_config_info: in tokens on newer vLLM,
+    else blocks × block size; a malformed label leaves it unknown (noted)."""
+    where, name = "/metrics", "vllm:cache_config_info"
+    tokens = f"{name} kv_cache_size_tokens"
+    blocks = f"{name} num_gpu_blocks × block_size"
+    budget = source = None
+    if "kv_cache_size_tokens" in labels:
+        source = tokens
+        budget = probe.optional(
+            lambda: digits(labels["kv_cache_size_tokens"], where, tokens), "KV budget in tokens")
+    if budget is None and ("num_gpu_blocks" in labels or "block_size" in labels):
+        source = blocks
+        budget = probe.optional(lambda: integer(
+            digits(labels.get("num_gpu_blocks"), where, f"{name} num_gpu_blocks")
+            * digits(labels.get("block_size"), where, f"{name} block_size"),
+            where, blocks, 1), "KV budget")
+    if budget:
+        probe.info.kv_budget, probe.info.kv_budget_source = budget, source
+
+
+def _llamacpp(probe: _Probe, props: dict) -> None:
+    info = probe.info
     info.engine = "llama.cpp"
     info.tokenize = "llama.cpp"
-    settings = props.get("default_generation_settings") or {}
-    slots = props.get("total_slots")
-    info.slots = int(slots) if slots else None
-    build = props.get("build_info") or ""
-    if build:
-        info.version = str(build)
-        if "-" in str(build):
-            info.commit = str(build).rsplit("-", 1)[-1]
-    n_ctx = settings.get("n_ctx")
-    if n_ctx:
-        info.max_model_len = int(n_ctx)
-    slot_list = _get(client, "/slots")
-    per_slot: list[int] = []
-    if slot_list is not None and slot_list.status_code == 200:
-        try:
-            per_slot = [int(s.get("n_ctx", 0)) for s in slot_list.json()]
-        except (ValueError, TypeError, AttributeError):
-            per_slot = []
+    settings = props.get("default_generation_settings")
+    if settings is not None and not isinstance(settings, dict):
+        probe.note(f"/props: field default_generation_settings: expected an object, got "
+                   f"{show(settings)}; max model length unknown")
+        settings = None
+    settings = settings or {}
+    if props.get("total_slots") is not None:
+        info.slots = probe.optional(
+            lambda: integer(props["total_slots"], "/props", "total_slots", 1), "slot count")
+    if props.get("build_info") not in (None, ""):
+        build = probe.optional(
+            lambda: text(props["build_info"], "/props", "build_info"), "engine version")
+        if build:
+            info.version = build
+            if "-" in build:
+                info.commit = build.rsplit("-", 1)[-1]
+    if settings.get("n_ctx") is not None:
+        info.max_model_len = probe.optional(lambda: integer(
+            settings["n_ctx"], "/props", "default_generation_settings.n_ctx", 1),
+            "max model length")
+    slot_list = probe.json("/slots", "KV budget", kind=list)
+    per_slot = probe.optional(lambda: _slot_contexts(slot_list), "KV budget") if slot_list else None
     if per_slot:
         info.slots = len(per_slot)
         info.max_model_len = max(per_slot)
@@ -200,12 +300,34 @@ def _llamacpp(client: httpx.Client, info: ServerInfo, props: dict, metrics_text:
         info.kv_budget_source = "llama.cpp /slots: sum of slot contexts (upper bound; use --kv-budget)"
 
 
-def _sglang(client: httpx.Client, info: ServerInfo, metrics_text: str | None) -> None:
+def _slot_contexts(slot_list: list) -> list[int]:
+    """Every slot's context size; any malformed slot makes the list unusable."""
+    out = []
+    for i, slot in enumerate(slot_list):
+        if not isinstance(slot, dict):
+            raise BadAnswer(f"/slots: field [{i}]: expected a slot object, got {show(slot)}")
+        out.append(integer(slot.get("n_ctx"), "/slots", f"[{i}].n_ctx", 1))
+    return out
+
+
+def _sglang(probe: _Probe) -> None:
+    info = probe.info
     info.engine = "sglang"
-    data = _json(_get(client, "/get_server_info")) or _json(_get(client, "/server_info")) or {}
-    info.version = data.get("version")
-    if data.get("max_total_num_tokens"):
-        info.kv_budget = int(data["max_total_num_tokens"])
-        info.kv_budget_source = "sglang server_info max_total_num_tokens"
-    if data.get("context_length") and not info.max_model_len:
-        info.max_model_len = int(data["context_length"])
+    path = "/get_server_info"
+    data = probe.json(path, "sglang server facts")
+    if data is None:
+        path = "/server_info"
+        data = probe.json(path, "sglang server facts")
+    data = data or {}
+    if data.get("version") is not None:
+        info.version = probe.optional(lambda: text(data["version"], path, "version"),
+                                      "engine version")
+    if data.get("max_total_num_tokens") is not None:
+        budget = probe.optional(lambda: integer(
+            data["max_total_num_tokens"], path, "max_total_num_tokens", 1), "KV budget")
+        if budget:
+            info.kv_budget = budget
+            info.kv_budget_source = "sglang server_info max_total_num_tokens"
+    if data.get("context_length") is not None and not info.max_model_len:
+        info.max_model_len = probe.optional(lambda: integer(
+            data["context_length"], path, "context_length", 1), "max model length")

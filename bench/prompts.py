@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from bench.engines import ServerInfo
+from bench.answers import ABSENT, BadAnswer, integer, json_body, show, status_detail, transport
+from bench.engines import ServerError, ServerInfo
 
 _WORDS = (
     "time year people way day man thing woman life child world school state family "
@@ -30,6 +31,11 @@ _WORDS = (
 
 MIN_TOLERANCE = 16
 REL_TOLERANCE = 0.005
+# Words per token a real tokenizer can give for the filler's common English
+# words (about 0.5 to 1); a count outside this is a broken answer, and
+# sizing from it would build absurd prompts.
+MIN_WPT, MAX_WPT = 0.05, 20.0
+PLAUSIBLE_OVERHEAD = 4096  # room for a long chat template / system prompt in a count
 
 
 def tolerance(target: int) -> int:
@@ -52,7 +58,12 @@ class Prompt:
 
 
 class PromptFactory:
-    """Builds prompts of a target token count for one server."""
+    """Builds prompts of a target token count for one server.
+
+    Every server problem while sizing prompts (no answer, an HTTP error, a
+    malformed or implausible count) raises `ServerError` with one line naming
+    the endpoint: `build` is the first thing each cell asks of the server, so
+    this is where a server that died between cells is noticed."""
 
     def __init__(self, info: ServerInfo, api_key: str | None, run_tag: str) -> None:
         self.info = info
@@ -61,48 +72,122 @@ class PromptFactory:
         self.http = httpx.Client(base_url=info.base_url, headers=headers, timeout=120.0)
         self._overhead: int | None = None
         self._words_per_token: float | None = None
-        self.count: Callable[[str], int | None] = self._pick_counter()
+        self._tokenize_seen = False  # /tokenize has answered once: it exists
+        self._counter: Callable[[str], int | None] | None = self._pick_counter()
 
     def close(self) -> None:
         self.http.close()
 
+    # -- asking the server ---------------------------------------------
+    def _post(self, path: str, body: dict, doing: str) -> httpx.Response:
+        """POST, turning a transport failure or a refused key into ServerError."""
+        try:
+            resp = self.http.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise ServerError(f"{path}: no answer while {doing} ({transport(exc)})") from None
+        if resp.status_code in (401, 403):
+            raise ServerError(
+                f"{path} answered HTTP {resp.status_code}: the API key is wrong or missing "
+                "(pass --api-key or set OPENAI_API_KEY)"
+            )
+        return resp
+
+    def _tokenize(self, body: dict) -> dict | None:
+        """The /tokenize answer as a JSON object; None if the server has no
+        such endpoint (404 on the first call: sizing falls back to usage)."""
+        resp = self._post("/tokenize", body, "sizing a prompt")
+        if resp.status_code in ABSENT and not self._tokenize_seen:
+            self._counter = None
+            return None
+        if resp.status_code != 200:
+            raise ServerError(f"/tokenize: answered HTTP {resp.status_code}"
+                              f"{status_detail(resp)}, expected 200 with a token count")
+        self._tokenize_seen = True
+        try:
+            return json_body(resp, "/tokenize")
+        except BadAnswer as exc:
+            raise ServerError(str(exc)) from None
+
     # -- counting -------------------------------------------------------
-    def _pick_counter(self) -> Callable[[str], int | None]:
+    def count(self, text: str) -> int | None:
+        """Tokens of `text` sent as a chat prompt, by the server's own
+        tokenizer; None if it has no tokenize endpoint. A count no tokenizer
+        could give for this text (0, or far off its word count) is an error."""
+        if self._counter is None:
+            return None
+        n = self._counter(text)
+        if n is None:
+            return None
+        words = len(text.split())
+        low, high = int(words / MAX_WPT), int(words / MIN_WPT) + PLAUSIBLE_OVERHEAD
+        if not max(1, low) <= n <= high:
+            raise ServerError(f"/tokenize: {n} tokens for a {words}-word text is not plausible "
+                              f"(expected {max(1, low)} to {high}); cannot size prompts")
+        return n
+
+    def _pick_counter(self) -> Callable[[str], int | None] | None:
         if self.info.tokenize == "vllm":
             return self._count_vllm
         if self.info.tokenize == "llama.cpp":
             return self._count_llamacpp
-        return lambda text: None
+        return None
 
     def _count_vllm(self, text: str) -> int | None:
-        resp = self.http.post(
-            "/tokenize", json={"model": self.info.model, "messages": messages(text)}
-        )
-        if resp.status_code != 200:
+        data = self._tokenize({"model": self.info.model, "messages": messages(text)})
+        if data is None:
             return None
-        return int(resp.json()["count"])
+        try:
+            return integer(data.get("count"), "/tokenize", "count")
+        except BadAnswer as exc:
+            raise ServerError(str(exc)) from None
 
     def _count_llamacpp(self, text: str) -> int | None:
-        resp = self.http.post("/tokenize", json={"content": text})
-        if resp.status_code != 200:
+        n = self._llamacpp_tokens(text)
+        if n is None:
             return None
-        n = len(resp.json()["tokens"])
         if self._overhead is None:
-            usage = self.usage_prompt_tokens(text)
-            self._overhead = (usage - n) if usage is not None else 0
+            # The chat template's own tokens, which /tokenize of the bare text
+            # does not count: measured once, on a short text that fits any context.
+            sample = filler(32, f"{self.run_tag}-overhead")
+            bare = self._llamacpp_tokens(sample) or 0
+            usage = self.usage_prompt_tokens(sample)
+            self._overhead = (usage - bare) if usage is not None else 0
         return n + self._overhead
 
+    def _llamacpp_tokens(self, text: str) -> int | None:
+        data = self._tokenize({"content": text})
+        if data is None:
+            return None
+        tokens = data.get("tokens")
+        if not isinstance(tokens, list):
+            raise ServerError(f"/tokenize: field tokens: expected a list of tokens, "
+                              f"got {show(tokens)}")
+        return len(tokens)
+
     def usage_prompt_tokens(self, text: str) -> int | None:
-        """Prompt tokens as the server counts them in a real request."""
-        resp = self.http.post(
-            "/v1/chat/completions",
-            json={"model": self.info.model, "messages": messages(text), "max_tokens": 1,
-                  "stream": False},
+        """Prompt tokens as the server counts them in a real request; None if
+        its answer carries no usage."""
+        path = "/v1/chat/completions"
+        resp = self._post(
+            path,
+            {"model": self.info.model, "messages": messages(text), "max_tokens": 1,
+             "stream": False},
+            "calibrating prompt sizes",
         )
         if resp.status_code != 200:
-            return None
-        usage = resp.json().get("usage") or {}
-        return usage.get("prompt_tokens")
+            raise ServerError(f"{path}: answered HTTP {resp.status_code}{status_detail(resp)} "
+                              "to a 1-token request while calibrating prompt sizes")
+        try:
+            usage = json_body(resp, path).get("usage")
+            if usage is None:
+                return None
+            if not isinstance(usage, dict):
+                raise BadAnswer(f"{path}: field usage: expected an object, got {show(usage)}")
+            if usage.get("prompt_tokens") is None:
+                return None
+            return integer(usage["prompt_tokens"], path, "usage.prompt_tokens")
+        except BadAnswer as exc:
+            raise ServerError(str(exc)) from None
 
     # -- building -------------------------------------------------------
     def _calibrate(self) -> float:
@@ -112,8 +197,15 @@ class PromptFactory:
             text = filler(sample_words, f"{self.run_tag}-calibration")
             n = self.count(text) or self.usage_prompt_tokens(text)
             if not n:
-                raise RuntimeError("the server reports no token counts; cannot size prompts")
-            self._words_per_token = sample_words / n
+                raise ServerError("the server reports no token counts (no /tokenize, no usage "
+                                  "in its answers); cannot size prompts")
+            wpt = sample_words / n
+            if not MIN_WPT <= wpt <= MAX_WPT:
+                raise ServerError(
+                    f"the server counts {n} tokens in a {sample_words}-word text: not plausible "
+                    f"(expected {int(sample_words / MAX_WPT)} to {int(sample_words / MIN_WPT)}); "
+                    "cannot size prompts")
+            self._words_per_token = wpt
         return self._words_per_token
 
     def build(self, target: int, tag: str) -> Prompt:

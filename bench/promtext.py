@@ -23,20 +23,32 @@ class Sample:
 
 def parse_metrics(text: str, wanted: Iterable[str] | None = None) -> list[Sample]:
     """All samples in a /metrics page, optionally only those whose name
-    starts with one of `wanted`."""
+    starts with one of `wanted`. Never raises: a malformed line (or a page
+    that is not Prometheus text at all, e.g. an HTML error page) is dropped
+    and the well-formed lines around it are kept."""
     if wanted is not None:
         prefixes = tuple(wanted)
         text = "\n".join(
             line for line in text.splitlines() if line.startswith(prefixes)
         ) + "\n"
-    out = []
     try:
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                out.append(Sample(s.name, dict(s.labels), float(s.value)))
+        return _samples(text)
     except ValueError:
-        return out
+        pass
+    # Line by line: slower, but one bad line costs only itself.
+    out: list[Sample] = []
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("#"):
+            try:
+                out += _samples(line + "\n")
+            except ValueError:
+                continue
     return out
+
+
+def _samples(text: str) -> list[Sample]:
+    return [Sample(s.name, dict(s.labels), float(s.value))
+            for family in text_string_to_metric_families(text) for s in family.samples]
 
 
 def labels_text(labels: dict[str, str]) -> str:

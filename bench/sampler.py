@@ -3,10 +3,16 @@
 Runs in its own thread with its own HTTP client, so scraping and parsing a
 large /metrics page never delays the event loop that stamps token
 arrivals. Each sample is stamped at the midpoint of its scrape.
+
+Nothing a server answers on /metrics can raise out of here: no answer, a
+slow one, an HTTP error or a page of garbage is a failed scrape, counted in
+`failures` and stamped in `failed_ns` (a gap in the gauges); a negative or
+non-finite gauge value is dropped, never recorded.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -16,6 +22,11 @@ import pyarrow as pa
 from bench.engines import ServerInfo
 from bench.promtext import labels_text, parse_metrics
 from rundir.contract import METRIC_RUNNING, METRIC_WAITING, SERVER_METRICS_SCHEMA
+
+
+class NoGauges(ValueError):
+    """/metrics answered 200 but with none of the gauges we read (garbage,
+    an HTML page, only NaN or negative values)."""
 
 
 class MetricsSampler:
@@ -32,6 +43,7 @@ class MetricsSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.failures = 0
+        self.failed_ns: list[int] = []  # when each failed scrape was (a gap in the gauges)
 
     @property
     def enabled(self) -> bool:
@@ -52,15 +64,25 @@ class MetricsSampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
-            self.scrape()
+            try:
+                self.scrape()
+            except Exception:  # noqa: BLE001  a bug here must not end the sampling thread
+                self._failed(time.monotonic_ns())
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
 
+    def _failed(self, t_ns: int) -> None:
+        with self._lock:
+            self.failures += 1
+            self.failed_ns.append(t_ns)
+
     def scrape(self) -> dict[str, float] | None:
-        """One scrape; returns the canonical gauges summed over label sets."""
+        """One scrape; returns the canonical gauges summed over label sets,
+        or None if it failed (recorded as a gap)."""
+        t0 = time.monotonic_ns()
         try:
             return self._scrape()
-        except httpx.HTTPError:
-            self.failures += 1
+        except (httpx.HTTPError, NoGauges):
+            self._failed((t0 + time.monotonic_ns()) // 2)
             return None
 
     def drain_state(self) -> str:
@@ -68,12 +90,14 @@ class MetricsSampler:
         that connects but does not answer in time is busy, not gone:
         llama-server answers it from the loop that runs the requests, and
         that loop was seen stalled for 33 s on an H200."""
+        t0 = time.monotonic_ns()
         try:
             sums = self._scrape()
         except (httpx.ReadTimeout, httpx.PoolTimeout):
+            self._failed((t0 + time.monotonic_ns()) // 2)
             return "busy"
-        except httpx.HTTPError:
-            self.failures += 1
+        except (httpx.HTTPError, NoGauges):  # NoGauges: it answers, but cannot tell us
+            self._failed((t0 + time.monotonic_ns()) // 2)
             return "gone"
         return "busy" if sums.get("running") or sums.get("waiting") else "idle"
 
@@ -91,14 +115,16 @@ class MetricsSampler:
         with self._lock:
             for s in samples:
                 name = self._by_source.get(s.name)
-                if name is None:
-                    continue
+                if name is None or not math.isfinite(s.value) or s.value < 0:
+                    continue  # every gauge and counter read here is a finite count or ratio
                 rows["t_ns"].append(stamp)
                 rows["name"].append(name)
                 rows["source"].append(s.name)
                 rows["labels"].append(labels_text(s.labels))
                 rows["value"].append(s.value)
                 sums[name] = sums.get(name, 0.0) + s.value
+            if not sums:
+                raise NoGauges("/metrics answered without any usable gauge")
             self._latest = sums
         return sums
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import random
 
+import httpx
 import pytest
 
+from bench.answers import BadAnswer, integer, show, transport
 from bench.chunks import parse_events
 from bench.loops import is_looping
 from bench.plan import (
@@ -17,6 +19,7 @@ from bench.plan import (
     parse_contexts,
     parse_tokens,
 )
+from bench.promtext import parse_metrics
 from bench.redact import REDACTED, redact
 from rundir.contract import COUNT_CHUNKS, COUNT_USAGE_CONTINUOUS, OVER_CAPACITY, PENDING
 
@@ -129,3 +132,33 @@ def test_redaction_of_literal_secret_and_token_shapes() -> None:
 def test_redaction_leaves_ordinary_words_alone() -> None:
     text = "a 299-token vocabulary, max-tokens 4096, the key-value cache"
     assert redact(text) == text
+
+
+# ---- server answers (bench.answers, bench.promtext) ----------------------------
+
+
+@pytest.mark.parametrize("value", [True, False, "5", "", -1, 1.5, float("nan"), float("inf"),
+                                   float("-inf"), 2**60, 1e300, None, [1], {"n": 1}],
+                         ids=repr)
+def test_answer_integer_rejects_with_endpoint_and_field(value) -> None:
+    with pytest.raises(BadAnswer) as err:
+        integer(value, "/x", "f")
+    assert str(err.value).startswith("/x: field f: expected a non-negative integer, got ")
+    assert "\n" not in str(err.value)
+
+
+def test_answer_integer_accepts_whole_numbers() -> None:
+    assert (integer(0, "/x", "f"), integer(5, "/x", "f"), integer(4096.0, "/x", "f")) == (0, 5, 4096)
+
+
+def test_answer_messages_carry_no_credentials() -> None:
+    line = transport(httpx.ConnectError("failed for http://al:pw-secret-99@h:1/x\nmore"))
+    assert line.startswith("ConnectError: ") and "pw-secret-99" not in line and "\n" not in line
+    assert "sk-abcdefghijklmnop0123" not in show("Bearer sk-abcdefghijklmnop0123")
+
+
+@pytest.mark.parametrize("page", ["<html><body>502</body></html>", "\x00\x01", "a{b=\"c} 1",
+                                  "# TYPE a\n", "{} 1", "a 0x10", "a{=\"x\"} 1"], ids=repr)
+def test_parse_metrics_never_raises(page) -> None:
+    good = 'vllm:num_requests_running{engine="0"} 2\n'
+    assert [s.value for s in parse_metrics(page + "\n" + good)] == [2.0]

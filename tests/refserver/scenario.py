@@ -36,7 +36,9 @@ The toy model the scenario drives (documented here because tests rely on it):
   and the mid-stream faults (reset, fail, stall, malformed; streaming requests
   only) hit number k with k % `fault_every` == 0, once each, at the first step
   at which the request has sent at least the given number of tokens. A stall
-  generates nothing meanwhile (the slot stays taken). Without `max_tokens` a
+  generates nothing meanwhile (the slot stays taken). A usage skew reports a
+  wrong cumulative `completion_tokens` in one chunk; a freeze blocks the whole
+  server (every stream and endpoint) once. Without `max_tokens` a
   request generates `default_max_tokens`, else max_model_len − prompt tokens.
 - **Engines**: "vllm" serves /health, /version, /tokenize, /metrics (vLLM
   names; kv_cache_usage_perc is 0 without `kv_budget_tokens`); "llamacpp"
@@ -53,6 +55,8 @@ import zlib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from tests.refserver.answers import check as check_answers
 
 ENGINES = ("vllm", "generic", "llamacpp")
 USAGE_MODES = ("continuous", "final", "none")
@@ -98,6 +102,26 @@ class Scenario:
     stall_s: float = 0.5
     fail_after_tokens: int | None = None
     api_key: str | None = None
+    # faults: token counts and whole-server freezes (lead). A faulty request's usage
+    # is off by `usage_skew` once (negative: the count goes backwards; positive: it
+    # jumps) at its first step with at least `usage_skew_after_tokens` tokens; when a
+    # faulty request reaches `freeze_after_tokens`, the whole server (streams, /metrics,
+    # accepts) blocks for `freeze_s` once, as if SIGSTOPped.
+    usage_skew_after_tokens: int | None = None
+    usage_skew: int = 0
+    freeze_after_tokens: int | None = None
+    freeze_s: float = 2.0
+    # faults: endpoint answers (answers.py). A path (any method, completion paths too)
+    # answers {"status", "body" (raw text), "content_type", "delay_s", "reset", "close"}
+    # instead of its real answer; /metrics answers `metrics_delay_s` late (not blocking).
+    endpoint_answers: dict[str, dict[str, Any]] | None = None
+    metrics_delay_s: float = 0.0
+    # lifecycle: API key scope, a server dying between cells (H5). With `api_key_scope`
+    # "completions" only the completion endpoints check `api_key` (llama-server exempts
+    # /v1/models, so a probe passes with a wrong key); `exit_on_tokenize_after` = N: the
+    # process exits at the first /tokenize after N completion requests, before answering.
+    api_key_scope: str = "all"  # "all" | "completions"
+    exit_on_tokenize_after: int | None = None
     # precision: this long before a step the server leaves the event loop's ms-coarse
     # timers for a precise blocking sleep and a final spin (I/O waits meanwhile)
     precise_us: int = 1500
@@ -126,6 +150,10 @@ class Scenario:
         if self.status_every is not None:
             need(set(self.status_every) == {"n", "code"} and self.status_every["n"] >= 1,
                  'status_every must be {"n": N >= 1, "code": CODE}')
+        need(self.api_key_scope in ("all", "completions"),
+             'api_key_scope must be "all" or "completions"')
+        answers_problem = check_answers(self.endpoint_answers, self.metrics_delay_s)
+        need(answers_problem is None, str(answers_problem))
 
     # ---- serialisation -------------------------------------------------
 

@@ -30,11 +30,13 @@ import uuid
 from collections import deque
 from http import HTTPStatus
 
+from tests.refserver.answers import override
 from tests.refserver.scenario import Scenario, message_words, prompt_words, token_ids
 
 mono = time.monotonic_ns
 WAITING, PREFILL, DECODE, DONE = "waiting", "prefill", "decode", "done"
 JSON, PROM = "application/json", "text/plain; version=0.0.4; charset=utf-8"
+COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 
 def dumps(obj) -> bytes:
@@ -65,7 +67,7 @@ class Req:
         self.cid = ("chatcmpl-" if chat else "cmpl-") + rid
         self.created = int(time.time())
         self.state, self.generated, self.step_i, self.ready_ns = WAITING, 0, 0, 0
-        self.faulty = self.malformed_sent = self.stalled = False
+        self.faulty = self.malformed_sent = self.stalled = self.skewed = False
         self.forced_hit, self.report_cached = False, True
         self.text = ["", ""]  # non-stream body: reasoning, content
         self.rec = {"request_id": rid, "index": index,
@@ -123,6 +125,7 @@ class Engine:
         self.seen: set[tuple[str, ...]] = set()  # prefixes prefilled before
         self.n_requests = self.prompt_total = self.gen_total = self.pc_hits = 0
         self.next_tick: int | None = None  # the step clock; None while nothing decodes
+        self.frozen = False  # the one whole-server freeze has happened
         self._waiter: asyncio.Future | None = None
 
     def start(self, r: Req) -> None:
@@ -261,6 +264,10 @@ class Engine:
                     and not r.malformed_sent):
                 r.malformed_sent, pre = True, b"data: {not json\n\n"
                 r.rec.update(fault="malformed", fault_ns=now)
+            if sc.freeze_after_tokens is not None and g >= sc.freeze_after_tokens and not self.frozen:
+                self.frozen = True
+                r.rec.update(fault="freeze", fault_ns=now)
+                time.sleep(sc.freeze_s)  # blocks the loop: nothing is sent or answered
         role = b""
         if r.state == PREFILL:
             r.state = DECODE
@@ -281,6 +288,11 @@ class Engine:
             return None
         finish = "length" if r.generated >= r.max_tokens else None
         usage = r.usage() if self._continuous(r) else None
+        if (usage and r.faulty and sc.usage_skew_after_tokens is not None and not r.skewed
+                and r.generated >= sc.usage_skew_after_tokens):
+            r.skewed = True
+            usage["completion_tokens"] += sc.usage_skew
+            r.rec.update(fault="usage_skew", fault_ns=now)
         return r, role, pre, r.chunk(sc.model, delta, finish, usage), n
 
     def _continuous(self, r: Req) -> bool:
@@ -428,14 +440,23 @@ class App:
 
     def dispatch(self, conn: Conn, method, path, headers, body: bytes, recv_ns: int) -> None:
         key = self.sc.api_key
-        if key and path != "/health" and headers.get("authorization") != f"Bearer {key}":
+        checked = self.sc.api_key_scope == "all" or path in COMPLETION_PATHS
+        if key and checked and path != "/health" and headers.get("authorization") != f"Bearer {key}":
             return conn.respond(401, error_body("Incorrect API key provided.",
                                                 "invalid_request_error", "invalid_api_key"))
+        # faults: endpoint answers (answers.py): a scripted answer, or a delayed /metrics
+        real = self.routes.get((method, path))
+        if override(conn, path, self.sc.endpoint_answers, self.sc.metrics_delay_s,
+                    (lambda: real({})) if real else None):
+            return None
         try:
             data = json.loads(body) if body else {}
         except ValueError:
             return conn.respond(400, error_body("body is not JSON", "BadRequestError", 400))
-        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+        dies = self.sc.exit_on_tokenize_after
+        if path == "/tokenize" and dies is not None and self.engine.n_requests >= dies:
+            os._exit(3)  # lifecycle: the server dies between cells, mid-connection
+        if method == "POST" and path in COMPLETION_PATHS:
             return self.completion(conn, path, headers, data, recv_ns)
         route = self.routes.get((method, path))
         if route is None:

@@ -1,7 +1,8 @@
 """`bench`: the collector's command line.
 
-Errors a user can cause (bad flag, no server, wrong key, bad run card)
-end with one line on stderr and exit code 2 or 1, never a traceback.
+Errors a user can cause (bad flag, no server, wrong key, bad run card, a
+second writer, a full disk) end with one line on stderr, never a
+traceback, and an exit status a script can act on (see `bench run --help`).
 """
 
 from __future__ import annotations
@@ -9,114 +10,146 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
-import yaml
+from click.core import ParameterSource
 
 from bench import __version__
 from bench.cells import Settings
-from bench.plan import PlanError, parse_concurrency, parse_contexts, parse_tokens
+from bench.params import BaseUrl, Contexts, Levels, Seconds, Tokens, one_line
+from bench.plan import PlanError
 from bench.progress import Progress
 from bench.redact import redact
-from bench.runner import RunError, RunOptions, run_benchmark
+from bench.runner import FlagError, RunError, RunOptions, run_benchmark, secrets_of
+from rundir.contract import ContractError
+from rundir.runcard import read_run_card
+
+EXIT_OK = 0
+EXIT_STOPPED = 1  # the run stopped early, or could not start
+EXIT_USAGE = 2  # a bad flag or flags that contradict each other or R
+EXIT_ERROR_CELLS = 3  # the run finished, and some cells ended Error
 
 
-def fail(message: str, code: int = 1) -> None:
-    click.echo(f"error: {message}", err=True)
+def fail(message: str, code: int = EXIT_STOPPED) -> None:
+    click.echo(f"error: {' '.join(message.split())}", err=True)
     sys.exit(code)
 
 
-@click.group()
+class OneLineGroup(click.Group):
+    """click's usage errors as one line naming the flag, exit status 2."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as exc:
+            fail(one_line(exc), exc.exit_code)
+        except click.Abort:
+            fail("aborted", EXIT_STOPPED)
+        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
+
+@click.group(cls=OneLineGroup)
 @click.version_option(__version__, prog_name="bench")
 def main() -> None:
     """Measure LLM inference servers over a context × concurrency matrix."""
 
 
-@main.command("run")
-@click.option("--base-url", required=True, help="Server URL, e.g. http://127.0.0.1:8000")
+RUN_HELP = """Sweep the matrix against a running server and write a run directory.
+
+\b
+Exit status:
+  0  every planned cell was measured and none ended Error
+  1  the run stopped (server gone, wrong API key, Ctrl-C, disk full,
+     another bench run holds the directory ...): measured cells are
+     kept; continue with --resume R
+  2  a bad flag, or flags that contradict each other or R's run.yaml
+  3  the run finished but some cells ended Error (the last line of
+     stderr counts them; --resume R --retry-errors measures them again)
+"""
+
+
+@main.command("run", help=RUN_HELP)
+@click.option("--base-url", required=True, type=BaseUrl(),
+              help="Server URL, e.g. http://127.0.0.1:8000")
 @click.option("--api-key", default=None, help="API key (default: $OPENAI_API_KEY).")
 @click.option("--model", default=None, help="Served model name (default: the first listed).")
-@click.option("--contexts", default=None, help="e.g. 8k,16k,32k,max (default: 8K…128K and max).")
-@click.option("--concurrency", default=None, help="e.g. 1,2,4 (default: 1,2,…,128).")
-@click.option("--prefill-contexts", default=None, help="Prefill contexts (default: the decode ones).")
+@click.option("--contexts", default=None, type=Contexts(),
+              help="e.g. 8k,16k,32k,max (default: 8K…128K and max).")
+@click.option("--concurrency", default=None, type=Levels(), help="e.g. 1,2,4 (default: 1,2,…,128).")
+@click.option("--prefill-contexts", default=None, type=Contexts(),
+              help="Prefill contexts (default: the decode ones).")
 @click.option("--no-prefill", is_flag=True, help="Skip the prefill phase.")
-@click.option("--duration", default=30.0, show_default=True, type=float, help="Window (s).")
-@click.option("--max-output", default="4096", show_default=True, help="Max output tokens.")
-@click.option("--prefill-repeats", default=3, show_default=True, type=click.IntRange(1))
-@click.option("--warmup-timeout", default=120.0, show_default=True, type=float)
-@click.option("--warmup-stable", default=3.0, show_default=True, type=float,
+@click.option("--duration", default=30.0, show_default=True, type=Seconds(), help="Window (s).")
+@click.option("--max-output", default="4096", show_default=True, type=Tokens(),
+              help="Max output tokens.")
+@click.option("--prefill-repeats", default=3, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--warmup-timeout", default=120.0, show_default=True, type=Seconds())
+@click.option("--warmup-stable", default=3.0, show_default=True, type=Seconds(zero_ok=True),
               help="Seconds every stream must be producing before the window opens.")
-@click.option("--server-wait", default=30.0, show_default=True, type=float,
+@click.option("--server-wait", default=30.0, show_default=True, type=Seconds(zero_ok=True),
               help="After a failed cell, how long to wait for the server to answer again (s).")
-@click.option("--stall-timeout", default=60.0, show_default=True, type=float,
+@click.option("--stall-timeout", default=60.0, show_default=True, type=Seconds(),
               help="Fail a stream that sends no bytes for this long once tokens flow (s).")
-@click.option("--ttft-timeout", default=900.0, show_default=True, type=float,
+@click.option("--ttft-timeout", default=900.0, show_default=True, type=Seconds(),
               help="Fail a request with no first token after this long (s): queued "
                    "long-context prefills legitimately take minutes.")
-@click.option("--kv-budget", default=None, help="KV-cache budget in tokens (overrides detection).")
+@click.option("--kv-budget", default=None, type=Tokens(),
+              help="KV-cache budget in tokens (overrides detection).")
 @click.option("--launch-command", default=None, help="The server's launch command, if not local.")
 @click.option("--run-card", type=click.Path(dir_okay=False), default=None,
               help="YAML with hardware/engine/model fields, launch_command, notes, submitter.")
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Run directory.")
 @click.option("--resume", type=click.Path(file_okay=False), default=None,
-              help="Continue a run directory: re-run only missing or unfinished cells.")
+              help="Continue run directory R: its matrix and parameters come from R's run.yaml; "
+                   "--contexts/--concurrency/--prefill-contexts add cells; finished cells are kept.")
+@click.option("--retry-errors", is_flag=True,
+              help="With --resume: measure R's Error cells again (their earlier rows are kept "
+                   "in superseded_requests.parquet).")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
-def run_cmd(**kw) -> None:
-    """Sweep the matrix against a running server and write a run directory."""
+def run_cmd(**kw: Any) -> None:
     api_key = kw["api_key"] or os.environ.get("OPENAI_API_KEY") or None
+    ctx = click.get_current_context()
+    given = {name: value for name, value in kw.items()
+             if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
+                                                   ParameterSource.ENVIRONMENT)}
+    opts = RunOptions(base_url=kw["base_url"], api_key=api_key)
+    secrets = secrets_of(opts)
     try:
         settings = Settings(
-            duration_s=_positive(kw["duration"], "--duration"),
-            max_output=parse_tokens(kw["max_output"], "--max-output"),
+            duration_s=kw["duration"],
+            max_output=kw["max_output"],
             prefill_repeats=kw["prefill_repeats"],
-            warmup_timeout_s=_positive(kw["warmup_timeout"], "--warmup-timeout"),
-            stall_timeout_s=_positive(kw["stall_timeout"], "--stall-timeout"),
-            ttft_timeout_s=_positive(kw["ttft_timeout"], "--ttft-timeout"),
-            stable_s=max(0.0, kw["warmup_stable"]),
+            warmup_timeout_s=kw["warmup_timeout"],
+            stall_timeout_s=kw["stall_timeout"],
+            ttft_timeout_s=kw["ttft_timeout"],
+            stable_s=kw["warmup_stable"],
         )
+        card = read_run_card(Path(kw["run_card"])) if kw["run_card"] else {}
         opts = RunOptions(
             base_url=kw["base_url"], api_key=api_key, model=kw["model"],
-            contexts=parse_contexts(kw["contexts"]),
-            concurrency=parse_concurrency(kw["concurrency"]),
-            prefill_contexts=parse_contexts(kw["prefill_contexts"]),
-            prefill=not kw["no_prefill"],
-            kv_budget=parse_tokens(kw["kv_budget"], "--kv-budget") if kw["kv_budget"] else None,
-            settings=settings, launch_command=kw["launch_command"],
-            run_card=_run_card(kw["run_card"]),
-            out=Path(kw["out"]) if kw["out"] else None,
-            resume=Path(kw["resume"]) if kw["resume"] else None, dry_run=kw["dry_run"],
-            server_wait_s=max(0.0, kw["server_wait"]),
+            contexts=kw["contexts"], concurrency=kw["concurrency"],
+            prefill_contexts=kw["prefill_contexts"], prefill=not kw["no_prefill"],
+            kv_budget=kw["kv_budget"], settings=settings, launch_command=kw["launch_command"],
+            run_card=card, out=Path(kw["out"]) if kw["out"] else None,
+            resume=Path(kw["resume"]) if kw["resume"] else None,
+            retry_errors=kw["retry_errors"], dry_run=kw["dry_run"],
+            server_wait_s=kw["server_wait"], given=given,
         )
-        run_dir = run_benchmark(opts, Progress())
-    except (PlanError, RunError) as exc:
-        fail(redact(str(exc), [api_key or ""]))
-    except ValueError as exc:  # e.g. a malformed --base-url
-        fail(redact(str(exc), [api_key or ""]), 2)
-    if run_dir is not None:
-        click.echo(str(run_dir))
-
-
-def _positive(value: float, flag: str) -> float:
-    if value <= 0:
-        raise PlanError(f"{flag}: expected a positive number, got {value}")
-    return value
-
-
-def _run_card(path: str | None) -> dict:
-    if not path:
-        return {}
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise PlanError(f"--run-card: cannot read {path}: {type(exc).__name__}") from None
-    if not isinstance(data, dict):
-        raise PlanError(f"--run-card: {path}: expected a mapping at the top level")
-    allowed = {"hardware", "engine", "model", "launch_command", "notes", "submitter"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise PlanError(f"--run-card: {path}: unknown field {unknown[0]!r} "
-                        f"(expected {', '.join(sorted(allowed))})")
-    return data
+        result = run_benchmark(opts, Progress())
+    except (FlagError, PlanError, ContractError) as exc:
+        fail(redact(str(exc), secrets), EXIT_USAGE)
+    except RunError as exc:
+        fail(redact(str(exc), secrets), EXIT_STOPPED)
+    except OSError as exc:  # a safety net: every known write is worded where it happens
+        fail(redact(f"{exc.filename or 'I/O'}: {exc.strerror or exc}", secrets), EXIT_STOPPED)
+    if result is None:
+        return
+    click.echo(str(result.run_dir))
+    if result.errors:
+        sys.exit(EXIT_ERROR_CELLS)
 
 
 def _register_optional() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from rundir.contract import DECODE, OVER_CAPACITY, PENDING, PREFILL
 
@@ -22,42 +23,66 @@ class PlanError(ValueError):
     pass
 
 
+MAX_TOKENS = 1 << 40  # a token count beyond this is a typo, and would overflow int64 sums
+MAX_CONCURRENCY = 65_536
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """A bad value as an error message quotes it: repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def parse_tokens(text: str, flag: str) -> int:
-    """'8k', '8K', '8192' -> tokens (1K = 1024)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", text)
+    """'8k', '8K', '8192', '1.5k' -> tokens (1K = 1024), exactly (no float rounding)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmM]?)\s*", text)
     if not m:
-        raise PlanError(f"{flag}: expected a token count like 8192, 8k or 1M, got {text!r}")
-    value = float(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
-    if value < 1 or value != int(value):
-        raise PlanError(f"{flag}: expected a positive whole token count, got {text!r}")
+        raise PlanError(f"{flag}: expected a token count like 8192, 8k or 1M, got {shown(text)}")
+    if len(m.group(1)) > 24:  # far past MAX_TOKENS; and int() refuses 4,300+ digits
+        raise PlanError(f"{flag}: expected at most {MAX_TOKENS:,} tokens, got {shown(text)}")
+    value = Fraction(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
+    if value < 1 or value.denominator != 1:
+        raise PlanError(f"{flag}: expected a positive whole token count, got {shown(text)}")
+    if value > MAX_TOKENS:
+        raise PlanError(f"{flag}: expected at most {MAX_TOKENS:,} tokens, got {shown(text)}")
     return int(value)
 
 
-def parse_contexts(text: str | None) -> list[int | str] | None:
+def parse_contexts(text: str | None, flag: str = "--contexts") -> list[int | str] | None:
     """Comma-separated contexts; 'max' stands for the largest that fits."""
-    if not text:
+    if text is None:
         return None
     out: list[int | str] = []
     for part in text.split(","):
         part = part.strip()
         if part.lower() == "max":
-            out.append("max")
+            value: int | str = "max"
         elif part:
-            out.append(parse_tokens(part, "--contexts"))
+            value = parse_tokens(part, flag)
+        else:
+            continue
+        if value not in out:
+            out.append(value)
     if not out:
-        raise PlanError("--contexts: expected at least one context")
+        raise PlanError(f"{flag}: expected at least one context like 8k,32k,max, got {shown(text)}")
     return out
 
 
 def parse_concurrency(text: str | None) -> list[int] | None:
-    if not text:
+    """Comma-separated levels, whole numbers 1..MAX_CONCURRENCY, sorted."""
+    if text is None:
         return None
     out = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit() or int(part) < 1:
-            raise PlanError(f"--concurrency: expected positive integers like 1,2,4, got {part!r}")
+        if not part:
+            continue
+        if not re.fullmatch(r"[0-9]{1,9}", part) or not 1 <= int(part) <= MAX_CONCURRENCY:
+            raise PlanError(f"--concurrency: expected whole numbers from 1 to {MAX_CONCURRENCY:,} "
+                            f"like 1,2,4, got {shown(part)}")
         out.append(int(part))
+    if not out:
+        raise PlanError(f"--concurrency: expected at least one level like 1,2,4, got {shown(text)}")
     return sorted(set(out))
 
 

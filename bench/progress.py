@@ -7,17 +7,28 @@ Only presentation lives here; numbers shown live come from the same
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from bench.plan import Cell, Plan, context_label
 from bench.records import records_table
 from rundir import metrics
-from rundir.contract import DECODE, PENDING, PREFILL, PURPOSE_MEASURE, VALID
+from rundir.contract import (
+    DECODE,
+    ERROR,
+    LOOPED,
+    OVER_CAPACITY,
+    PENDING,
+    PREFILL,
+    PURPOSE_MEASURE,
+    REQUESTS_QUEUED,
+    VALID,
+)
 
 LABELS = {
     "valid": "Valid", "over_capacity": "Over capacity", "requests_queued": "Requests queued",
@@ -80,6 +91,21 @@ class Eta:
         return estimate_s(cells, self.settings, self.prefill_tok_s)
 
 
+def summary_line(counts: Mapping[str, int]) -> str:
+    """'12 cells: 9 valid, 1 error, 2 skipped (over capacity)': valid, error
+    and skipped always, the other statuses when any cell has them."""
+    parts = [f"{counts.get(VALID, 0)} valid"]
+    for status, words in ((REQUESTS_QUEUED, "requests queued"), (LOOPED, "looped")):
+        if counts.get(status):
+            parts.append(f"{counts[status]} {words}")
+    parts.append(f"{counts.get(ERROR, 0)} error")
+    parts.append(f"{counts.get(OVER_CAPACITY, 0)} skipped (over capacity)")
+    if counts.get(PENDING):
+        parts.append(f"{counts[PENDING]} pending")
+    total = sum(counts.values())
+    return f"{total} cell{'' if total == 1 else 's'}: " + ", ".join(parts)
+
+
 class Progress:
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
@@ -94,8 +120,12 @@ class Progress:
         self.eta = Eta(settings)
         self.remaining = list(todo)
         p = self.console.print
-        p(f"[bold]{info.engine}[/] {info.version or ''} at {info.base_url} serving "
-          f"[bold]{info.model}[/] (max model length {info.max_model_len or 'unknown'})")
+        # The server's own strings may hold "[...]": escaped, not read as markup.
+        p(f"[bold]{escape(info.engine)}[/] {escape(info.version or '')} at "
+          f"{escape(info.base_url)} serving [bold]{escape(info.model)}[/] "
+          f"(max model length {info.max_model_len or 'unknown'})")
+        for text in getattr(info, "notes", []):
+            p(f"  note: {text}", markup=False, highlight=False)
         p(f"KV budget: {f'{kv_budget:,} tokens ({kv_source})' if kv_budget else 'unknown'}")
         p(f"Contexts: {', '.join(context_label(c) for c in plan.contexts) or 'none'}; "
           f"concurrency: {', '.join(map(str, plan.concurrency))}; "
@@ -147,7 +177,11 @@ class Progress:
         self._refresh()
 
     def note(self, text: str) -> None:
-        self.console.print(text)
+        self.console.print(text, markup=False, highlight=False)  # may quote the server
+
+    def summary(self, counts: Mapping[str, int]) -> None:
+        """The run's last line on stderr: how its cells ended."""
+        self.console.print(summary_line(counts), markup=False, highlight=False)
 
     def stop(self) -> None:
         if self.live is not None:

@@ -1,33 +1,40 @@
 """A whole sweep: probe the server, plan, run every cell, keep everything.
 
-The measured data is flushed to the run directory after every cell, so an
-interrupted or failed run loses at most the cell that was running.
+The measured data is flushed to the run directory after every finished
+cell, so an interrupted or failed run loses at most the cell that was
+running. One process writes a run directory at a time (bench.lock). A
+resumed run writes nothing before its first new cell finishes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import gc
 import os
 import re
 import signal
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import yaml
 
 from bench import __version__
 from bench.cells import CellRunner, Settings
 from bench.engines import ServerError, ServerInfo, probe_server
-from bench.plan import Plan, make_plan
+from bench.lock import LOCK_FILE, LockHeld, RunLock
+from bench.plan import Cell, Plan, context_label, make_plan
 from bench.progress import Progress
 from bench.prompts import PromptFactory
 from bench.provenance import detect_hardware, local_launch_command
-from bench.redact import redact
+from bench.redact import is_secret_name, redact, redact_tree, redact_url, url_secrets
+from bench.resume import FlagConflict, resumed_inputs
 from bench.sampler import MetricsSampler
-from bench.store import RunStore
+from bench.store import RunStore, clean_stale_temps, session_tag
 from bench.stream import StreamClient
 from rundir.contract import (
     DECODE,
@@ -45,10 +52,15 @@ from rundir.contract import (
 from rundir.io import read_run_info
 
 TOOL_NAME = "speed-matrix"
+AUTH_DENIED = (401, 403)
 
 
 class RunError(RuntimeError):
-    """Ends the run with one line for the user."""
+    """Ends the run with one line for the user (exit status 1)."""
+
+
+class FlagError(RunError):
+    """Flags that contradict each other or the resumed run (exit status 2)."""
 
 
 @dataclass
@@ -66,26 +78,56 @@ class RunOptions:
     launch_command: str | None = None
     run_card: dict = field(default_factory=dict)
     resume: Path | None = None
+    retry_errors: bool = False
     dry_run: bool = False
     server_wait_s: float = 30.0
+    # option name -> value, for the options set on the command line (a
+    # resumed run compares them with its run.yaml)
+    given: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    counts: Counter  # cell status -> cells, as stored
+
+    @property
+    def errors(self) -> int:
+        return self.counts.get(ERROR, 0)
 
 
 def secrets_of(opts: RunOptions) -> list[str]:
+    """Literal secrets of this run: its key, the environment's keys and tokens,
+    and the userinfo of --base-url."""
     keys = [opts.api_key or "", os.environ.get("OPENAI_API_KEY", "")]
-    keys += [v for k, v in os.environ.items() if re.search("KEY|TOKEN|SECRET|PASSWORD", k) and len(v) >= 8]
+    # Named like a credential by its last word (HF_TOKEN, VLLM_API_KEY), so that
+    # TOKENIZER_PATH or a *_KEYS list does not erase a path wherever it appears.
+    keys += [v for k, v in os.environ.items() if is_secret_name(k) and len(v) >= 8]
+    keys += url_secrets(opts.base_url)
     return [k for k in keys if k]
 
 
-def run_benchmark(opts: RunOptions, progress: Progress) -> Path | None:
+def run_benchmark(opts: RunOptions, progress: Progress) -> RunResult | None:
+    """Measure (or, with dry_run, only plan) a run; None for a dry run."""
     secrets = secrets_of(opts)
 
     def clean(text: str) -> str:
         return redact(text, secrets)
 
-    try:
-        info = probe_server(opts.base_url, opts.api_key, opts.model)
-    except ServerError as exc:
-        raise RunError(clean(str(exc))) from None
+    if opts.out is not None and opts.resume is not None:
+        raise FlagError("--out and --resume: give one (--out starts a run, --resume continues one)")
+    if opts.retry_errors and opts.resume is None:
+        raise FlagError("--retry-errors: only with --resume R (it re-measures R's Error cells)")
+    if opts.resume is not None:
+        return _resume(opts, progress, clean)
+    return _fresh(opts, progress, clean)
+
+
+# -- a new run --------------------------------------------------------------
+
+
+def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
+    info = _probe(opts, opts.model, clean)
     kv_budget = opts.kv_budget or info.kv_budget
     kv_source = "--kv-budget" if opts.kv_budget else info.kv_budget_source
     s = opts.settings
@@ -96,19 +138,203 @@ def run_benchmark(opts: RunOptions, progress: Progress) -> Path | None:
     )
     if not plan.cells:
         raise RunError("the plan is empty: no context fits the server's max model length")
-    run_dir, run_info = _run_dir_and_info(opts, info, plan, kv_budget, kv_source, clean)
+    run_dir, run_info = _new_run_info(opts, info, plan, kv_budget, kv_source, clean)
     store = RunStore(run_dir, run_info, plan.cells)
-    done = store.adopt_finished() if opts.resume else set()
-    for cell in plan.cells:
-        if cell.key in done:
-            cell.status = store.rows[cell.key]["status"]
-    todo = [c for c in plan.cells if c.key not in done and c.status == PENDING]
-    progress.show_plan(info, plan, todo, s, kv_budget, kv_source, run_dir)
+    todo = plan.to_run
+    if opts.dry_run:
+        progress.show_plan(_shown(info), plan, todo, s, kv_budget, kv_source, run_dir)
+        return None
+    lock = _claim_new(run_dir)  # before the plan is shown: a second writer's one line
+    try:
+        progress.show_plan(_shown(info), plan, todo, s, kv_budget, kv_source, run_dir)
+        try:  # the plan, all pending: a run killed in its first cell can be resumed
+            store.flush()
+        except (OSError, ContractError) as exc:
+            raise RunError(f"cannot write the run directory: {_io_reason(exc, run_dir)}") from None
+        return _measure(opts, info, plan, todo, store, progress, clean, run_info.run_id)
+    finally:
+        lock.release()
+
+
+def _claim_new(run_dir: Path) -> RunLock:
+    """Create --out and lock it; refuse a directory that holds anything."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock = RunLock(run_dir)
+        lock.acquire()
+    except LockHeld as exc:
+        raise RunError(f"--out: {exc}") from None
+    except OSError as exc:
+        raise RunError(f"--out: cannot create {run_dir}: {_io_reason(exc, run_dir)}") from None
+    if any(p.name != LOCK_FILE for p in run_dir.iterdir()):
+        lock.release()
+        raise RunError(f"--out: {run_dir} already exists and is not empty "
+                       f"(use --resume {run_dir} to continue it)")
+    return lock
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-").lower()[:60] or "run"
+
+
+def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_source, clean):
+    now = dt.datetime.now(dt.UTC)
+    run_id = f"{now:%Y%m%d-%H%M%S}-{_slug(info.model)}-{_slug(info.engine)}"
+    run_dir = Path(opts.out) if opts.out else Path("runs") / run_id
+    if opts.out:
+        run_id = _slug(run_dir.name)
+    secrets = secrets_of(opts)
+    card = redact_tree(opts.run_card, secrets)  # every field, not only the free-text ones
+    hardware = detect_hardware()
+    for key, value in (card.get("hardware") or {}).items():
+        setattr(hardware, key, value)
+    engine = Engine(name=info.engine, version=info.version, commit=info.commit, backend=info.backend)
+    for key, value in (card.get("engine") or {}).items():
+        setattr(engine, key, value)
+    model = Model(served_name=info.model, max_model_len=info.max_model_len)
+    for key, value in (card.get("model") or {}).items():
+        setattr(model, key, value)
+    s = opts.settings
+    launch = (opts.launch_command or card.get("launch_command")
+              or local_launch_command(info.base_url, secrets))
+    run = RunInfo(
+        schema_version=SCHEMA_VERSION, run_id=run_id, measured_at=now.isoformat(timespec="seconds"),
+        submitter=card.get("submitter"), hardware=hardware, engine=engine, model=model,
+        parameters=Parameters(
+            contexts=plan.contexts, concurrency=plan.concurrency,
+            prefill_contexts=plan.prefill_contexts, duration_s=s.duration_s,
+            max_output_tokens=s.max_output, prefill_mode="Cold requests, unique prefixes",
+            prefill_repeats=s.prefill_repeats, decode_test="Fixed duration",
+            tool_name=TOOL_NAME, tool_version=__version__,
+        ),
+        clock=Clock(monotonic_anchor_ns=time.monotonic_ns(), wall_anchor_ns=time.time_ns()),
+        kv_budget=KvBudget(tokens=kv_budget, source=kv_source),
+        launch_command=clean(launch) if launch else None,
+        notes=clean(str(card.get("notes") or "")),
+    )
+    # Round-trip through the contract so a bad run card fails now, not at read time.
+    try:
+        RunInfo.from_dict(yaml.safe_load(yaml.safe_dump(run.to_dict())), where="--run-card")
+    except (ContractError, yaml.YAMLError) as exc:
+        raise FlagError(clean(str(exc))) from None
+    return run_dir, run
+
+
+# -- a resumed run ----------------------------------------------------------
+
+
+def _resume(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
+    run_dir = Path(opts.resume)
+    if not run_dir.is_dir():
+        raise RunError(f"--resume: {run_dir}: no such run directory")
+    lock = None
+    if not opts.dry_run:
+        lock = RunLock(run_dir)
+        try:
+            lock.acquire()
+        except LockHeld as exc:
+            raise RunError(f"--resume: {exc}") from None
+        except OSError as exc:
+            raise RunError(f"--resume: cannot lock {run_dir}: {_io_reason(exc, run_dir)}") from None
+    try:
+        return _resume_locked(opts, run_dir, progress, clean)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -> RunResult | None:
+    try:
+        old = read_run_info(run_dir)
+        wanted = resumed_inputs(run_dir, old, opts.given, opts.settings)
+    except ContractError as exc:
+        raise RunError(f"--resume: {clean(str(exc))}") from None
+    except FlagConflict as exc:
+        raise FlagError(str(exc)) from None
+    if not opts.dry_run:
+        clean_stale_temps(run_dir)  # a killed writer's; we hold the lock
+    info = _probe(opts, wanted.model, clean, resuming=run_dir)
+    _same_server(run_dir, old, info)
+    kv_budget, kv_source = wanted.kv_budget, wanted.kv_source
+    if kv_budget is None:
+        kv_budget, kv_source = info.kv_budget, info.kv_budget_source
+    s = wanted.settings
+    plan = make_plan(
+        contexts=wanted.contexts, concurrency=wanted.concurrency, max_output=s.max_output,
+        max_model_len=info.max_model_len, kv_budget=kv_budget,
+        prefill=bool(wanted.prefill_contexts), prefill_contexts=wanted.prefill_contexts or None,
+    )
+    try:
+        store = RunStore.resume(run_dir, old)
+    except ContractError as exc:
+        raise RunError(f"--resume: {clean(str(exc))}") from None
+    store.add_planned(plan.cells)
+    p = old.parameters  # the plan may have grown: run.yaml says so at the next flush
+    p.contexts = sorted({*p.contexts, *plan.contexts})
+    p.concurrency = sorted({*p.concurrency, *plan.concurrency})
+    p.prefill_contexts = sorted({*p.prefill_contexts, *plan.prefill_contexts})
+    if old.kv_budget.tokens is None and kv_budget is not None:
+        old.kv_budget = KvBudget(tokens=kv_budget, source=kv_source)
+    retry = (PENDING, ERROR) if opts.retry_errors else (PENDING,)
+    cells = [*plan.cells, *(Cell(*k) for k in store.rows if k not in {c.key for c in plan.cells})]
+    for cell in cells:
+        row = store.rows[cell.key]
+        cell.status, cell.reason = row["status"], row["reason"]
+    todo = [c for c in cells if c.status in retry]
+    plan.cells = cells
+    progress.show_plan(_shown(info), plan, todo, s, kv_budget, kv_source, run_dir)
     if opts.dry_run:
         return None
-    store.flush()
-    asyncio_run(_sweep(opts, info, plan, todo, store, progress, clean))
-    return run_dir
+    if not todo:
+        errors = sum(1 for r in store.rows.values() if r["status"] == ERROR)
+        hint = f" ({errors} Error cells: add --retry-errors to measure them again)" if errors else ""
+        progress.note(f"nothing left to measure in {run_dir}{hint}")
+        counts = Counter(r["status"] for r in store.rows.values())
+        progress.summary(counts)
+        return RunResult(run_dir, counts)
+    tag = session_tag(old.run_id, store.request_ids())
+    opts = dataclasses.replace(opts, settings=s)
+    return _measure(opts, info, plan, todo, store, progress, clean, tag)
+
+
+def _same_server(run_dir: Path, old: RunInfo, info: ServerInfo) -> None:
+    """A resumed run measures the same model at the same max model length."""
+    shown = redact_url(info.base_url)
+    if old.model.served_name and info.model != old.model.served_name:
+        raise RunError(f"--resume: {run_dir} measured model {old.model.served_name!r}; the "
+                       f"server at {shown} serves {info.model!r}")
+    if old.model.max_model_len and info.max_model_len and info.max_model_len != old.model.max_model_len:
+        raise RunError(f"--resume: {run_dir} was measured at max model length "
+                       f"{old.model.max_model_len:,}; the server at {shown} reports "
+                       f"{info.max_model_len:,} (not comparable: start a new run with --out)")
+
+
+# -- measuring ----------------------------------------------------------------
+
+
+def _probe(opts: RunOptions, model: str | None, clean, resuming: Path | None = None) -> ServerInfo:
+    try:
+        return probe_server(opts.base_url, opts.api_key, model)
+    except ServerError as exc:
+        text = clean(str(exc))
+        if resuming is not None and model and "not served here" in text and not opts.given.get("model"):
+            text = f"--resume: {resuming} measured model {model!r}, which {text.split(': ', 1)[-1]}"
+        raise RunError(text) from None
+    except (httpx.HTTPError, OSError) as exc:  # a safety net: engines.py words its own
+        raise RunError(f"the server at {redact_url(opts.base_url)} did not answer as expected "
+                       f"({type(exc).__name__}: {clean(str(exc))})") from None
+
+
+def _shown(info: ServerInfo) -> ServerInfo:
+    """ServerInfo as printed: no password in the URL."""
+    return dataclasses.replace(info, base_url=redact_url(info.base_url))
+
+
+def _measure(opts, info, plan, todo, store: RunStore, progress: Progress, clean, tag: str) -> RunResult:
+    asyncio_run(_sweep(opts, info, plan, todo, store, progress, clean, tag))
+    counts = Counter(r["status"] for r in store.rows.values())
+    progress.summary(counts)
+    return RunResult(store.run_dir, counts)
 
 
 def asyncio_run(coro) -> None:
@@ -120,11 +346,18 @@ def asyncio_run(coro) -> None:
         asyncio.run(coro)
 
 
-async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, progress, clean) -> None:
+def _label(cell: Cell) -> str:
+    return f"{cell.phase} {context_label(cell.context)}×{cell.concurrency}"
+
+
+async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, progress, clean,
+                 tag: str) -> None:
     s = opts.settings
+    url = redact_url(info.base_url)
+    kept = f"measured cells are kept in {store.run_dir}; continue with `--resume {store.run_dir}`"
     client = StreamClient(info.base_url, opts.api_key, s.stall_timeout_s,
                           ttft_timeout_s=s.ttft_timeout_s)
-    prompts = PromptFactory(info, opts.api_key, store.info.run_id)
+    prompts = PromptFactory(info, opts.api_key, tag)
     sampler = MetricsSampler(info, opts.api_key)
     runner = CellRunner(info, client, prompts, sampler, s, clean)
     interrupted = asyncio.Event()
@@ -145,29 +378,48 @@ async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, prog
     try:
         for cell in todo:
             progress.begin(cell)
-            if cell.phase == DECODE:
-                outcome = await runner.decode(cell, interrupted)
-            else:
-                outcome = await runner.prefill(cell)
+            try:
+                if cell.phase == DECODE:
+                    outcome = await runner.decode(cell, interrupted)
+                else:
+                    outcome = await runner.prefill(cell)
+            except ServerError as exc:  # e.g. /tokenize gone: the server died between cells
+                raise RunError(f"the server at {url} failed before {_label(cell)}: "
+                               f"{clean(str(exc))}; {kept}") from None
+            except (httpx.HTTPError, OSError) as exc:
+                raise RunError(f"the server at {url} stopped answering before {_label(cell)} "
+                               f"({type(exc).__name__}: {clean(str(exc))}); {kept}") from None
+            denied = next((r for r in outcome.records if r.status in AUTH_DENIED), None)
+            if denied is not None:  # /v1/models let us in; the completions do not
+                raise RunError(
+                    f"the API key is wrong or missing: the server at {url} answered HTTP "
+                    f"{denied.status} to the first request of {_label(cell)} (pass --api-key "
+                    f"or set OPENAI_API_KEY); {kept}"
+                )
+            if outcome.status == PENDING:  # interrupted: the cell stays as it was
+                raise RunError(f"interrupted: every finished cell is kept in {store.run_dir}; "
+                               f"continue with --resume {store.run_dir}")
             if outcome.reason:
                 outcome.reason = clean(outcome.reason)
             store.record(cell, outcome)
-            store.flush(sampler.table() if sampler.enabled else None)
+            try:
+                store.flush(sampler.table() if sampler.enabled else None)
+            except (OSError, ContractError) as exc:
+                raise RunError(f"cannot save {_label(cell)}: {_io_reason(exc, store.run_dir)}; "
+                               f"the cells measured before it are kept in {store.run_dir}; "
+                               f"continue with `--resume {store.run_dir}`") from None
             progress.end(cell, outcome)
             # Collect now and freeze the survivors, so a garbage-collection
             # pass over everything measured so far cannot stall the next window.
             gc.collect()
             gc.freeze()
-            if interrupted.is_set() or outcome.status == PENDING:
-                raise RunError(
-                    f"interrupted: every finished cell is kept in {store.run_dir}; "
-                    f"continue with --resume {store.run_dir}"
-                )
+            if interrupted.is_set():
+                raise RunError(f"interrupted: every finished cell is kept in {store.run_dir}; "
+                               f"continue with --resume {store.run_dir}")
             if outcome.status == ERROR and not await _server_back(info, opts):
                 raise RunError(
-                    f"the server at {info.base_url} stopped answering during "
-                    f"{cell.phase} {cell.context}×{cell.concurrency} ({outcome.reason}); "
-                    f"measured cells are kept in {store.run_dir}; continue with --resume {store.run_dir}"
+                    f"the server at {url} stopped answering during {_label(cell)} "
+                    f"({outcome.reason}); {kept}"
                 )
     finally:
         loop.remove_signal_handler(signal.SIGINT)
@@ -183,62 +435,16 @@ async def _server_back(info: ServerInfo, opts: RunOptions) -> bool:
         try:
             await asyncio.to_thread(probe_server, info.base_url, opts.api_key, info.model)
             return True
-        except ServerError:
+        except (ServerError, httpx.HTTPError):
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(1.0)
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-").lower()[:60] or "run"
-
-
-def _run_dir_and_info(opts, info: ServerInfo, plan: Plan, kv_budget, kv_source, clean):
-    now = dt.datetime.now(dt.UTC)
-    if opts.resume:
-        run_dir = Path(opts.resume)
-        try:
-            old = read_run_info(run_dir)
-        except ContractError as exc:
-            raise RunError(f"--resume: {exc}") from None
-        old.parameters.contexts, old.parameters.concurrency = plan.contexts, plan.concurrency
-        return run_dir, old
-    run_id = f"{now:%Y%m%d-%H%M%S}-{_slug(info.model)}-{_slug(info.engine)}"
-    run_dir = Path(opts.out) if opts.out else Path("runs") / run_id
-    if opts.out:
-        run_id = _slug(run_dir.name)
-    if not opts.dry_run and run_dir.exists() and any(run_dir.iterdir()):
-        raise RunError(f"--out: {run_dir} already exists and is not empty (use --resume to continue it)")
-    card = opts.run_card
-    hardware = detect_hardware()
-    for key, value in (card.get("hardware") or {}).items():
-        setattr(hardware, key, value)
-    engine = Engine(name=info.engine, version=info.version, commit=info.commit, backend=info.backend)
-    for key, value in (card.get("engine") or {}).items():
-        setattr(engine, key, value)
-    model = Model(served_name=info.model, max_model_len=info.max_model_len)
-    for key, value in (card.get("model") or {}).items():
-        setattr(model, key, value)
-    s = opts.settings
-    launch = opts.launch_command or card.get("launch_command") or local_launch_command(info.base_url)
-    run = RunInfo(
-        schema_version=SCHEMA_VERSION, run_id=run_id, measured_at=now.isoformat(timespec="seconds"),
-        submitter=card.get("submitter"), hardware=hardware, engine=engine, model=model,
-        parameters=Parameters(
-            contexts=plan.contexts, concurrency=plan.concurrency,
-            prefill_contexts=plan.prefill_contexts, duration_s=s.duration_s,
-            max_output_tokens=s.max_output, prefill_mode="Cold requests, unique prefixes",
-            prefill_repeats=s.prefill_repeats, decode_test="Fixed duration",
-            tool_name=TOOL_NAME, tool_version=__version__,
-        ),
-        clock=Clock(monotonic_anchor_ns=time.monotonic_ns(), wall_anchor_ns=time.time_ns()),
-        kv_budget=KvBudget(tokens=kv_budget, source=kv_source),
-        launch_command=clean(launch) if launch else None,
-        notes=clean(str(card.get("notes") or "")),
-    )
-    # Round-trip through the contract so a bad run card fails now, not at read time.
-    try:
-        RunInfo.from_dict(yaml.safe_load(yaml.safe_dump(run.to_dict())), where="run card")
-    except ContractError as exc:
-        raise RunError(str(exc)) from None
-    return run_dir, run
+def _io_reason(exc: Exception, run_dir: Path) -> str:
+    """One line for a failed write: the file and the system's reason."""
+    if isinstance(exc, OSError) and exc.strerror:
+        name = f"{exc.filename}: " if exc.filename else f"{run_dir}: "
+        return f"{name}{exc.strerror}"
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return f"{run_dir}: {first}"

@@ -1,17 +1,35 @@
 """The run directory as the collector fills it, cell by cell.
 
-After every cell the whole directory is rewritten atomically (each file
-to a temporary name, then renamed), so a run stopped at any moment, even
-by a killed process, leaves a valid directory holding every cell measured
-so far, with the rest still marked pending for `--resume`.
+After every finished cell the whole directory is rewritten atomically (each
+file to a temporary name, then renamed), so a run stopped at any moment,
+even by a killed process, leaves a valid directory holding every cell
+measured so far, with the rest still marked pending for `--resume`.
+
+requests.parquet holds the raw rows of the attempt each cell's row in
+cells.parquet describes, and nothing else: the builder computes a cell's
+figures from all of its rows there. When a cell is measured again (an Error
+cell under `--retry-errors`, or a pending cell that has rows left from an
+attempt cut short), the earlier attempt's rows move to
+superseded_requests.parquet, which the builder never reads: kept, never
+mixed into the new attempt's figures.
+
+Files are written in the order superseded, requests, metrics, cells,
+run.yaml: a write that fails part-way (a full disk) leaves at worst rows of
+an attempt that cells.parquet does not claim yet, never a cell claimed
+without its rows.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from bench.cells import CellOutcome
 from bench.plan import Cell
@@ -21,78 +39,177 @@ from rundir.contract import (
     CELLS_SCHEMA,
     PENDING,
     REQUESTS_FILE,
+    RUN_YAML,
     SERVER_METRICS_FILE,
+    SUPERSEDED_REQUESTS_FILE,
+    ContractError,
     RunInfo,
+    check_table,
     empty_table,
 )
-from rundir.io import read_table, write_run_info, write_table
+from rundir.io import atomic_write, read_table, write_run_info, write_table
+
+Key = tuple[str, int, int]
+_OUR_FILES = (RUN_YAML, CELLS_FILE, REQUESTS_FILE, SERVER_METRICS_FILE, SUPERSEDED_REQUESTS_FILE)
+# rundir.io.atomic_write's temporary names: ".<name>.<random>.tmp"
+_STALE_TMP = re.compile(r"^\.(?:" + "|".join(re.escape(n) for n in _OUR_FILES) + r")\..+\.tmp$")
 
 
 class RunStore:
+    """Cells and raw rows of one run directory, in memory, flushed whole."""
+
     def __init__(self, run_dir: Path, info: RunInfo, cells: list[Cell]) -> None:
         self.run_dir = Path(run_dir)
         self.info = info
-        self.rows: dict[tuple[str, int, int], dict] = {}
+        self.rows: dict[Key, dict] = {}
         for cell in cells:
             self.rows[cell.key] = _cell_row(cell.key, cell.status, cell.reason)
-        self.requests: list[pa.Table] = []
+        self.requests: pa.Table = empty_table(REQUESTS_FILE)
+        self.superseded: pa.Table = empty_table(REQUESTS_FILE)
+        self._superseded_dirty = False
         self.resumed_metrics: pa.Table = empty_table(SERVER_METRICS_FILE)
         self.server_metrics: pa.Table = self.resumed_metrics
 
-    def adopt_finished(self) -> set[tuple[str, int, int]]:
-        """For --resume: keep the cells already measured in run_dir and their
-        raw requests; return their keys so they are not run again."""
-        old_cells = read_table(self.run_dir, CELLS_FILE)
-        old_requests = read_table(self.run_dir, REQUESTS_FILE, required=False)
-        self.resumed_metrics = read_table(self.run_dir, SERVER_METRICS_FILE, required=False)
-        self.server_metrics = self.resumed_metrics
-        done: set[tuple[str, int, int]] = set()
-        for row in old_cells.to_pylist():
-            key = (row["phase"], row["context"], row["concurrency"])
-            if row["status"] != PENDING and key in self.rows:
-                self.rows[key] = row
-                done.add(key)
-        if len(old_requests) and done:
-            keys = pa.array([f"{p}|{c}|{n}" for p, c, n in done])
-            rk = pc.binary_join_element_wise(
-                old_requests["phase"], pc.cast(old_requests["context"], pa.string()),
-                pc.cast(old_requests["concurrency"], pa.string()), "|",
-            )
-            self.requests.append(old_requests.filter(pc.is_in(rk, value_set=keys)))
-        return done
+    @classmethod
+    def resume(cls, run_dir: Path, info: RunInfo) -> RunStore:
+        """Everything already in run_dir, every cell row and raw row kept as
+        read; ContractError names a file that does not meet the contract."""
+        store = cls(run_dir, info, [])
+        for row in read_table(store.run_dir, CELLS_FILE).to_pylist():
+            store.rows[(row["phase"], row["context"], row["concurrency"])] = row
+        store.requests = read_table(store.run_dir, REQUESTS_FILE, required=False)
+        store.superseded = read_superseded(store.run_dir)
+        store.resumed_metrics = read_table(store.run_dir, SERVER_METRICS_FILE, required=False)
+        store.server_metrics = store.resumed_metrics
+        return store
+
+    def add_planned(self, cells: list[Cell]) -> None:
+        """Cells of the plan the directory does not hold yet (an extended
+        plan); a pending cell the plan now skips takes the plan's status."""
+        for cell in cells:
+            row = self.rows.get(cell.key)
+            if row is None or (row["status"] == PENDING and cell.status != PENDING):
+                self.rows[cell.key] = _cell_row(cell.key, cell.status, cell.reason)
+
+    def request_ids(self) -> set[str]:
+        """Every request id already used in this run directory."""
+        ids = self.requests.column("request_id").to_pylist()
+        return set(ids) | set(self.superseded.column("request_id").to_pylist())
 
     def record(self, cell: Cell, outcome: CellOutcome) -> None:
+        """A finished cell replaces the cell's row and its raw rows; rows of
+        the attempt it replaces move to the superseded file."""
+        if outcome.status == PENDING:
+            raise ValueError("an interrupted cell is not recorded: it stays as it was")
         row = _cell_row(cell.key, outcome.status, outcome.reason)
         if outcome.window:
             row["window_start_ns"], row["window_end_ns"] = outcome.window
         row["warmup_s"] = outcome.warmup_s
         row["token_counting"] = outcome.counting
         row["client_bound"] = outcome.client_bound
-        self.rows[cell.key] = row
+        mine = _key_mask(self.requests, cell.key)
+        if len(self.requests) and pc.any(mine).as_py():
+            old = self.requests.filter(mine)
+            self.requests = self.requests.filter(pc.invert(mine))
+            self.superseded = _concat(self.superseded, old)
+            self._superseded_dirty = True
         if outcome.records:
-            self.requests.append(records_table(outcome.records))
-
-    def set_status(self, cell: Cell) -> None:
-        self.rows[cell.key] = _cell_row(cell.key, cell.status, cell.reason)
+            self.requests = _concat(self.requests, records_table(outcome.records))
+        self.rows[cell.key] = row
 
     def flush(self, sampled: pa.Table | None = None) -> None:
-        """Write everything; `sampled` is this session's whole gauge table."""
+        """Write everything; `sampled` is this session's whole gauge table.
+        An OSError (full disk, permissions) leaves every file either as it
+        was or whole."""
         if sampled is not None:
             self.server_metrics = pa.concat_tables([self.resumed_metrics, sampled])
-        if self.requests:
-            combined = pa.concat_tables(self.requests).combine_chunks()
-            self.requests = [combined]
-        else:
-            combined = empty_table(REQUESTS_FILE)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_table(self.run_dir, REQUESTS_FILE, combined)
-        write_table(self.run_dir, SERVER_METRICS_FILE, self.server_metrics)
+        with _naming(self.run_dir):
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self._superseded_dirty:
+            with _naming(self.run_dir / SUPERSEDED_REQUESTS_FILE):
+                write_superseded(self.run_dir, self.superseded)
+            self._superseded_dirty = False
+        with _naming(self.run_dir / REQUESTS_FILE):
+            write_table(self.run_dir, REQUESTS_FILE, self.requests)
+        with _naming(self.run_dir / SERVER_METRICS_FILE):
+            write_table(self.run_dir, SERVER_METRICS_FILE, self.server_metrics)
         cells = pa.Table.from_pylist(list(self.rows.values()), schema=CELLS_SCHEMA)
-        write_table(self.run_dir, CELLS_FILE, cells)
-        write_run_info(self.run_dir, self.info)  # last: run.yaml marks a run directory
+        with _naming(self.run_dir / CELLS_FILE):
+            write_table(self.run_dir, CELLS_FILE, cells)
+        with _naming(self.run_dir / RUN_YAML):
+            write_run_info(self.run_dir, self.info)  # last: run.yaml marks a run directory
 
 
-def _cell_row(key: tuple[str, int, int], status: str, reason: str | None) -> dict:
+def read_superseded(run_dir: Path) -> pa.Table:
+    """superseded_requests.parquet, validated like requests.parquet (empty if absent)."""
+    path = Path(run_dir) / SUPERSEDED_REQUESTS_FILE
+    if not path.is_file():
+        return empty_table(REQUESTS_FILE)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ContractError(f"{path}: not a readable Parquet file ({first})") from None
+    return check_table(REQUESTS_FILE, table, where=str(path))
+
+
+def write_superseded(run_dir: Path, table: pa.Table) -> None:
+    table = check_table(REQUESTS_FILE, table, where=SUPERSEDED_REQUESTS_FILE)
+    atomic_write(Path(run_dir) / SUPERSEDED_REQUESTS_FILE,
+                 lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+
+
+def clean_stale_temps(run_dir: Path) -> list[str]:
+    """Remove temporary files a killed writer left (`.<name>.<random>.tmp` of
+    our own files only); call with the run's lock held. Returns their names."""
+    removed = []
+    for path in sorted(Path(run_dir).iterdir()):
+        if _STALE_TMP.match(path.name) and path.is_file():
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
+def session_tag(run_id: str, used_ids: set[str]) -> str:
+    """The prefix of this session's request ids (`<tag>-<n>`). A new run uses
+    its run id; the k-th resume uses `<run id>.r<k>`, k past every earlier
+    session's, so ids stay unique in the run however often it is resumed."""
+    if not used_ids:
+        return run_id
+    pattern = re.compile(re.escape(run_id) + r"\.r([0-9]+)-")
+    k = max((int(m.group(1)) for i in used_ids if (m := pattern.match(i))), default=0) + 1
+    while any(i.startswith(f"{run_id}.r{k}-") for i in used_ids):  # pragma: no cover
+        k += 1
+    return f"{run_id}.r{k}"
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An OSError from writing `path` names it and says the system's reason
+    plainly (pyarrow words ENOSPC as "Error writing bytes to file. Detail: ...")."""
+    try:
+        yield
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+        raise OSError(exc.errno, reason, str(path)) from None
+
+
+def _key_mask(table: pa.Table, key: Key) -> pa.ChunkedArray:
+    phase, context, concurrency = key
+    return pc.and_(
+        pc.and_(pc.equal(table["phase"], phase), pc.equal(table["context"], context)),
+        pc.equal(table["concurrency"], concurrency),
+    )
+
+
+def _concat(a: pa.Table, b: pa.Table) -> pa.Table:
+    """Both already in the contract's schema (read validated, or records_table)."""
+    if not len(a):
+        return b
+    return pa.concat_tables([a, b]).combine_chunks()
+
+
+def _cell_row(key: Key, status: str, reason: str | None) -> dict:
     row = {name: None for name in CELLS_SCHEMA.names}
     row.update(phase=key[0], context=key[1], concurrency=key[2], status=status, reason=reason)
     return row

@@ -1,0 +1,131 @@
+"""Click parameter types for `bench run`: a bad value fails at parse time.
+
+Why types and not checks in the command body: click names the flag in its
+error, runs before anything touches the network or the disk, and one place
+holds the rule for every flag that takes seconds or tokens. Non-finite
+values (`nan`, `inf`, `1e400`, which Python reads as inf) are refused here:
+a NaN window would be written into run.yaml and an infinite one never ends.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+
+from bench.plan import PlanError, parse_concurrency, parse_contexts, parse_tokens, shown
+from bench.redact import redact_url
+
+WEEK_S = 7 * 86400.0  # the longest any wait or window may be
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds in (0, WEEK_S], or [0, WEEK_S] with zero_ok."""
+
+    name = "seconds"
+
+    def __init__(self, zero_ok: bool = False, most: float = WEEK_S) -> None:
+        self.zero_ok = zero_ok
+        self.most = most
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            number = value
+        else:
+            try:
+                number = float(str(value).strip())
+            except ValueError:
+                self.fail(f"expected a number of seconds, got {shown(value)}", param, ctx)
+        low = "≥ 0" if self.zero_ok else "> 0"
+        if not math.isfinite(number):
+            self.fail(f"expected a finite number of seconds {low}, got {shown(value)}",
+                      param, ctx)
+        if number < 0 or (number == 0 and not self.zero_ok) or number > self.most:
+            self.fail(f"expected seconds {low} and at most {self.most:,.0f}, "
+                      f"got {shown(value)}", param, ctx)
+        return number
+
+
+class Tokens(click.ParamType):
+    """A whole token count such as 8192, 8k or 1M (1K = 1024)."""
+
+    name = "tokens"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_tokens(str(value), _flag(param))
+        except PlanError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Contexts(click.ParamType):
+    """Comma-separated contexts; `max` stands for the largest that fits."""
+
+    name = "contexts"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> list[int | str]:
+        if isinstance(value, list):
+            return value
+        try:
+            return parse_contexts(str(value), _flag(param)) or []
+        except PlanError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Levels(click.ParamType):
+    """Comma-separated concurrency levels: whole numbers ≥ 1."""
+
+    name = "levels"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> list[int]:
+        if isinstance(value, list):
+            return value
+        try:
+            return parse_concurrency(str(value)) or []
+        except PlanError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class BaseUrl(click.ParamType):
+    """An http(s) URL with a host: the server to measure."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value).strip()
+        try:
+            parts = urlsplit(text)
+            port_ok = parts.port is None or 0 < parts.port < 65536
+        except ValueError:  # e.g. a port that is not a number
+            parts, port_ok = None, False
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
+                or not port_ok:
+            safe = redact_url(text)  # a malformed URL may still carry a password
+            self.fail(f"expected an http:// or https:// URL with a host, e.g. "
+                      f"http://127.0.0.1:8000, got {shown(safe)}", param, ctx)
+        return text
+
+
+def _flag(param: click.Parameter | None) -> str:
+    if param is None or not getattr(param, "opts", None):
+        return "value"
+    return max(param.opts, key=len)
+
+
+def one_line(exc: click.ClickException) -> str:
+    """A click error as one line naming the flag: `--duration: expected ...`."""
+    message = " ".join(exc.format_message().split())
+    if isinstance(exc, click.MissingParameter) and exc.param is not None:
+        return f"{_flag(exc.param)}: missing (this option is required)"
+    if isinstance(exc, click.BadParameter) and exc.param is not None:
+        flag = _flag(exc.param)
+        message = " ".join(exc.message.split())
+        if not message.startswith(flag):
+            message = f"{flag}: {message}"
+    return message

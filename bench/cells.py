@@ -99,7 +99,7 @@ class CellRunner:
         cancel: asyncio.Event | None = None, on_start=None,
     ) -> RequestRecord:
         rid, result = await self._post(prompt, max_tokens, cancel, on_start)
-        return await self._record(cell, rid, purpose, index, result)
+        return await self._record(cell, rid, purpose, index, result, max_tokens)
 
     async def _post(self, prompt: Prompt, max_tokens: int, cancel: asyncio.Event | None,
                     on_start) -> tuple[str, StreamResult]:
@@ -110,19 +110,19 @@ class CellRunner:
         return rid, result
 
     async def _record(self, cell: Cell, rid: str, purpose: str, index: int,
-                      result: StreamResult) -> RequestRecord:
+                      result: StreamResult, max_tokens: int) -> RequestRecord:
         """Parse a finished stream PARSE_SLICE events at a time, yielding to
         the loop between slices: in one piece a 4,096-event stream blocked
         every other stream's reads for 10-30 ms and made cells client-bound
         (seen at 8 streams on an H200)."""
-        parser = StreamParser()
+        parser = StreamParser(max_tokens)
         events = result.events
         for i in range(0, len(events), PARSE_SLICE):
             if not parser.feed(events[i:i + PARSE_SLICE]):
                 break
             await asyncio.sleep(0)
         return RequestRecord.from_stream(cell.key, rid, purpose, index, result, self.redact,
-                                         parser.result())
+                                         parser.result(), max_tokens)
 
     # -- prefill --------------------------------------------------------
     async def prefill(self, cell: Cell) -> CellOutcome:
@@ -209,7 +209,7 @@ class CellRunner:
         parsing: list[asyncio.Task] = []
 
         async def keep(result: StreamResult, rid: str, i: int) -> None:
-            rec = await self._record(cell, rid, PURPOSE_MEASURE, i, result)
+            rec = await self._record(cell, rid, PURPOSE_MEASURE, i, result, s.max_output)
             records.append(rec)
             if rec.error:
                 failure.set()

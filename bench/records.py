@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from bench.chunks import ParsedStream, parse_events
 from bench.loops import loop_period
 from bench.stream import StreamResult
-from rundir import metrics
+from rundir import decode_checks, metrics
 from rundir.contract import (
     COUNT_CHUNKS,
     COUNT_USAGE_CONTINUOUS,
@@ -67,15 +68,17 @@ class RequestRecord:
     def from_stream(
         cls, key: tuple[str, int, int], request_id: str, purpose: str, index: int,
         result: StreamResult, redact, parsed: ParsedStream | None = None,
+        max_tokens: int | None = None,
     ) -> RequestRecord:
-        """`parsed`: result.events already parsed (by the caller, in slices)."""
+        """`parsed`: result.events already parsed (by the caller, in slices).
+
+        What the server sent is judged whether or not we cancelled the stream
+        afterwards: a malformed event or an impossible token count fails it.
+        Only a lost connection, which closing it ourselves causes, is forgiven
+        on a cancelled stream."""
         if parsed is None:
-            parsed = parse_events(result.events)
-        error = result.error or parsed.error
-        if error and result.cancelled:
-            error = None  # we closed it: not a failure
-        if not error and not result.cancelled and result.status == 200 and not result.done:
-            error = "stream ended without [DONE]"
+            parsed = parse_events(result.events, max_tokens)
+        error = stream_error(result, parsed)
         phase, context, concurrency = key
         return cls(
             phase=phase, context=context, concurrency=concurrency, request_id=request_id,
@@ -92,6 +95,19 @@ class RequestRecord:
     @property
     def tokens(self) -> int:
         return self.chunk_tokens[-1] if self.chunk_tokens else 0
+
+
+def stream_error(result: StreamResult, parsed: ParsedStream) -> str | None:
+    """Why a stream failed, or None (see `RequestRecord.from_stream`)."""
+    transport = result.error
+    if transport and result.cancelled and transport.startswith("connection lost"):
+        transport = None  # we closed it: not a failure
+    if not transport and result.status not in (0, 200):
+        transport = f"HTTP {result.status}"  # the client leaves the status unsaid when cancelled
+    error = transport or parsed.error
+    if not error and not result.cancelled and result.status == 200 and not result.done:
+        error = "stream ended without [DONE]"
+    return error
 
 
 def records_table(records: list[RequestRecord]) -> pa.Table:
@@ -155,15 +171,20 @@ def judge_decode(
                 )
     table = records_table(measured)
     chunks = metrics.Chunks.from_table(table)
-    inwin = (chunks.ns >= start_ns) & (chunks.ns <= end_ns)
-    if not chunks.tokens[inwin].sum():
+    done = np.array([not r.cancelled and not r.error for r in measured], dtype=bool)
+    m = metrics.decode_metrics(chunks, start_ns, end_ns, done)
+    if not m.output_tokens:
         return Verdict(ERROR, "no tokens arrived during the measurement window", counting)
-    avg_active, max_waiting = metrics.window_activity(chunks, server_metrics, start_ns, end_ns)
-    if metrics.is_queued(concurrency, avg_active, max_waiting):
+    act = metrics.window_activity_detail(chunks, server_metrics, start_ns, end_ns)
+    notes = [act.coverage.describe(start_ns, end_ns)] if act.coverage and not act.from_server else []
+    problems = decode_checks.decode_problems(chunks, start_ns, end_ns, m, act.avg_active)
+    if problems:
+        return Verdict(ERROR, "; ".join(problems + notes), counting)
+    if metrics.is_queued(concurrency, act.avg_active, act.max_waiting):
         why = (
-            f"server's waiting gauge reached {max_waiting:g}"
-            if max_waiting
-            else f"average active {avg_active:.2f} < 0.95 × {concurrency}"
+            f"server's waiting gauge reached {act.max_waiting:g}"
+            if act.max_waiting
+            else f"average active {act.avg_active:.2f} < 0.95 × {concurrency}"
         )
-        return Verdict(REQUESTS_QUEUED, why, counting)
-    return Verdict(VALID, None, counting)
+        return Verdict(REQUESTS_QUEUED, "; ".join([why, *notes]), counting)
+    return Verdict(VALID, "; ".join(notes) or None, counting)

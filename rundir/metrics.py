@@ -391,9 +391,63 @@ def _waiting_series(server_metrics: pa.Table | None) -> tuple[np.ndarray, np.nda
     return series
 
 
+GAUGE_MAX_GAP_NS = 3_000_000_000  # three of the sampler's 1 s intervals
+GAUGE_MIN_SAMPLES = 2
+
+
+@dataclass(frozen=True)
+class GaugeCoverage:
+    """How well the server's sampled gauge covers a window: the samples that
+    speak for it (inside, plus the one held from before its start when that
+    is recent) and the longest stretch of the window without a fresh sample."""
+
+    samples: int
+    max_gap_ns: int
+
+    @property
+    def enough(self) -> bool:
+        return self.samples >= GAUGE_MIN_SAMPLES and self.max_gap_ns <= GAUGE_MAX_GAP_NS
+
+    def describe(self, start_ns: int, end_ns: int) -> str:
+        return (f"the server's gauges were too sparse ({self.samples} samples for the "
+                f"{(end_ns - start_ns) / 1e9:.1f} s window, longest gap {self.max_gap_ns / 1e9:.1f} s; "
+                f"at least {GAUGE_MIN_SAMPLES} and at most {GAUGE_MAX_GAP_NS / 1e9:g} s apart needed): "
+                f"average active counts the client's streams receiving tokens")
+
+
+def gauge_coverage(times: np.ndarray, start_ns: int, end_ns: int) -> GaugeCoverage:
+    """Coverage of [start_ns, end_ns] by sample times (ascending)."""
+    times = np.asarray(times, dtype=np.int64)
+    before = times[times <= start_ns]
+    inside = times[(times > start_ns) & (times <= end_ns)]
+    anchor = int(before[-1]) if len(before) else int(start_ns)
+    points = np.concatenate(([anchor], inside, [end_ns]))
+    gap = int(np.diff(points).max()) if len(points) > 1 else 0
+    held = len(before) and start_ns - int(before[-1]) <= GAUGE_MAX_GAP_NS
+    return GaugeCoverage(int(len(inside) + (1 if held else 0)), gap)
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Average active requests over a window and what it was derived from."""
+
+    avg_active: float
+    max_waiting: float | None  # the largest waiting count the server reported in W
+    coverage: GaugeCoverage | None  # None: the server has no waiting gauge
+    from_server: bool  # in flight − waiting (True) or the client's producing streams
+
+
 def window_activity(
     chunks: Chunks, server_metrics: pa.Table | None, start_ns: int, end_ns: int
 ) -> tuple[float, float | None]:
+    """(average active requests, largest waiting count): see `window_activity_detail`."""
+    a = window_activity_detail(chunks, server_metrics, start_ns, end_ns)
+    return a.avg_active, a.max_waiting
+
+
+def window_activity_detail(
+    chunks: Chunks, server_metrics: pa.Table | None, start_ns: int, end_ns: int
+) -> Activity:
     """Average active requests over the window, and the largest waiting
     count the server reported inside it.
 
@@ -404,18 +458,18 @@ def window_activity(
     its restart (and was seen to lag by seconds on vLLM's CPU build).
     Without a waiting gauge a queued request cannot be told from a running
     one by the client, so only streams that are receiving tokens (first
-    token to end) count.
+    token to end) count. A gauge sampled too sparsely over the window (a
+    /metrics that stops answering under overload) is treated as absent:
+    nothing is derived from one stale sample.
     """
-    max_waiting = None
-    wt = ws = None
     series = _waiting_series(server_metrics)
-    if series is not None:
-        wt, ws = series
-        max_waiting = gauge_max_in(wt, ws, start_ns, end_ns)
-        if wt[0] > end_ns:
-            wt = ws = None
-    if wt is None:
-        return client_active(chunks, start_ns, end_ns), max_waiting
+    if series is None:
+        return Activity(client_active(chunks, start_ns, end_ns), None, None, False)
+    wt, ws = series
+    coverage = gauge_coverage(wt, start_ns, end_ns)
+    if not coverage.enough:
+        return Activity(client_active(chunks, start_ns, end_ns), None, coverage, False)
+    max_waiting = gauge_max_in(wt, ws, start_ns, end_ns)
     # Mean over the 1 ms grid of (in flight − waiting, floored at 0). Both are
     # step functions of the grid index, so the sum is taken per stretch
     # between their changes: the value of evaluating every grid point (to the
@@ -431,7 +485,7 @@ def window_activity(
     in_flight = (np.searchsorted(np.sort(sends), at, side="right")
                  - np.searchsorted(np.sort(stops), at, side="right"))
     active = np.clip(in_flight - waiting, 0, None)
-    return float((active * np.diff(bounds)).sum() / n_grid), max_waiting
+    return Activity(float((active * np.diff(bounds)).sum() / n_grid), max_waiting, coverage, True)
 
 
 def _grid_index(times: np.ndarray, start_ns: int, n_grid: int) -> np.ndarray:

@@ -21,13 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rundir import contract as c
+from rundir.decode_checks import decode_problems
 from rundir.io import RunData, atomic_write_text
 from rundir.metrics import (
     Chunks,
     decode_metrics,
     gauge_series,
     prefill_metrics,
-    window_activity,
+    window_activity_detail,
 )
 from site_builder import drilldown
 
@@ -234,16 +235,23 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
     cell.requests = len(requests)
     if cell.has_numbers:
         m = decode_metrics(chunks, start, end, done)
-        active, _ = window_activity(chunks, server_metrics, start, end)
-        cell.total_tok_s = m.total_tok_s
-        cell.per_request_tok_s = m.per_request_tok_s
-        cell.ttft_ms = m.ttft_ms
-        cell.tbt_ms = m.tbt_ms
-        cell.avg_active = active
-        cell.avg_active_source = "server" if waiting is not None else "client"
-        cell.completed = m.completed
-        cell.output_tokens = m.output_tokens
-        cell.measured_s = m.duration_s
+        act = window_activity_detail(chunks, server_metrics, start, end)
+        problems = decode_problems(chunks, start, end, m, act.avg_active)
+        if problems:
+            # The raw data refutes the stored status (an older collector, a hand-made
+            # run): publish what the collector now would, an Error naming why.
+            cell.status = c.ERROR
+            cell.reason = "; ".join(filter(None, [cell.reason, *problems]))
+        else:
+            cell.total_tok_s = m.total_tok_s
+            cell.per_request_tok_s = m.per_request_tok_s
+            cell.ttft_ms = m.ttft_ms
+            cell.tbt_ms = m.tbt_ms
+            cell.avg_active = act.avg_active
+            cell.avg_active_source = "server" if act.from_server else "client"
+            cell.completed = m.completed
+            cell.output_tokens = m.output_tokens
+            cell.measured_s = m.duration_s
     if len(requests):
         details[cell.key] = drilldown.decode_detail(
             requests, chunks, start, end, running=running, waiting=waiting,
@@ -327,6 +335,8 @@ _CODE_FILES = (
     Path(__file__).with_name("drilldown.py"),
     Path(c.__file__),
     Path(c.__file__).with_name("metrics.py"),
+    Path(c.__file__).with_name("checks.py"),  # a stricter reader must re-judge cached runs
+    Path(c.__file__).with_name("decode_checks.py"),
 )
 
 

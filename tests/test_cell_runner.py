@@ -53,7 +53,7 @@ def test_a_finished_stream_is_parsed_without_holding_the_loop() -> None:
         tick = asyncio.create_task(ticker())
         await asyncio.sleep(0)
         parsing = True
-        rec = await runner()._record(cell, "r1", PURPOSE_MEASURE, 0, result)
+        rec = await runner()._record(cell, "r1", PURPOSE_MEASURE, 0, result, 4096)
         parsing = False
         tick.cancel()
         return rec
@@ -68,7 +68,7 @@ def test_a_finished_stream_is_parsed_without_holding_the_loop() -> None:
 def test_an_error_inside_the_stream_is_found_when_sliced() -> None:
     result = long_stream(1000)
     result.events[700] = (5000, b'{"error": {"message": "engine died"}}')
-    rec = asyncio.run(runner()._record(Cell(DECODE, 1024, 8), "r1", PURPOSE_MEASURE, 0, result))
+    rec = asyncio.run(runner()._record(Cell(DECODE, 1024, 8), "r1", PURPOSE_MEASURE, 0, result, 4096))
     assert rec.error == "server error mid-stream: engine died"
     assert rec.tokens == 700
 

@@ -32,13 +32,13 @@ def collect(srv, tmp_path: Path, *extra: str, ok: bool = True) -> tuple[Path, ob
     return out, res
 
 
-def collect_prefill(srv, tmp_path: Path) -> Path:
+def collect_prefill(srv, tmp_path: Path, exit_code: int = 0) -> Path:
     """A 2K prefill cell (and one short decode cell) against `srv`."""
     out = tmp_path / "pre"
     res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), "--contexts",
                   "2k", "--concurrency", "1", "--duration", "1", "--warmup-stable", "0.5",
                   "--max-output", "50", "--server-wait", "3")
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == exit_code, res.stderr
     return out
 
 
@@ -199,8 +199,9 @@ def test_looping_model_is_looped(refserver, tmp_path) -> None:
 def test_final_usage_only_with_multi_token_chunks_is_not_trusted(refserver, tmp_path) -> None:
     srv = refserver(tokens_per_s=200, tokens_per_chunk=[1, 3], usage_mode="final",
                     default_max_tokens=100)
-    run_dir, _ = collect(srv, tmp_path, "--contexts", "128", "--concurrency", "1",
-                         "--max-output", "100")
+    run_dir, res = collect(srv, tmp_path, "--contexts", "128", "--concurrency", "1",
+                           "--max-output", "100", ok=False)
+    assert res.returncode == 3, res.stderr  # finished, with an Error cell
     status, reason = statuses(run_dir)[("decode", 128, 1)]
     assert status == "error" and "several tokens per chunk" in reason
 
@@ -252,7 +253,7 @@ def test_prefill_cache_hits_are_rejected_and_retried(refserver, tmp_path, in_usa
 
 def test_prefill_every_sample_a_cache_hit_is_an_error(refserver, tmp_path) -> None:
     srv = refserver(tokens_per_s=200, ttft_ms=5, cache_hit_every=1)
-    out = collect_prefill(srv, tmp_path)
+    out = collect_prefill(srv, tmp_path, exit_code=3)  # finished, with an Error cell
     status, reason = statuses(out)[("prefill", 2048, 1)]
     assert status == "error" and reason == "only 0 cold samples in 9 tries"
 

@@ -88,7 +88,8 @@ def test_restart_gaps_lower_the_average() -> None:
                     chunk_ns=[5 * MS, 49 * MS], chunk_tokens=[1, 2]),
                dict(send_ns=60 * MS, end_ns=200 * MS, cancelled=True,
                     chunk_ns=[65 * MS, 150 * MS], chunk_tokens=[1, 2])])
-    avg, _ = metrics.window_activity(metrics.Chunks.from_table(t), _waiting([(0, 0.0)]), 0, 100 * MS)
+    avg, _ = metrics.window_activity(metrics.Chunks.from_table(t), _waiting([(0, 0.0), (100 * MS, 0.0)]),
+                                     0, 100 * MS)
     assert avg == pytest.approx(0.9)
 
 

@@ -1,0 +1,198 @@
+"""No wrong number marked Valid: a misbehaving server's cell is Error (or
+says what it could not claim), through the real `bench run` against the
+reference server, with the default max output (4,096 tokens), so every
+measured stream is still open, and cancelled, when the window closes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from bench.chunks import parse_events
+from rundir import decode_checks, metrics
+from rundir.contract import CELLS_FILE, SERVER_METRICS_SCHEMA
+from rundir.io import read_run, write_table
+from site_builder.aggregate import measured_cells
+from tests.conftest import run_cli
+from tests.refserver.harness import refserver_fixture  # noqa: F401
+
+# The default --max-output (4,096) is kept on purpose: at 200 tok/s no stream
+# finishes inside these windows, so every one is cancelled at the window's end.
+DEFAULTS = ["--warmup-stable", "0.5", "--no-prefill", "--server-wait", "2", "--contexts", "128"]
+
+
+def bench(srv, out, *extra: str):
+    return run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), *DEFAULTS, *extra)
+
+
+def decode_cell(out, concurrency: int) -> dict:
+    (cell,) = [c for c in read_run(out).cells.to_pylist()
+               if c["phase"] == "decode" and c["concurrency"] == concurrency]
+    return cell
+
+
+def test_malformed_event_in_one_of_four_cancelled_streams_fails_the_cell(refserver, tmp_path):
+    # Requests 1-4 are the prefix warm-ups (one token each); 5-8 the measured
+    # streams: only request 5 (5 % 5 == 0) sends a malformed event.
+    srv = refserver(tokens_per_s=200, malformed_after_tokens=150, fault_every=5)
+    res = bench(srv, tmp_path / "r", "--concurrency", "4", "--duration", "2")
+    cell = decode_cell(tmp_path / "r", 4)
+    assert cell["status"] == "error", cell
+    assert "malformed SSE event" in cell["reason"]
+    rows = [r for r in read_run(tmp_path / "r").requests.to_pylist() if r["purpose"] == "measure"]
+    assert all(r["cancelled"] for r in rows)  # the window closed on every stream
+    assert sum(1 for r in rows if r["error"]) == 1
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("skew, extra, expect", [
+    (-150, [], "fell from"),  # the cumulative count goes backwards once
+    (500, [], "fell from"),  # jumps once and comes back: the return is a fall
+    (5000, ["--max-output", "1000"], "exceeds max_tokens 1000"),
+])
+def test_token_counts_that_go_backwards_or_jump_fail_the_cell(refserver, tmp_path, skew, extra,
+                                                               expect):
+    srv = refserver(tokens_per_s=200, usage_skew_after_tokens=200, usage_skew=skew, fault_every=4)
+    bench(srv, tmp_path / "r", "--concurrency", "2", "--duration", "2", *extra)
+    cell = decode_cell(tmp_path / "r", 2)
+    assert cell["status"] == "error", cell
+    assert "the server reported inconsistent token counts" in cell["reason"]
+    assert expect in cell["reason"]
+
+
+def test_server_frozen_inside_the_window_is_named(refserver, tmp_path):
+    # The first measured stream to reach 300 tokens (1.5 s at 200 tok/s, after
+    # the 0.5 s readiness) freezes the whole server for 2.5 s: no stream, no
+    # /metrics. Its streams all resume afterwards.
+    srv = refserver(tokens_per_s=200, freeze_after_tokens=300, freeze_s=2.5)
+    res = bench(srv, tmp_path / "r", "--concurrency", "2", "--duration", "5")
+    assert "Traceback" not in res.stderr, res.stderr
+    cell = decode_cell(tmp_path / "r", 2)
+    assert cell["status"] == "error", cell
+    assert "the server stalled" in cell["reason"]
+    # The builder re-checks the raw data: the same run stored as Valid (by an
+    # older collector, or by hand) is published as an Error naming the stall.
+    cells = read_run(tmp_path / "r").cells
+    valid = pa.array(["valid"] * len(cells))
+    cells = cells.set_column(cells.schema.get_field_index("status"), "status", valid)
+    cells = cells.set_column(cells.schema.get_field_index("reason"), "reason",
+                             pa.nulls(len(cells), pa.string()))
+    write_table(tmp_path / "r", CELLS_FILE, cells)
+    published, _ = measured_cells(read_run(tmp_path / "r"))
+    (pub,) = [c for c in published if c.phase == "decode"]
+    assert pub.status == "error" and "the server stalled" in pub.reason
+    assert pub.total_tok_s is None
+
+
+def test_sparse_gauges_claim_nothing_from_the_server(refserver, tmp_path):
+    # 8 streams, 4 slots: 4 wait in the queue. /metrics answers every 3.5 s,
+    # too sparse to weigh in-flight − waiting over the window; the client's
+    # own count (streams receiving tokens) still finds the queue.
+    srv = refserver(tokens_per_s=200, slots=4, metrics_delay_s=3.5)
+    bench(srv, tmp_path / "r", "--concurrency", "8", "--duration", "3", "--warmup-timeout", "3")
+    cell = decode_cell(tmp_path / "r", 8)
+    assert cell["status"] == "requests_queued", cell
+    assert "gauges were too sparse" in cell["reason"]
+
+
+# ---- the same rules, pure -------------------------------------------------
+
+MS = 1_000_000
+
+
+def _chunks(streams: list[list[tuple[int, int]]], send_ns: int = 0,
+            end_ns: int | None = None) -> metrics.Chunks:
+    """streams: per request, (arrival ns, cumulative tokens) pairs."""
+    table = pa.table({
+        "send_ns": pa.array([send_ns] * len(streams), pa.int64()),
+        "end_ns": pa.array([end_ns] * len(streams), pa.int64()),
+        "chunk_ns": pa.array([[t for t, _ in s] for s in streams], pa.list_(pa.int64())),
+        "chunk_tokens": pa.array([[n for _, n in s] for s in streams], pa.list_(pa.int64())),
+    })
+    return metrics.Chunks.from_table(table)
+
+
+def test_one_stale_sample_is_not_evidence_of_activity():
+    """8 streams in flight, 4 receiving tokens; the only waiting sample (0) is
+    10 s old when the window opens: active must come from the client (4),
+    not from 8 in flight − 0 waiting."""
+    s0 = 20_000 * MS
+    streams = [[(s0 + t * 10 * MS, t + 1) for t in range(1000)] for _ in range(4)]
+    streams += [[] for _ in range(4)]  # queued: sent, no token yet
+    chunks = _chunks(streams, send_ns=s0, end_ns=s0 + 10_000 * MS)  # all cancelled at 30 s
+    gauge = pa.table({"t_ns": [0], "name": ["waiting"], "source": ["w"], "labels": [""],
+                      "value": [0.0]}, schema=SERVER_METRICS_SCHEMA)
+    act = metrics.window_activity_detail(chunks, gauge, s0 + 5000 * MS, s0 + 8000 * MS)
+    assert not act.from_server and act.coverage is not None and not act.coverage.enough
+    assert act.avg_active == pytest.approx(4.0)
+    assert metrics.is_queued(8, act.avg_active, act.max_waiting)
+
+
+def test_dense_gauges_are_used():
+    streams = [[(t * 10 * MS, t + 1) for t in range(300)] for _ in range(2)]
+    chunks = _chunks(streams)
+    t = [0, 1000 * MS, 2000 * MS, 3000 * MS]
+    gauge = pa.table({"t_ns": t, "name": ["waiting"] * 4, "source": ["w"] * 4,
+                      "labels": [""] * 4, "value": [0.0] * 4}, schema=SERVER_METRICS_SCHEMA)
+    act = metrics.window_activity_detail(chunks, gauge, 100 * MS, 2900 * MS)
+    assert act.from_server and act.coverage.enough
+
+
+def test_coverage_counts_gaps_and_samples():
+    cov = metrics.gauge_coverage(np.array([0, 1000, 2000]) * MS, 500 * MS, 2500 * MS)
+    assert cov.samples == 3 and cov.max_gap_ns == 1000 * MS and cov.enough
+    cov = metrics.gauge_coverage(np.array([0, 4000]) * MS, 500 * MS, 4500 * MS)
+    assert cov.max_gap_ns == 4000 * MS and not cov.enough
+    cov = metrics.gauge_coverage(np.array([2000]) * MS, 500 * MS, 2500 * MS)
+    assert cov.samples == 1 and not cov.enough  # one sample is never enough
+
+
+def test_stall_rule():
+    steady = [[(t * 5 * MS, t + 1) for t in range(1000)]]
+    assert decode_checks.stall_problem(_chunks(steady), 0, 4000 * MS) is None
+    frozen = [[(t * 5 * MS + (2000 * MS if t >= 300 else 0), t + 1) for t in range(1000)]]
+    why = decode_checks.stall_problem(_chunks(frozen), 0, 4000 * MS)
+    assert why and "2.0 s" in why and "from 1.5 s" in why
+    # a slow but steady server (one token every 2 s, 30 s window) is not a stall
+    slow = [[(t * 2000 * MS, t + 1) for t in range(20)]]
+    assert decode_checks.stall_problem(_chunks(slow), 0, 30_000 * MS) is None
+
+
+def test_consistency_rule():
+    good = metrics.DecodeMetrics(400, 2.0, 200.0, 100.0, 10.0, 10.0, 0, 2.0)
+    assert decode_checks.consistency_problem(good, 2.0) is None
+    bad = metrics.DecodeMetrics(224, 2.0, 112.0, 99.87, 10.0, 10.0, 0, 2.0)
+    assert "inconsistent figures" in decode_checks.consistency_problem(bad, 2.0)
+
+
+@pytest.mark.parametrize("events, expect", [
+    ([b'{"choices":[],"usage":{"completion_tokens":5}}',
+      b'{"choices":[],"usage":{"completion_tokens":3}}'], "fell from 5 to 3"),
+    ([b'{"choices":[],"usage":{"completion_tokens":11}}'], "exceeds max_tokens 10"),
+    ([b'{"choices":[],"usage":{"completion_tokens":"7"}}'], "is not a count"),
+    ([b'{"choices":[],"usage":{"completion_tokens":-1}}'], "is not a count"),
+    ([b'{"choices":[],"usage":{"completion_tokens":NaN}}'], "is not a count"),
+    ([b'{"choices":[],"usage":{"completion_tokens":true}}'], "is not a count"),
+    ([b'{"choices":[],"usage":{"completion_tokens":1,"prompt_tokens":1e400}}'], "is not a count"),
+    ([b'{"choices":[],"usage":{"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":-4}}}'],
+     "is not a count"),
+    ([b'{"choices":"x"}'], "unexpected shape"),
+    ([b'{"choices":[{"delta":"x"}]}'], "unexpected shape"),
+    ([b'{"choices":[{"delta":{"content":5}}]}'], "unexpected shape"),
+    ([b'{"choices":[],"usage":[1]}'], "unexpected shape"),
+])
+def test_parser_refuses_impossible_counts_and_shapes(events, expect):
+    parsed = parse_events([(i, e) for i, e in enumerate(events)], max_tokens=10)
+    assert parsed.error and expect in parsed.error, parsed.error
+
+
+def test_decode_problems_names_an_inconsistent_window():
+    """Two streams at 100 tok/s, but 4 requests claimed active: the total
+    (200 tok/s) cannot be per-request × active (400)."""
+    streams = [[(t * 10 * MS, t + 1) for t in range(201)] for _ in range(2)]
+    chunks = _chunks(streams)
+    m = metrics.decode_metrics(chunks, 0, 2000 * MS, np.array([False, False]))
+    assert decode_checks.decode_problems(chunks, 0, 2000 * MS, m, 2.0) == []
+    (why,) = decode_checks.decode_problems(chunks, 0, 2000 * MS, m, 4.0)
+    assert why.startswith("inconsistent figures")

@@ -177,7 +177,7 @@ def judge_decode(
         return Verdict(ERROR, "no tokens arrived during the measurement window", counting)
     act = metrics.window_activity_detail(chunks, server_metrics, start_ns, end_ns)
     notes = [act.coverage.describe(start_ns, end_ns)] if act.coverage and not act.from_server else []
-    problems = decode_checks.decode_problems(chunks, start_ns, end_ns, m, act.avg_active)
+    problems = decode_checks.decode_problems(chunks, start_ns, end_ns, m)
     if problems:
         return Verdict(ERROR, "; ".join(problems + notes), counting)
     if metrics.is_queued(concurrency, act.avg_active, act.max_waiting):

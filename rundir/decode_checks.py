@@ -16,7 +16,7 @@ from rundir.metrics import Chunks, DecodeMetrics, window_scan
 STALL_MIN_NS = 1_000_000_000  # a silence this long is never normal token spacing
 STALL_WINDOW_SHARE = 0.05  # ... nor one this large a share of the window
 STALL_GAP_MULTIPLE = 10  # ... nor this many times the cell's usual spacing
-CONSISTENCY_TOLERANCE = 0.25  # |total − per-request × active| / (per-request × active)
+CONSISTENCY_TOLERANCE = 0.25  # |total − per-request × producing| / (per-request × producing)
 
 
 def token_gaps_ns(chunks: Chunks, start_ns: int, end_ns: int) -> np.ndarray:
@@ -49,21 +49,25 @@ def stall_problem(chunks: Chunks, start_ns: int, end_ns: int) -> str | None:
             f"inside the window (from {offset_s:.1f} s; limit {limit / 1e9:.1f} s)")
 
 
-def consistency_problem(m: DecodeMetrics, avg_active: float) -> str | None:
-    """Total tok/s must agree with per-request tok/s × average active requests:
-    both describe the same streams over the same window."""
-    if m.per_request_tok_s is None or avg_active <= 0:
+def consistency_problem(m: DecodeMetrics) -> str | None:
+    """Total tok/s must agree with per-request tok/s × the streams that were
+    receiving tokens (first token to end, time-weighted): both describe the
+    same streams over the same window. Requests being prefilled or restarted
+    are left out of that count on purpose: they are active on the server but
+    deliver nothing yet (a 1 s prompt per 2 s answer legitimately makes the
+    total a third below per-request × active)."""
+    producing = m.avg_active_client
+    if m.per_request_tok_s is None or producing <= 0:
         return None
-    expected = m.per_request_tok_s * avg_active
+    expected = m.per_request_tok_s * producing
     if expected <= 0 or abs(m.total_tok_s - expected) <= CONSISTENCY_TOLERANCE * expected:
         return None
     return (f"inconsistent figures: total {m.total_tok_s:.1f} tok/s against per-request "
-            f"{m.per_request_tok_s:.1f} tok/s × {avg_active:.2f} active = {expected:.1f} "
-            f"(off by more than {CONSISTENCY_TOLERANCE:.0%})")
+            f"{m.per_request_tok_s:.1f} tok/s × {producing:.2f} streams receiving tokens = "
+            f"{expected:.1f} (off by more than {CONSISTENCY_TOLERANCE:.0%})")
 
 
-def decode_problems(chunks: Chunks, start_ns: int, end_ns: int, m: DecodeMetrics,
-                    avg_active: float) -> list[str]:
+def decode_problems(chunks: Chunks, start_ns: int, end_ns: int, m: DecodeMetrics) -> list[str]:
     """Every reason the cell's figures cannot be published as measured."""
-    found = [stall_problem(chunks, start_ns, end_ns), consistency_problem(m, avg_active)]
+    found = [stall_problem(chunks, start_ns, end_ns), consistency_problem(m)]
     return [p for p in found if p]

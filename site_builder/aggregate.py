@@ -236,7 +236,7 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
     if cell.has_numbers:
         m = decode_metrics(chunks, start, end, done)
         act = window_activity_detail(chunks, server_metrics, start, end)
-        problems = decode_problems(chunks, start, end, m, act.avg_active)
+        problems = decode_problems(chunks, start, end, m)
         if problems:
             # The raw data refutes the stored status (an older collector, a hand-made
             # run): publish what the collector now would, an Error naming why.

@@ -128,6 +128,7 @@ class Verdict:
     status: str
     reason: str | None
     counting: str
+    tbt_ms: float | None = None  # the cell's median time between tokens, when measured
 
 
 def counting_of(records: list[RequestRecord]) -> tuple[str, str | None]:
@@ -179,12 +180,12 @@ def judge_decode(
     notes = [act.coverage.describe(start_ns, end_ns)] if act.coverage and not act.from_server else []
     problems = decode_checks.decode_problems(chunks, start_ns, end_ns, m)
     if problems:
-        return Verdict(ERROR, "; ".join(problems + notes), counting)
+        return Verdict(ERROR, "; ".join(problems + notes), counting, m.tbt_ms)
     if metrics.is_queued(concurrency, act.avg_active, act.max_waiting):
         why = (
             f"server's waiting gauge reached {act.max_waiting:g}"
             if act.max_waiting
             else f"average active {act.avg_active:.2f} < 0.95 × {concurrency}"
         )
-        return Verdict(REQUESTS_QUEUED, "; ".join([why, *notes]), counting)
-    return Verdict(VALID, "; ".join(notes) or None, counting)
+        return Verdict(REQUESTS_QUEUED, "; ".join([why, *notes]), counting, m.tbt_ms)
+    return Verdict(VALID, "; ".join(notes) or None, counting, m.tbt_ms)

@@ -1,25 +1,207 @@
-"""Whether the collector itself kept up: event-loop lag and receive backlog.
+"""Whether the collector itself kept up: read delays and event-loop stalls.
 
 A saturated client stamps late and reads in bursts, which looks exactly like
 a slow server. The stream client feeds every read (kernel stamp to read
-delay) and a small loop timer into `LoopLagMonitor`; a cell whose window
-shows too much of either is flagged client-bound, so it can never pass as
-a slow server.
+delay) and a small loop timer into `LoopLagMonitor`; `bound_reason()` (pure)
+says whether the delays of a window could have moved a published figure.
+
+The rule (docs/performance.md, "Client-bound detection"). A kernel receive
+stamp is exact as long as the packet is read before its stream's next packet
+arrives: TCP merges packets waiting in a socket and keeps the newest stamp.
+So a wait shorter than the time between tokens (TBT) moves no stamp at all,
+and a longer one moves a token's stamp by whole token gaps. A window is
+client-bound when
+
+1. the 99th percentile of the client's wait exceeds the cell's median TBT:
+   over 1% of the tokens may carry a later token's stamp, which changes the
+   per-token gap distribution the cell page draws up to its 99th percentile
+   (and shown to 0.1 ms); the wait is the kernel-stamp-to-read delay of the
+   events (reads), or the time-weighted wait a loop stall imposes on a packet
+   arriving during it (a stall hides merges from the read delay: after it,
+   the newest packet of each socket is young); or
+2. a stall longer than one TBT spans either edge of the window and the
+   tokens it could push across the edge (event rate x stall) could change
+   total tok/s by more than half its displayed step (0.1 below 10,000,
+   then 0.1K, then 0.1M, as site_builder/formats.py shows it).
+
+Below that, no published figure can move by its displayed precision: a
+median or a total over seconds does not notice 1% of tokens shifted by one
+gap away from the edges.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import math
 import time
-from dataclasses import dataclass
+from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 _mono = time.monotonic_ns
+QUANTILE = 0.99
+DEFAULT_TBT_MS = 5.0  # no TBT measured (no decode tokens): one token at 200 tok/s
+_LONG_STALL_NS = 1_000_000  # stalls kept one by one (for the window's edges)
+_LONG_PER_BIN = 8
+_KEYS = 48  # histogram buckets kept per bin: up to 2**30 ns (1.07 s); longer ones count there
+# Delays under 2**18 ns (0.26 ms) share bucket 0: a token gap that short comes
+# only in floods, whose delays are far longer.
+_FLOOR_BITS = 18
+
+
+def bucket(value_ns: int) -> int:
+    """Histogram bucket of a delay: 4 per power of two (at most 19% wide) from
+    0.26 ms, one bucket below. Few buckets per 0.25 s bin keep an hour of
+    bins small; cheap enough for the read path."""
+    if value_ns < 1 << _FLOOR_BITS:
+        return 0
+    b = value_ns.bit_length()
+    return ((b - _FLOOR_BITS) << 2) | ((value_ns >> (b - 3)) & 3)
+
+
+def bucket_range(key: int) -> tuple[int, int]:
+    """[low, high) of a bucket in ns."""
+    if key < 4:
+        return 0, 1 << _FLOOR_BITS
+    b = (key >> 2) + _FLOOR_BITS
+    lo = (4 | (key & 3)) << (b - 3)
+    return lo, lo + (1 << (b - 3))
+
+
+@dataclass
+class WindowDelays:
+    """The client's delays over one window (monitor bins overlapping it): pure data.
+
+    read_delays: bucket -> events completed by kernel-stamped reads whose
+    newest packet waited that long; stalls: bucket -> [ticks, summed stall
+    ns] of the loop timer (see `LoopLagMonitor.tick`); long_stalls: (end ns,
+    length ns) of the longest stalls of at least 1 ms (a few per 0.25 s);
+    span_ns: the time these figures cover (the bins overlapping the window;
+    0: the window)."""
+
+    start_ns: int
+    end_ns: int
+    events: int = 0
+    kernel_events: int = 0
+    ticks: int = 0
+    read_delays: dict[int, int] = field(default_factory=dict)
+    stalls: dict[int, list[int]] = field(default_factory=dict)
+    long_stalls: list[tuple[int, int]] = field(default_factory=list)
+    span_ns: int = 0
+
+    @property
+    def window_ns(self) -> int:
+        return max(1, self.end_ns - self.start_ns)
+
+    @property
+    def covered_ns(self) -> int:
+        return self.span_ns or self.window_ns
+
+    def read_delay_quantile(self, q: float = QUANTILE) -> float | None:
+        """The q-quantile (ns) of the read delay over events, None without kernel stamps."""
+        total = sum(self.read_delays.values())
+        if not total:
+            return None
+        rank, seen = q * total, 0
+        for key in sorted(self.read_delays):
+            n = self.read_delays[key]
+            if seen + n >= rank:
+                lo, hi = bucket_range(key)
+                return lo + (hi - lo) * max(0.0, rank - seen) / n
+            seen += n
+        return float(bucket_range(max(self.read_delays))[1])
+
+    def stall_wait_quantile(self, q: float = QUANTILE) -> float:
+        """The wait (ns) exceeded for a fraction 1 - q of the window's time:
+        a packet arriving in a stall of length L waits up to L, so the time
+        fraction with a wait over x is sum(max(0, L - x)) / window. Each
+        bucket counts at its mean stall."""
+        means = sorted(((s / c, c) for c, s in self.stalls.values() if c), reverse=True)
+        target = (1 - q) * self.covered_ns
+        count = total = 0.0
+        for i, (mean, c) in enumerate(means):
+            count += c
+            total += mean * c
+            x = (total - target) / count  # where sum over these buckets of (mean - x) == target
+            nxt = means[i + 1][0] if i + 1 < len(means) else 0.0
+            if x >= nxt:
+                return max(0.0, x)
+        return 0.0
+
+    def event_rate(self) -> float:
+        """Events per second (a floor for tokens per second)."""
+        return self.events / (self.covered_ns / 1e9)
+
+
+def total_display_step(tok_s: float) -> float:
+    """The step total tok/s is displayed with (site_builder/formats.py: 6,216.0; 17.6K; 1.2M)."""
+    if tok_s < 9_999.95:
+        return 0.1
+    if tok_s < 999_950:
+        return 100.0
+    return 100_000.0
+
+
+def _ms(ns: float) -> str:
+    ms = ns / 1e6
+    return f"{ms:.1f}" if ms >= 0.95 else f"{ms:.2g}"
+
+
+def bound_reason(delays: WindowDelays, tbt_ms: float | None) -> str | None:
+    """Why the client's delays could have moved a published figure of this
+    window by more than its displayed precision (the rule in the module
+    docstring), or None. `tbt_ms`: the cell's median time between tokens."""
+    assumed = tbt_ms is None or not math.isfinite(tbt_ms) or tbt_ms <= 0
+    tbt_ns = (DEFAULT_TBT_MS if assumed else float(tbt_ms)) * 1e6  # type: ignore[arg-type]
+    against = f"{_ms(tbt_ns)} ms between tokens" + (" (assumed)" if assumed else "")
+    reasons = []
+    read_p = delays.read_delay_quantile()
+    if read_p is not None and read_p > tbt_ns:
+        reasons.append(f"read delay p99 {_ms(read_p)} ms against {against}")
+    stall_p = delays.stall_wait_quantile()
+    if stall_p > tbt_ns:
+        reasons.append(f"event-loop stalls: p99 wait {_ms(stall_p)} ms against {against}")
+    rate = delays.event_rate()
+    step = total_display_step(rate)
+    for edge, name in ((delays.start_ns, "start"), (delays.end_ns, "end")):
+        across = [length for end, length in delays.long_stalls
+                  if length > tbt_ns and end - length <= edge <= end]
+        if not across:
+            continue
+        moved = rate * max(across) / 1e9 / (delays.window_ns / 1e9)  # tok/s, at most
+        if moved > step / 2:
+            reasons.append(f"a {_ms(max(across))} ms event-loop stall across the window's "
+                           f"{name} could move total tok/s by up to {moved:.3g} "
+                           f"(shown to {step:g})")
+    return "; ".join(reasons) or None
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold off the cyclic garbage collector, e.g. over a measurement window.
+
+    Why: a full collection walks every live container, and the streams'
+    event lists grow with the window: at 128 streams x 200 tok/s it took
+    8-20 ms of CPU, twice in an 8 s stream (docs/performance.md), a loop stall
+    that merges packets and moves stamps. Reference counting still frees all
+    but cycles, which the next collection after the window takes."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @dataclass
 class ClientLoad:
-    """What the client went through in a window. Read delay: kernel receive
-    stamp to read (kernel-stamped reads only); stall: loop timer lateness."""
+    """What the client went through in a window (the figures behind the old
+    fixed-threshold flag, kept for `StreamClient.load()`). Read delay: kernel
+    receive stamp to read (kernel-stamped reads only); stall: loop timer
+    lateness."""
 
     reads: int
     kernel_reads: int
@@ -36,26 +218,29 @@ class ClientLoad:
 
 class _Bin:
     __slots__ = ("reads", "kreads", "kevents", "events", "late_events", "delay_sum", "max_delay",
-                 "ticks", "stalled_ns", "max_lag")
+                 "ticks", "stalled_ns", "max_lag", "delay_hist", "lag_hist", "long")
 
     def __init__(self) -> None:
         self.reads = self.kreads = self.kevents = self.events = self.late_events = 0
         self.delay_sum = self.max_delay = self.ticks = self.stalled_ns = self.max_lag = 0
+        # per bucket: events by read delay, ticks by stall (an hour of bins: ~14 MB)
+        self.delay_hist = array("I", bytes(4 * _KEYS))
+        self.lag_hist = array("I", bytes(4 * _KEYS))
+        self.long: array | None = None  # end ns, length ns, ...: the longest few stalls
 
 
 class LoopLagMonitor:
-    """Whether the client could keep up, in 0.25 s bins kept for `keep_s`.
+    """Read delays and loop stalls in 0.25 s bins kept for `keep_s`.
 
     Why it matters even with kernel stamps: TCP merges packets waiting in a
     socket and keeps the newest stamp, so when the client does not read a
-    stream for longer than its token interval (5 ms at 200 tok/s), the older
-    events get the newer stamp; without kernel stamps every delay is error.
-    Two figures: the delay from the kernel's stamp to the read, and how late
-    a 2 ms loop timer fires (a stall: GC, CPU busy, preempted). A window is
-    client-bound when more than `late_fraction` (1%) of its events came in
-    reads that waited over `delay_limit_ms` (5 ms), or the loop stalled over
-    `lag_limit_ms` (5 ms) for more than 1% of the time. Normal decode bursts
-    stay below: the last of 256 streams receiving at once waits ~2-3 ms."""
+    stream for longer than its token interval, the older events get the
+    newer stamp; without kernel stamps every delay is error. Two figures:
+    the delay from the kernel's stamp to the read, and how late a 2 ms loop
+    timer fires (a stall: GC, CPU busy, preempted). `client_bound_reason()`
+    judges a window by `bound_reason()`; `client_bound()`/`load()` keep the
+    old fixed thresholds (`late_fraction` of events over `delay_limit_ms`,
+    or stalls over `lag_limit_ms` for `late_fraction` of the time)."""
 
     BIN_NS = 250_000_000
 
@@ -92,14 +277,41 @@ class LoopLagMonitor:
             if delay_ns > self.delay_limit_ns:
                 b.late_events += events
             b.delay_sum += delay_ns
-            b.max_delay = max(b.max_delay, delay_ns)
+            if delay_ns > b.max_delay:
+                b.max_delay = delay_ns
+            if events:
+                if delay_ns < 1 << _FLOOR_BITS:
+                    key = 0
+                else:
+                    n = delay_ns.bit_length()
+                    key = ((n - _FLOOR_BITS) << 2) | ((delay_ns >> (n - 3)) & 3)
+                b.delay_hist[key if key < _KEYS else _KEYS - 1] += events
 
     def tick(self, now: int, lag_ns: int) -> None:
+        """The loop timer fired at `now`, `lag_ns` after it was due.
+
+        A stall began before the timer was due (else it would have fired):
+        on average half a timer period before, so a stall's length is taken
+        as lateness + half the period once the lateness reaches half a
+        period (below that it is the timeout's 1 ms rounding as much as a
+        stall)."""
         b = self._at(now)
         b.ticks += 1
         if lag_ns > self.lag_limit_ns:
             b.stalled_ns += lag_ns
         b.max_lag = max(b.max_lag, lag_ns)
+        half = self.tick_ns // 2
+        stall = lag_ns + half if lag_ns >= half else lag_ns
+        b.lag_hist[min(bucket(stall), _KEYS - 1)] += 1
+        if stall >= _LONG_STALL_NS:
+            if b.long is None:
+                b.long = array("q")
+            if len(b.long) < 2 * _LONG_PER_BIN:
+                b.long.extend((now, stall))
+            else:
+                i = min(range(1, 2 * _LONG_PER_BIN, 2), key=b.long.__getitem__)
+                if b.long[i] < stall:
+                    b.long[i - 1], b.long[i] = now, stall
 
     def ensure_running(self, loop: asyncio.AbstractEventLoop) -> None:
         """Run the lag timer on `loop` (restarted if the loop changed)."""
@@ -123,10 +335,38 @@ class LoopLagMonitor:
             self._handle.cancel()
         self._handle = self._loop = None
 
+    def _select(self, start_ns: int, end_ns: int) -> list[_Bin]:
+        lo, hi = start_ns // self.BIN_NS, end_ns // self.BIN_NS
+        return [b for k, b in self.bins.items() if lo <= k <= hi]
+
+    def delays(self, start_ns: int, end_ns: int) -> WindowDelays:
+        """The delays of the bins overlapping [start_ns, end_ns] (monotonic ns)."""
+        lo, hi = start_ns // self.BIN_NS, end_ns // self.BIN_NS
+        out = WindowDelays(start_ns, end_ns, span_ns=(hi - lo + 1) * self.BIN_NS)
+        for b in self._select(start_ns, end_ns):
+            out.events += b.events
+            out.kernel_events += b.kevents
+            out.ticks += b.ticks
+            for key, n in enumerate(b.delay_hist):
+                if n:
+                    out.read_delays[key] = out.read_delays.get(key, 0) + n
+            for key, c in enumerate(b.lag_hist):
+                if c:  # each stall counted at its bucket's middle (within 10%)
+                    low, high = bucket_range(key)
+                    cell = out.stalls.setdefault(key, [0, 0])
+                    cell[0] += c
+                    cell[1] += c * (low + high) // 2
+            if b.long is not None:
+                out.long_stalls += zip(b.long[::2], b.long[1::2], strict=True)
+        return out
+
+    def client_bound_reason(self, start_ns: int, end_ns: int, tbt_ms: float | None) -> str | None:
+        """`bound_reason()` of the window [start_ns, end_ns] against `tbt_ms`."""
+        return bound_reason(self.delays(start_ns, end_ns), tbt_ms)
+
     def load(self, start_ns: int, end_ns: int) -> ClientLoad:
         """The figures of the bins overlapping [start_ns, end_ns] (monotonic ns)."""
-        lo, hi = start_ns // self.BIN_NS, end_ns // self.BIN_NS
-        sel = [b for k, b in self.bins.items() if lo <= k <= hi]
+        sel = self._select(start_ns, end_ns)
         kreads, kevents = sum(b.kreads for b in sel), sum(b.kevents for b in sel)
         ticks = sum(b.ticks for b in sel)
         late = sum(b.late_events for b in sel) / kevents if kevents else 0.0
@@ -149,7 +389,5 @@ class LoopLagMonitor:
             reason="; ".join(reasons) or None)
 
     def client_bound(self, start_ns: int, end_ns: int) -> bool:
+        """The old fixed-threshold flag (see `load()`)."""
         return self.load(start_ns, end_ns).client_bound
-
-
-# ---- HTTP/1.1 + SSE --------------------------------------------------------

@@ -7,10 +7,15 @@ streaming-clients.md). So on Linux each read carries the kernel's receive
 timestamp (SO_TIMESTAMPNS via `recvmsg`) moved to the monotonic clock; TLS is
 decrypted with `ssl.MemoryBIO` and keeps those stamps. Elsewhere events are
 stamped when read. Loops without add_reader (Windows' proactor) are not
-supported, like the collector's signal handling there. SSE is split on
-arrival; JSON is parsed after the stream, off the hot path. Public:
+supported, like the collector's signal handling there.
+
+A kernel stamp stays exact only while a packet is read before the stream's
+next one arrives (TCP merges waiting packets and keeps the newest stamp), so
+every socket the loop reports ready is read first, and the bytes are decrypted
+and split into SSE events (bench/sse.py) once all of them have been read;
+JSON is parsed after the stream, off the hot path. Public:
 `StreamClient.post_stream()` -> `StreamResult`, and
-`StreamClient.client_bound()` / `.load()` (see `LoopLagMonitor`).
+`StreamClient.client_bound_reason()` (see bench/monitor.py).
 """
 
 from __future__ import annotations
@@ -23,33 +28,24 @@ import struct
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from bench.monitor import ClientLoad, LoopLagMonitor
+from bench.sse import SseStream, StreamResult
 
-_MAX_ERROR_BODY = 2000
-_MAX_HEAD = 65536
+__all__ = ["SO_TIMESTAMPNS", "StreamClient", "StreamResult"]
+
 _RECV_SIZE = 262144
+_TLS_READ = 16384  # a TLS record's plaintext is at most 16 KiB
+# Reads this large mean the client is behind anyway (a flood): decoding them at
+# once keeps them in cache, which deferring megabytes over 128 sockets did not.
+_DECODE_NOW = 32768
 # SO_TIMESTAMPNS (== SCM_TIMESTAMPNS) is 35 in Linux's generic ABI; Python 3.11
 # does not export it. A wrong value only means that no stamps come back.
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform == "linux" else None
 _TIMESPEC = struct.Struct("@ll")
 _ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 _mono = time.monotonic_ns
-
-
-@dataclass
-class StreamResult:
-    status: int = 0
-    send_ns: int = 0
-    end_ns: int = 0
-    events: list[tuple[int, bytes]] = field(default_factory=list)  # (arrival ns, data)
-    body: bytes = b""  # non-streaming or error body
-    error: str | None = None  # transport-level failure or HTTP error summary
-    done: bool = False  # saw `data: [DONE]`
-    cancelled: bool = False
-    stamps: str = "loop"  # "kernel": arrival = the kernel's receive time; "loop": read time
 
 
 class _RealtimeOffset:
@@ -77,173 +73,51 @@ class _RealtimeOffset:
 _clock = _RealtimeOffset()
 
 
-# ---- did the client keep up? ---------------------------------------------
+class _Decoder:
+    """The reads of one loop pass, decoded after every ready socket was read.
+
+    Why: a burst of 128 streams receiving at once took 1.4 ms (plain) to 2.4
+    ms (TLS) to read *and* decode socket by socket, so the last sockets were
+    read that much later; on a shared core, after a wake-up delay of a few
+    ms, that pushed them past the next token (5 ms at 200 tok/s), and TCP
+    merged their packets under the newer stamp. Reading all first takes
+    ~5 µs a socket. `call_soon` runs after the loop's current pass over
+    ready sockets (asyncio and uvloop alike)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.streams: list[_SocketStream] = []
+
+    def add(self, stream: _SocketStream) -> None:
+        if not self.streams:
+            self.loop.call_soon(self.run)
+        self.streams.append(stream)
+
+    def run(self) -> None:
+        streams, self.streams = self.streams, []
+        for stream in streams:
+            stream.decode()
 
 
-class _SseStream:
-    """HTTP/1.1 response reader: status line, headers, chunked, sized or
-    close-delimited body, SSE events. `feed(data, stamp)` gets bytes with the
-    arrival time of their last byte; an event gets the stamp of the bytes
-    completing it, so chunks are passed on as soon as any of them arrives."""
-
-    def __init__(self, result: StreamResult, finished: asyncio.Future) -> None:
-        self.r, self.finished = result, finished
-        self.head = self.body_buf = self.sse_buf = b""
-        self.headers_done = self.chunked = self.is_sse = False
-        self.length: int | None = None
-        self.received = self.data_left = self.crlf_left = 0  # body bytes; of the chunk
-        self.last_rx_ns = self.n_events = self.last_stamp = 0
-
-    @property
-    def producing(self) -> bool:
-        """Tokens are flowing. A role-only chunk may precede the first token,
-        so that is certain only from the second event on."""
-        return self.n_events >= 2
-
-    def feed(self, data: bytes, stamp: int) -> None:
-        if self.finished.done():
-            return  # e.g. the trailer after the last chunk
-        if not self.headers_done:
-            self.head += data
-            sep = self.head.find(b"\r\n\r\n")
-            if sep < 0:
-                if len(self.head) > _MAX_HEAD:
-                    self._fail("HTTP response head too large")
-                return
-            data = self.head[sep + 4 :]
-            self._parse_head(self.head[:sep])
-            self.head = b""
-            if self.finished.done():
-                return
-        if self.chunked:
-            self._dechunk(data, stamp)
-            return
-        self.received += len(data)
-        self._body(data, stamp)
-        if self.length is not None and self.received >= self.length:
-            self._complete()
-
-    def _parse_head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        try:
-            self.r.status = int(lines[0].split()[1])
-        except (IndexError, ValueError):
-            return self._fail("malformed HTTP status line")
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            name, value = name.strip().lower(), value.strip().lower()
-            if name == b"transfer-encoding" and b"chunked" in value:
-                self.chunked = True
-            elif name == b"content-type" and b"text/event-stream" in value:
-                self.is_sse = True
-            elif name == b"content-length" and value.isdigit():
-                self.length = int(value)
-        self.headers_done = True
-        if self.chunked:
-            self.length = None
-        elif self.length == 0:
-            self._complete()
-
-    def _dechunk(self, data: bytes, stamp: int) -> None:
-        buf = self.body_buf + data if self.body_buf else data
-        pos, n, parts, ended = 0, len(buf), [], False
-        while pos < n:
-            if self.data_left:  # inside a chunk: pass on what came
-                take = min(self.data_left, n - pos)
-                parts.append(buf[pos : pos + take])
-                pos += take
-                self.data_left -= take
-                if self.data_left:
-                    break
-                self.crlf_left = 2
-            if self.crlf_left:
-                take = min(self.crlf_left, n - pos)
-                pos += take
-                self.crlf_left -= take
-                if self.crlf_left:
-                    break
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                break
-            try:
-                size = int(buf[pos:eol].split(b";", 1)[0], 16)
-            except ValueError:
-                return self._fail("malformed HTTP chunk size")
-            pos = eol + 2
-            if size == 0:
-                ended = True
-                break
-            self.data_left = size
-        self.body_buf = b"" if ended else buf[pos:]
-        if parts:
-            self._body(parts[0] if len(parts) == 1 else b"".join(parts), stamp)
-        if ended:
-            self._complete()
-
-    def _body(self, data: bytes, stamp: int) -> None:
-        if not self.is_sse or self.r.status != 200:
-            if len(self.r.body) < _MAX_ERROR_BODY:
-                self.r.body += data
-            return
-        buf = self.sse_buf + data if self.sse_buf else data
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
-        events = buf.split(b"\n\n")
-        self.sse_buf = events.pop()
-        if not events:
-            return
-        stamp = self.last_stamp = max(stamp, self.last_stamp)  # in order, whatever the offset
-        append = self.r.events.append
-        for event in events:
-            if event.startswith(b"data: ") and b"\n" not in event:
-                payload = event[6:]  # the common case: one `data: ` line
-            else:
-                payload = b"\n".join(
-                    line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
-            if payload == b"[DONE]":
-                self.r.done = True
-            elif payload:
-                append((stamp, payload))
-                self.n_events += 1
-
-    def close_transport(self) -> None:
-        """Drop the connection (idempotent; the transport overrides it)."""
-
-    def _complete(self) -> None:
-        self.r.end_ns = self.r.end_ns or _mono()
-        self.close_transport()
-        if not self.finished.done():
-            self.finished.set_result(None)
-
-    def _fail(self, reason: str) -> None:
-        self.r.error = self.r.error or reason
-        self._complete()
-
-    def lost(self, exc: BaseException | None) -> None:
-        """The peer closed or reset the connection."""
-        if self.finished.done():
-            return
-        if self.headers_done and not self.chunked and self.length is None and exc is None:
-            self._complete()  # body delimited by close
-        elif not self.r.done and not self.r.cancelled:
-            self._fail(f"connection lost mid-stream ({exc or 'closed by server'})")
-        else:
-            self._complete()
-
-
-class _SocketStream(_SseStream):
+class _SocketStream(SseStream):
     """Reads its socket from the loop's reader callback with `recvmsg_into`;
     a read's stamp is the kernel's receive time of the last packet it returns.
-    TLS records are decrypted in memory, so they keep those stamps."""
+    The bytes are decoded (TLS decrypted in memory, SSE split) by `decode()`,
+    right after the loop's pass over ready sockets, with the read's stamp."""
 
     def __init__(self, result: StreamResult, finished: asyncio.Future, sock: socket.socket,
                  loop: asyncio.AbstractEventLoop, buf: bytearray, monitor: LoopLagMonitor,
+                 decoder: _Decoder,
                  tls: tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO] | None = None) -> None:
         super().__init__(result, finished)
         self.sock, self.loop, self.monitor, self.tls = sock, loop, monitor, tls
-        self.buf, self.view = buf, memoryview(buf)
+        self.buf, self.view, self.decoder = buf, memoryview(buf), decoder
         self.reading = False
         self.kernel_stamps = 0
+        # undecoded reads: (bytes, stamp, read time, kernel delay); data None:
+        # the connection ended there (`self.end`: the error, or None: closed)
+        self.reads: list[tuple[bytes | None, int, int, int]] = []
+        self.end: OSError | None = None
 
     def start(self) -> None:
         self.loop.add_reader(self.sock.fileno(), self.on_readable)
@@ -252,16 +126,22 @@ class _SocketStream(_SseStream):
             self._decrypt(b"", _mono())  # records that came with the handshake
 
     def on_readable(self) -> None:
-        while not self.finished.done():
+        queued, got = bool(self.reads), 0
+        while True:
             try:
                 n, anc, _flags, _addr = self.sock.recvmsg_into([self.view], _ANC_SIZE)
             except (BlockingIOError, InterruptedError):
-                return
+                break
             except OSError as exc:
-                return self.lost(exc)
+                self._stop_reading()
+                self.end = exc
+                self.reads.append((None, 0, 0, 0))
+                break
             self.last_rx_ns = now = _mono()
             if n == 0:
-                return self.lost(None)
+                self._stop_reading()  # a closed socket stays readable
+                self.reads.append((None, 0, 0, 0))
+                break
             stamp, delay = now, -1
             for level, kind, cdata in anc:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(cdata) >= 16:
@@ -272,26 +152,62 @@ class _SocketStream(_SseStream):
                         stamp = max(self.r.send_ns, min(k, now))
                         delay = now - stamp
                         self.kernel_stamps += 1
+            self.reads.append((bytes(self.view[:n]), stamp, now, delay))
+            got += n
+            if n < len(self.buf):
+                break
+        if got >= _DECODE_NOW:
+            self.decode()
+        elif self.reads and not queued:
+            self.decoder.add(self)
+
+    def decode(self) -> None:
+        """Pass the queued reads on, in order, each with its own stamp. Runs
+        for many sockets in one callback: a bug of ours fails its stream with
+        one line, not the other streams."""
+        try:
+            self._decode()
+        except Exception as exc:
+            self.reads.clear()
+            self._fail(f"client error while decoding the response ({exc!r})")
+
+    def _decode(self) -> None:
+        reads, self.reads = self.reads, []
+        for data, stamp, now, delay in reads:
+            if data is None:
+                self.lost(self.end)
+                continue
+            if self.finished.done():
+                continue  # e.g. the trailer after the last chunk
             before = self.n_events
             if self.tls is None:
-                self.feed(bytes(self.view[:n]), stamp)
+                self.feed(data, stamp)
             else:
-                self._decrypt(bytes(self.view[:n]), stamp)
+                self._decrypt(data, stamp)
             self.monitor.read(now, delay, self.n_events - before)
-            if n < len(self.buf):
-                return
 
     def _decrypt(self, data: bytes, stamp: int) -> None:
+        """Decrypt what came and pass it on. Stops as soon as the memory BIO is
+        empty and nothing is buffered: the extra read that would only raise
+        SSLWantReadError (an exception whose message the ssl module builds)
+        cost as much as decrypting the record, on every read."""
         assert self.tls is not None
         tls, inbio, outbio = self.tls
-        inbio.write(data)
+        if data:
+            inbio.write(data)
         parts: list[bytes] = []
+        eof = False
         try:
-            while chunk := tls.read(_RECV_SIZE):
+            while True:
+                chunk = tls.read(_TLS_READ)
+                if not chunk:
+                    eof = True  # b"": the peer closed
+                    break
                 parts.append(chunk)
-            eof = True  # b"": the peer closed
+                if not inbio.pending and not tls.pending():
+                    break
         except ssl.SSLWantReadError:
-            eof = False
+            pass
         except ssl.SSLZeroReturnError:
             eof = True
         except ssl.SSLError as exc:
@@ -306,10 +222,13 @@ class _SocketStream(_SseStream):
         if eof:
             self.lost(None)
 
-    def close_transport(self) -> None:
+    def _stop_reading(self) -> None:
         if self.reading:
             self.reading = False
             self.loop.remove_reader(self.sock.fileno())
+
+    def close_transport(self) -> None:
+        self._stop_reading()
         self.sock.close()
 
 
@@ -340,15 +259,25 @@ class StreamClient:
         self.kernel_stamps = kernel_stamps and SO_TIMESTAMPNS is not None and _ANC_SIZE > 0
         self.monitor = LoopLagMonitor()
         self._buf = bytearray(_RECV_SIZE)  # one loop thread: shared by every read
+        self._decoder: _Decoder | None = None
         self._addrs: list | None = None
         self._active = 0
 
+    def client_bound_reason(self, start_ns: int, end_ns: int, tbt_ms: float | None) -> str | None:
+        """Why this client's delays during [start_ns, end_ns] (monotonic ns)
+        could have moved a published figure of a cell whose median time
+        between tokens is `tbt_ms` (None: none measured) by more than its
+        displayed precision; None when they could not. The rule:
+        bench/monitor.py, `bound_reason`."""
+        return self.monitor.client_bound_reason(start_ns, end_ns, tbt_ms)
+
     def client_bound(self, start_ns: int, end_ns: int) -> bool:
-        """True when this client could not keep up during [start_ns, end_ns]
-        (monotonic ns); figures and thresholds: `load()`, `LoopLagMonitor`."""
+        """The old fixed-threshold flag (5 ms waits or stalls for 1% of the
+        window), kept until callers use `client_bound_reason`."""
         return self.monitor.client_bound(start_ns, end_ns)
 
     def load(self, start_ns: int, end_ns: int) -> ClientLoad:
+        """The figures behind `client_bound()`."""
         return self.monitor.load(start_ns, end_ns)
 
     def _request(self, path: str, body: bytes, request_id: str) -> bytes:
@@ -417,7 +346,10 @@ class StreamClient:
                 tls = await self._handshake(loop, sock)
                 tls[0].write(data)
                 data = tls[2].read()
-            stream = _SocketStream(result, finished, sock, loop, self._buf, self.monitor, tls)
+            if self._decoder is None or self._decoder.loop is not loop:
+                self._decoder = _Decoder(loop)
+            stream = _SocketStream(result, finished, sock, loop, self._buf, self.monitor,
+                                   self._decoder, tls)
             result.send_ns = stream.last_rx_ns = _mono()
             await loop.sock_sendall(sock, data)
             stream.start()
@@ -490,6 +422,8 @@ class StreamClient:
         finally:
             if cancel_wait is not None:
                 cancel_wait.cancel()
+            if stream.reads:  # read before we stopped: their stamps count
+                stream.decode()
             result.end_ns = result.end_ns or _mono()
             stream.close_transport()
         if stream.kernel_stamps:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable
 from pathlib import Path
@@ -18,7 +20,8 @@ from typing import Any
 import pytest
 
 from bench.monitor import LoopLagMonitor
-from bench.stream import StreamClient, StreamResult, _SseStream
+from bench.sse import SseStream
+from bench.stream import StreamClient, StreamResult, _Decoder, _SocketStream
 from tests.refserver.harness import refserver_fixture  # noqa: F401  (the `refserver` fixture)
 
 LINUX = sys.platform == "linux"
@@ -79,7 +82,7 @@ def _feed(parts: list[bytes]) -> tuple[StreamResult, bool]:
     loop = asyncio.new_event_loop()
     try:
         result, finished = StreamResult(), loop.create_future()
-        stream = _SseStream(result, finished)
+        stream = SseStream(result, finished)
         for stamp, part in enumerate(parts, start=1):
             stream.feed(part, stamp)
         return result, finished.done()
@@ -147,6 +150,42 @@ def test_socket_stream_split_at_arbitrary_boundaries() -> None:
     assert [p for _, p in result.events] == [p for p, _ in expected]
     stamps = [s for s, _ in result.events]
     assert stamps == sorted(stamps) and result.send_ns <= stamps[0] <= stamps[-1] <= result.end_ns
+
+
+def test_a_decoding_bug_fails_its_stream_not_the_others(monkeypatch) -> None:
+    """Decoding runs after the reads, for several sockets at once: an
+    exception there fails the stream it came from with one line."""
+    full, expected = _response()
+    feed = _SocketStream.feed
+
+    def fragile(self, data: bytes, stamp: int) -> None:
+        if self.r is bad_result[0]:
+            raise ValueError("boom")
+        feed(self, data, stamp)
+
+    bad_result: list = [None]
+    monkeypatch.setattr(_SocketStream, "feed", fragile)
+
+    async def main() -> list[StreamResult]:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(full)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        client = StreamClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        async with server:
+            return list(await asyncio.gather(
+                client.post_stream("/x", {}, "a", on_start=lambda st: bad_result.__setitem__(
+                    0, st.r)),
+                client.post_stream("/x", {}, "b")))
+
+    bad, good = run(main())
+    assert bad.error is not None and bad.error.startswith("client error while decoding")
+    assert "boom" in bad.error
+    assert good.error is None and good.done
+    assert [p for _, p in good.events] == [p for p, _ in expected]
 
 
 # ---- against the reference server ------------------------------------------
@@ -308,52 +347,160 @@ def test_tls_stream_with_self_signed_server(tmp_path: Path) -> None:
     assert bad.error is not None and bad.error.startswith("TLS handshake with 127.0.0.1")
 
 
-# ---- client-bound detection ---------------------------------------------------
+# ---- stamps: the arrival, whatever the loop was doing ---------------------------
 
-MS = 1_000_000
-
-
-def test_client_bound_on_synthetic_read_delays() -> None:
-    mon = LoopLagMonitor()
-    t0 = 10**12
-    for i in range(1000):  # 1 s of reads that waited 1 ms: keeping up
-        mon.read(t0 + i * MS, 1 * MS, 2)
-    assert not mon.client_bound(t0, t0 + 1000 * MS)
-    t1 = t0 + 2000 * MS
-    for i in range(1000):  # 5% of the events waited 12 ms in the kernel
-        mon.read(t1 + i * MS, 12 * MS if i % 20 == 0 else 1 * MS, 2)
-    load = mon.load(t1, t1 + 1000 * MS)
-    assert load.client_bound and "waited" in (load.reason or "")
-    assert load.late_event_fraction == pytest.approx(0.05) and load.read_delay_max_ms == 12
-    assert not mon.client_bound(t0, t0 + 1000 * MS)  # the first window is unchanged
-    for i in range(1000):  # reads without kernel stamps carry no delay
-        mon.read(t1 + 5000 * MS + i * MS, -1, 1)
-    assert not mon.client_bound(t1 + 5000 * MS, t1 + 6000 * MS)
+CHUNKED_SSE_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n")
 
 
-def test_client_bound_on_synthetic_loop_stalls() -> None:
-    mon = LoopLagMonitor()
-    t0 = 10**12
-    for i in range(500):  # a 2 ms timer, 1 ms late: normal
-        mon.tick(t0 + i * 2 * MS, 1 * MS)
-    assert not mon.client_bound(t0, t0 + 1000 * MS)
-    mon.tick(t0 + 1500 * MS, 40 * MS)  # one 40 ms stall in a second: 4%
-    load = mon.load(t0 + 1000 * MS, t0 + 2000 * MS)
-    assert load.client_bound and "stalled" in (load.reason or "")
-    assert load.loop_lag_max_ms == 40
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(payload), payload)
 
 
-def test_client_bound_sees_a_blocked_loop() -> None:
-    async def main() -> tuple[bool, str | None]:
-        client = StreamClient("http://127.0.0.1:9")
-        client.monitor.ensure_running(asyncio.get_running_loop())
-        start = time.monotonic_ns()
-        for _ in range(5):
-            time.sleep(0.05)  # the loop cannot run its timer meanwhile
-            await asyncio.sleep(0.01)
-        end = time.monotonic_ns()
-        client.monitor.stop()
-        return client.client_bound(start, end), client.load(start, end).reason
+def _tls_pair(cert: Path, key: Path) -> tuple[ssl.SSLObject, tuple, ssl.SSLObject, ssl.MemoryBIO]:
+    """A client and a server SSLObject over memory BIOs, handshake done."""
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(cert, key)
+    ci, co, si, so = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = ssl.create_default_context(cafile=str(cert)).wrap_bio(
+        ci, co, server_hostname="127.0.0.1")
+    server = server_ctx.wrap_bio(si, so, server_side=True)
+    for _ in range(10):
+        for obj in (client, server):
+            try:
+                obj.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        si.write(co.read())
+        ci.write(so.read())
+    return client, (client, ci, co), server, so
 
-    bound, reason = run(main())
-    assert bound and "stalled" in (reason or "")
+
+class _NoSocket:
+    send, close = len, (lambda self: None)  # type: ignore[assignment]
+
+
+def test_tls_records_split_anyhow_keep_the_stamp_of_the_read_completing_them(
+        tmp_path: Path) -> None:
+    """Every TLS record is decrypted on the read that completes it, however
+    the bytes were cut (several records in one read, a record over several):
+    no record waits in the memory BIO for the next read."""
+    cert, key = _self_signed(tmp_path)
+    rng = random.Random(11)
+    for _ in range(40):
+        _client, tls, server, so = _tls_pair(cert, key)
+        wire, ends = b"", []
+        server.write(CHUNKED_SSE_HEAD)
+        wire += so.read()
+        for k in range(30):
+            server.write(_chunk(b"data: {\"k\":%d}\n\n" % k))  # one record each
+            wire += so.read()
+            ends.append(len(wire) - 1)
+        server.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        wire += so.read()
+        cuts = sorted(rng.sample(range(1, len(wire)), rng.randint(1, 60)))
+        edges = [0, *cuts, len(wire)]
+        loop = asyncio.new_event_loop()
+        try:
+            result, finished = StreamResult(), loop.create_future()
+            stream = _SocketStream(result, finished, _NoSocket(), loop,  # type: ignore[arg-type]
+                                   bytearray(16), LoopLagMonitor(), _Decoder(loop), tls)
+            for part, (a, b) in enumerate(zip(edges, edges[1:], strict=False), start=1):
+                stream._decrypt(wire[a:b], part)
+        finally:
+            loop.close()
+        assert finished.done() and result.done and result.error is None
+        assert [p for _, p in result.events] == [b'{"k":%d}' % k for k in range(30)]
+        want = [next(i for i, b in enumerate(edges[1:], start=1) if end < b) for end in ends]
+        assert [s for s, _ in result.events] == want
+
+
+def _burst_server(n: int, ctx: ssl.SSLContext | None) -> tuple[int, dict, threading.Event,
+                                                                  threading.Event, threading.Event]:
+    """A thread that takes n streaming requests and, on `go`, sends every one
+    an event at once (noting when), signals `sent`, and ends the streams on
+    `finish`."""
+    ls = socket.create_server(("127.0.0.1", 0))
+    info: dict = {}
+    go, sent, finish = threading.Event(), threading.Event(), threading.Event()
+
+    def serve() -> None:
+        conns = []
+        with ls:
+            for _ in range(n):
+                s, _addr = ls.accept()
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if ctx is not None:
+                    s = ctx.wrap_socket(s, server_side=True)
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    got += s.recv(65536)
+                conns.append(s)
+            go.wait(20)
+            info["sent_ns"] = time.monotonic_ns()
+            for s in conns:
+                s.sendall(CHUNKED_SSE_HEAD + _chunk(b'data: {"k":0}\n\n'))
+            sent.set()
+            finish.wait(20)
+            for s in conns:
+                s.sendall(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+                s.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return ls.getsockname()[1], info, go, sent, finish
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_a_burst_is_read_first_and_keeps_its_arrival_stamps(tmp_path: Path, monkeypatch,
+                                                              tls: bool) -> None:
+    """The loop is blocked while 8 streams receive an event. When it runs
+    again it reads every ready socket before decoding any (so a burst's
+    last socket is read as early as its first), and each event carries its
+    arrival (the kernel's stamp, TLS included), not the moment it was read."""
+    n, log = 8, []
+    ctx, client_ctx = None, None
+    if tls:
+        cert, key = _self_signed(tmp_path)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        client_ctx = ssl.create_default_context(cafile=str(cert))
+    port, info, go, sent, finish = _burst_server(n, ctx)
+    read, decode = _SocketStream.on_readable, _SocketStream.decode
+    monkeypatch.setattr(_SocketStream, "on_readable",
+                        lambda self: (log.append(("read", id(self))), read(self))[1])
+    monkeypatch.setattr(_SocketStream, "decode",
+                        lambda self: (log.append(("decode", id(self))), decode(self))[1])
+
+    async def main() -> tuple[list[StreamResult], int, int]:
+        client = StreamClient(f"{'https' if tls else 'http'}://127.0.0.1:{port}",
+                              ssl_context=client_ctx)
+        started: list = []
+        tasks = [asyncio.ensure_future(client.post_stream("/x", {}, f"r{i}",
+                                                          on_start=started.append))
+                 for i in range(n)]
+        while len(started) < n:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.05)  # TLS: session tickets read
+        go.set()
+        assert sent.wait(20)  # blocks the loop: the burst arrives meanwhile
+        time.sleep(0.05)
+        mark, unblocked = len(log), time.monotonic_ns()
+        await asyncio.sleep(0.05)
+        marks = (mark, len(log))
+        finish.set()
+        return list(await asyncio.gather(*tasks)), marks, unblocked
+
+    results, (mark, mark2), unblocked = run(main())
+    for r in results:
+        assert r.error is None and r.done and [p for _, p in r.events] == [b'{"k":0}']
+    after = log[mark:mark2]
+    first_decode = next(i for i, (what, _) in enumerate(after) if what == "decode")
+    assert {who for what, who in after[:first_decode] if what == "read"} == {
+        who for what, who in after if what == "read"} and first_decode >= n
+    if LINUX:
+        for r in results:
+            assert r.stamps == "kernel"
+            stamp = r.events[0][0]
+            assert info["sent_ns"] - 1_000_000 <= stamp < unblocked - 25_000_000
+
+

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from bench.chunks import StreamParser
 from bench.engines import ServerInfo
+from bench.monitor import gc_paused
 from bench.plan import Cell
 from bench.prompts import Prompt, PromptFactory, messages
 from bench.records import RequestRecord, Verdict, context_refused, judge_decode
@@ -239,11 +240,12 @@ class CellRunner:
         # 3. the measurement window.
         start_ns = time.monotonic_ns()
         end_ns = start_ns + int(s.duration_s * 1e9)
-        if not failure.is_set() and not interrupted.is_set():
-            await self._sleep_until(end_ns, failure, interrupted)
-        cancel.set()
-        await asyncio.gather(*tasks)
-        await asyncio.gather(*parsing)
+        with gc_paused():  # a full collection inside the window stalls the loop 8-20 ms
+            if not failure.is_set() and not interrupted.is_set():
+                await self._sleep_until(end_ns, failure, interrupted)
+            cancel.set()
+            await asyncio.gather(*tasks)
+            await asyncio.gather(*parsing)
         if interrupted.is_set():
             return CellOutcome(records, PENDING, "interrupted", (start_ns, end_ns), warmup_s)
         if not await self._drain():
@@ -252,9 +254,11 @@ class CellRunner:
         if failure.is_set() and time.monotonic_ns() < end_ns:
             end_ns = max(start_ns + 1, min(end_ns, time.monotonic_ns()))
         verdict: Verdict = judge_decode(records, c, start_ns, end_ns, metrics_table)
-        bound = self.client.client_bound(start_ns, end_ns)
+        # Flagged only when the client's own delays could move a published
+        # figure by more than its displayed precision (bench/monitor.py).
+        why = self.client.client_bound_reason(start_ns, end_ns, verdict.tbt_ms)
+        bound = why is not None
         if bound:
-            why = self.client.load(start_ns, end_ns).reason or "event loop lagging"
             notes.append(f"client-bound: the collector could not keep up ({why})")
         if notes:
             verdict.reason = "; ".join(filter(None, [verdict.reason, *notes]))

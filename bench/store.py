@@ -29,7 +29,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from bench.cells import CellOutcome
 from bench.plan import Cell
@@ -42,12 +41,10 @@ from rundir.contract import (
     RUN_YAML,
     SERVER_METRICS_FILE,
     SUPERSEDED_REQUESTS_FILE,
-    ContractError,
     RunInfo,
-    check_table,
     empty_table,
 )
-from rundir.io import atomic_write, read_table, write_run_info, write_table
+from rundir.io import read_table, write_run_info, write_table
 
 Key = tuple[str, int, int]
 _OUR_FILES = (RUN_YAML, CELLS_FILE, REQUESTS_FILE, SERVER_METRICS_FILE, SUPERSEDED_REQUESTS_FILE)
@@ -127,7 +124,7 @@ class RunStore:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         if self._superseded_dirty:
             with _naming(self.run_dir / SUPERSEDED_REQUESTS_FILE):
-                write_superseded(self.run_dir, self.superseded)
+                write_table(self.run_dir, SUPERSEDED_REQUESTS_FILE, self.superseded)
             self._superseded_dirty = False
         with _naming(self.run_dir / REQUESTS_FILE):
             write_table(self.run_dir, REQUESTS_FILE, self.requests)
@@ -142,21 +139,7 @@ class RunStore:
 
 def read_superseded(run_dir: Path) -> pa.Table:
     """superseded_requests.parquet, validated like requests.parquet (empty if absent)."""
-    path = Path(run_dir) / SUPERSEDED_REQUESTS_FILE
-    if not path.is_file():
-        return empty_table(REQUESTS_FILE)
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ContractError(f"{path}: not a readable Parquet file ({first})") from None
-    return check_table(REQUESTS_FILE, table, where=str(path))
-
-
-def write_superseded(run_dir: Path, table: pa.Table) -> None:
-    table = check_table(REQUESTS_FILE, table, where=SUPERSEDED_REQUESTS_FILE)
-    atomic_write(Path(run_dir) / SUPERSEDED_REQUESTS_FILE,
-                 lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    return read_table(run_dir, SUPERSEDED_REQUESTS_FILE, required=False)
 
 
 def clean_stale_temps(run_dir: Path) -> list[str]:

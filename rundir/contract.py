@@ -416,7 +416,9 @@ TABLE_SCHEMAS = {
     REQUESTS_FILE: REQUESTS_SCHEMA,
     CELLS_FILE: CELLS_SCHEMA,
     SERVER_METRICS_FILE: SERVER_METRICS_SCHEMA,
+    SUPERSEDED_REQUESTS_FILE: REQUESTS_SCHEMA,  # earlier attempts of re-measured cells
 }
+_REQUEST_TABLES = (REQUESTS_FILE, SUPERSEDED_REQUESTS_FILE)
 
 
 def check_table(name: str, table: pa.Table, where: str | None = None) -> pa.Table:
@@ -438,7 +440,7 @@ def check_table(name: str, table: pa.Table, where: str | None = None) -> pa.Tabl
         if not fld.nullable and table.column(fld.name).null_count:
             raise ContractError(f"{where}: column {fld.name}: has empty values")
     table = table.select(schema.names).cast(schema)
-    if name in (REQUESTS_FILE, CELLS_FILE):
+    if name in (*_REQUEST_TABLES, CELLS_FILE):
         _check_values(name, table, where)
     return table
 
@@ -467,7 +469,7 @@ def _check_values(name: str, table: pa.Table, where: str) -> None:
         problem = problem or checks.known(table, "status", STATUSES) or checks.cells(
             table, [f.name for f in CELLS_SCHEMA
                     if f.name == "warmup_s" or f.name.startswith("pub_")])
-    if name == REQUESTS_FILE:
+    if name in _REQUEST_TABLES:
         problem = (problem or checks.known(table, "purpose", PURPOSES)
                    or checks.requests(table))
     if problem:

@@ -253,10 +253,12 @@ class CellRunner:
         metrics_table = self.sampler.table() if self.sampler.enabled else None
         if failure.is_set() and time.monotonic_ns() < end_ns:
             end_ns = max(start_ns + 1, min(end_ns, time.monotonic_ns()))
-        verdict: Verdict = judge_decode(records, c, start_ns, end_ns, metrics_table)
         # Flagged only when the client's own delays could move a published
         # figure by more than its displayed precision (bench/monitor.py).
-        why = self.client.client_bound_reason(start_ns, end_ns, verdict.tbt_ms)
+        verdict: Verdict = judge_decode(
+            records, c, start_ns, end_ns, metrics_table,
+            lambda tbt_ms: self.client.client_bound_reason(start_ns, end_ns, tbt_ms))
+        why = verdict.client_bound
         bound = why is not None
         if bound:
             notes.append(f"client-bound: the collector could not keep up ({why})")

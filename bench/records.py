@@ -7,6 +7,7 @@ can never disagree about what the raw data says.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,6 +130,7 @@ class Verdict:
     reason: str | None
     counting: str
     tbt_ms: float | None = None  # the cell's median time between tokens, when measured
+    client_bound: str | None = None  # why the collector could not keep up, or None
 
 
 def counting_of(records: list[RequestRecord]) -> tuple[str, str | None]:
@@ -146,11 +148,30 @@ def counting_of(records: list[RequestRecord]) -> tuple[str, str | None]:
     return COUNT_CHUNKS, None
 
 
+ClientCheck = Callable[[float | None], str | None]
+
+
 def judge_decode(
     records: list[RequestRecord], concurrency: int, start_ns: int, end_ns: int,
-    server_metrics: pa.Table | None,
+    server_metrics: pa.Table | None, client_check: ClientCheck | None = None,
 ) -> Verdict:
-    """Status of a decode cell from its raw records and server gauges."""
+    """Status of a decode cell from its raw records and server gauges.
+
+    `client_check(tbt_ms)`: why the collector itself could not keep up during
+    the window (None: it could), given the cell's median time between tokens.
+    A silence in the token stamps of a client-bound cell may be the client's
+    own stall (TCP merges what it did not read under later stamps), so the
+    stall and consistency checks do not blame the server for it: the cell
+    keeps the client-bound flag instead."""
+    verdict = _judge_decode(records, concurrency, start_ns, end_ns, server_metrics,
+                            client_check or (lambda _tbt: None))
+    if verdict.client_bound is None and client_check is not None:
+        verdict.client_bound = client_check(verdict.tbt_ms)
+    return verdict
+
+
+def _judge_decode(records: list[RequestRecord], concurrency: int, start_ns: int, end_ns: int,
+                  server_metrics: pa.Table | None, client_check: ClientCheck) -> Verdict:
     measured = [r for r in records if r.purpose == PURPOSE_MEASURE]
     counting, count_problem = counting_of(measured)
     failed = [r for r in records if r.error]
@@ -176,16 +197,17 @@ def judge_decode(
     m = metrics.decode_metrics(chunks, start_ns, end_ns, done)
     if not m.output_tokens:
         return Verdict(ERROR, "no tokens arrived during the measurement window", counting)
+    bound = client_check(m.tbt_ms)
     act = metrics.window_activity_detail(chunks, server_metrics, start_ns, end_ns)
     notes = [act.coverage.describe(start_ns, end_ns)] if act.coverage and not act.from_server else []
-    problems = decode_checks.decode_problems(chunks, start_ns, end_ns, m)
+    problems = decode_checks.decode_problems(chunks, start_ns, end_ns, m, client_bound=bool(bound))
     if problems:
-        return Verdict(ERROR, "; ".join(problems + notes), counting, m.tbt_ms)
+        return Verdict(ERROR, "; ".join(problems + notes), counting, m.tbt_ms, bound)
     if metrics.is_queued(concurrency, act.avg_active, act.max_waiting):
         why = (
             f"server's waiting gauge reached {act.max_waiting:g}"
             if act.max_waiting
             else f"average active {act.avg_active:.2f} < 0.95 × {concurrency}"
         )
-        return Verdict(REQUESTS_QUEUED, "; ".join([why, *notes]), counting, m.tbt_ms)
-    return Verdict(VALID, "; ".join(notes) or None, counting, m.tbt_ms)
+        return Verdict(REQUESTS_QUEUED, "; ".join([why, *notes]), counting, m.tbt_ms, bound)
+    return Verdict(VALID, "; ".join(notes) or None, counting, m.tbt_ms, bound)

@@ -67,7 +67,14 @@ def consistency_problem(m: DecodeMetrics) -> str | None:
             f"{expected:.1f} (off by more than {CONSISTENCY_TOLERANCE:.0%})")
 
 
-def decode_problems(chunks: Chunks, start_ns: int, end_ns: int, m: DecodeMetrics) -> list[str]:
-    """Every reason the cell's figures cannot be published as measured."""
+def decode_problems(chunks: Chunks, start_ns: int, end_ns: int, m: DecodeMetrics,
+                    client_bound: bool = False) -> list[str]:
+    """Every reason the cell's figures cannot be published as measured.
+
+    A client-bound cell (the collector could not keep up) is left to that
+    flag: a collector that stops reading makes TCP merge what waited under
+    later stamps, a silence and a skew the server did not cause."""
+    if client_bound:
+        return []
     found = [stall_problem(chunks, start_ns, end_ns), consistency_problem(m)]
     return [p for p in found if p]

@@ -203,3 +203,24 @@ def test_decode_problems_names_an_inconsistent_window():
     m = metrics.decode_metrics(stuck, 0, 2000 * MS, np.array([False, False, False]))
     (why,) = decode_checks.decode_problems(stuck, 0, 2000 * MS, m)
     assert why.startswith("inconsistent figures")
+
+
+def test_a_silence_the_client_caused_is_not_blamed_on_the_server():
+    """A collector that stopped reading for 2 s leaves the same gap in the stamps
+    as a frozen server (TCP merges what waited): with the client-bound flag up,
+    the cell keeps its status and that flag instead of a server-stall Error."""
+    from bench.records import RequestRecord, judge_decode
+
+    rec = RequestRecord(
+        phase="decode", context=128, concurrency=1, request_id="r0", purpose="measure",
+        stream_index=0, send_ns=0, end_ns=4000 * MS, prompt_tokens=128, cached_tokens=None,
+        finish_reason=None, error=None, cancelled=True,
+        chunk_ns=[t * 5 * MS + (2000 * MS if t >= 300 else 0) for t in range(400)],
+        chunk_tokens=list(range(1, 401)), counting="usage_continuous")
+    frozen = judge_decode([rec], 1, 0, 4000 * MS, None)
+    assert frozen.status == "error" and "the server stalled" in frozen.reason
+    busy = judge_decode([rec], 1, 0, 4000 * MS, None, lambda tbt: f"stalled client (tbt {tbt:.1f})")
+    assert busy.status == "valid" and busy.client_bound.startswith("stalled client")
+    chunks = _chunks([list(zip(rec.chunk_ns, rec.chunk_tokens, strict=True))])
+    m = metrics.decode_metrics(chunks, 0, 4000 * MS, np.array([False]))
+    assert decode_checks.decode_problems(chunks, 0, 4000 * MS, m, client_bound=True) == []

@@ -148,6 +148,7 @@ class Imported:
     source_file: str | None = None
     source_sha256: str | None = None
     format: str | None = None
+    byline_label: str | None = None  # the page's "by @user <label>" label, shown as published
 
 
 @dataclass

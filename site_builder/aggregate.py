@@ -143,20 +143,25 @@ def _base_cell(row: dict[str, Any]) -> CellResult:
 
 
 def imported_cells(cells: pa.Table) -> list[CellResult]:
-    """Cells of an imported run: the published aggregates, taken as they are."""
+    """Cells of an imported run: the published aggregates, taken as they are.
+
+    Whatever status a row has, its published numbers stand (a Looped row's
+    ``0`` completed requests, an Over capacity row's 30.0 s): the page must
+    show what the original showed. Charts and headlines still use only
+    cells whose status carries numbers (``has_numbers``).
+    """
     out = []
     for row in cells.to_pylist():
         cell = _base_cell(row)
-        if cell.has_numbers:
-            cell.total_tok_s = _num(row["pub_total_tok_s"])
-            cell.per_request_tok_s = _num(row["pub_per_request_tok_s"])
-            cell.ttft_ms = _num(row["pub_ttft_ms"])
-            cell.tbt_ms = _num(row["pub_tbt_ms"])
-            cell.avg_active = _num(row["pub_avg_active"])
-            cell.avg_active_source = "published" if cell.avg_active is not None else None
-            cell.completed = _int(row["pub_completed"])
-            cell.output_tokens = _int(row["pub_output_tokens"])
-            cell.measured_s = _num(row["pub_measured_s"])
+        cell.total_tok_s = _num(row["pub_total_tok_s"])
+        cell.per_request_tok_s = _num(row["pub_per_request_tok_s"])
+        cell.ttft_ms = _num(row["pub_ttft_ms"])
+        cell.tbt_ms = _num(row["pub_tbt_ms"])
+        cell.avg_active = _num(row["pub_avg_active"])
+        cell.avg_active_source = "published" if cell.avg_active is not None else None
+        cell.completed = _int(row["pub_completed"])
+        cell.output_tokens = _int(row["pub_output_tokens"])
+        cell.measured_s = _num(row["pub_measured_s"])
         out.append(cell)
     return sorted(out, key=_sort_key)
 
@@ -236,7 +241,7 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
     if cell.has_numbers:
         m = decode_metrics(chunks, start, end, done)
         act = window_activity_detail(chunks, server_metrics, start, end)
-        problems = decode_problems(chunks, start, end, m)
+        problems = decode_problems(chunks, start, end, m, client_bound=bool(row.get("client_bound")))
         if problems:
             # The raw data refutes the stored status (an older collector, a hand-made
             # run): publish what the collector now would, an Error naming why.

@@ -122,8 +122,8 @@ def context_label(n_tokens: int | None) -> str:
         return MISSING
     n = int(n_tokens)
     if n < 1024:
-        return f"{n:,}"
-    return f"{n // 1024:,}K"
+        return str(n)
+    return f"{n // 1024}K"  # whole K without separators, as published: 1019K
 
 
 def percent_change(new: float | None, old: float | None) -> str:
@@ -153,6 +153,24 @@ def vram_block(per_gpu: float | None, gpu_count: int | None) -> str:
         total = plain_number(float(per_gpu) * n).replace(",", "")  # type: ignore[arg-type]
         return f"{total} GB ({n} × {each} GB)"
     return f"{each} GB"
+
+
+def published_datetime(iso: str | None) -> str:
+    """An ISO 8601 timestamp the way the published pages' byline writes it:
+    ``Sep 27, 2026, 19:59 UTC`` (``Mar 3, 2026 UTC`` when there is no time)."""
+    if not iso:
+        return ""
+    text = iso.strip()
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return text
+    if dt.tzinfo is not None:
+        dt = dt.astimezone(UTC)
+    day = f"{dt.strftime('%b')} {dt.day}, {dt.year}"
+    if len(text) <= 10:
+        return day + " UTC"
+    return f"{day}, {dt.strftime('%H:%M')} UTC"
 
 
 def utc_datetime(iso: str | None) -> str:

@@ -20,14 +20,15 @@ STATUS_LABELS: dict[str, str] = {
     c.PENDING: "Not measured",
 }
 
-# The order notes appear in under a table (the seeds put "Requests queued" first).
+# The order notes appear in under a table: the published pages' legend order
+# (Requests queued, Looped, Over capacity) and wording.
 STATUS_NOTES: dict[str, str] = {
     c.REQUESTS_QUEUED: "Requests queued: the server could not run all requests at once, "
     "so some waited in a queue.",
+    c.LOOPED: "Looped: the model kept repeating the same text, so the benchmark discarded "
+    "this measurement.",
     c.OVER_CAPACITY: "Over capacity: not run because this many requests at this context "
     "would exceed the server's KV cache.",
-    c.LOOPED: "Looped: the model kept repeating the same text, so the measurement was "
-    "discarded.",
     c.ERROR: "Error: a request failed during the measurement, so no numbers are shown; "
     "the reason is on the cell's page.",
     c.PENDING: "Not measured: the run stopped before this cell was measured.",
@@ -54,6 +55,17 @@ PHASE_LABELS = {c.PREFILL: "Prefill", c.DECODE: "Sustained decode"}
 def status_label(status: str) -> str:
     """The reader-facing word for a contract status."""
     return STATUS_LABELS.get(status, status)
+
+
+# The one definition of average active requests (docs/methodology.md's): the
+# glossary entry, the header hover text and the builder's own methodology use it.
+AVG_ACTIVE_DEFINITION = (
+    "Time-weighted mean over the window of the requests the server was running: "
+    "requests in flight (sent and not yet ended) minus the ones waiting, when the "
+    "server exposes a waiting-requests gauge; otherwise the client's streams that "
+    "were receiving tokens (first token to end). Well below the requested count "
+    "means requests queued."
+)
 
 
 @dataclass(frozen=True)
@@ -104,10 +116,8 @@ TERMS: list[Term] = [
          "carries three tokens counts as three gaps, so speculative decoding is measured "
          "per token, not per chunk."),
     Term("average-active-requests", "Average active requests",
-         "Time-weighted mean of requests the server was running.",
-         "Time-weighted mean over the window of the server's running-requests gauge when "
-         "it exposes one, otherwise of the client's streams that had received a first "
-         "token. Well below the requested count means requests queued."),
+         "Time-weighted mean of requests in flight minus those waiting.",
+         AVG_ACTIVE_DEFINITION),
     Term("completed-requests", "Completed requests", "Requests that finished in the window.",
          "Requests that finished normally inside the window (streams still open when the "
          "window closed are not counted). For prefill rows, the number of cold samples."),

@@ -48,9 +48,33 @@ def _slug(text: str) -> str:
     return s or "section"
 
 
+_BLOCK_ID = re.compile(r"\{#([a-z][a-z0-9-]*)\}[ \t]*")
+
+
+def _block_ids(state) -> None:  # type: ignore[no-untyped-def]
+    """`{#id}` opening a paragraph gives it (or its list item) that id: anchors without raw HTML.
+
+    Only the project's own documents get this rule; run notes cannot place ids on a page.
+    The first use of an id wins; a repeat stays visible text, so the mistake shows.
+    """
+    taken: set[str] = state.env.setdefault("block_ids", set())
+    tokens = state.tokens
+    for i, tok in enumerate(tokens):
+        if tok.type != "inline" or i == 0 or tokens[i - 1].type != "paragraph_open":
+            continue
+        m = _BLOCK_ID.match(tok.content)
+        if m is None or m.group(1) in taken:
+            continue
+        taken.add(m.group(1))
+        tok.content = tok.content[m.end():]
+        owner = tokens[i - 2] if i >= 2 and tokens[i - 2].type == "list_item_open" else tokens[i - 1]
+        owner.attrSet("id", m.group(1))
+
+
 def _heading_ids(prefix: str, shift: int):
     def rule(state) -> None:  # type: ignore[no-untyped-def]
-        seen: dict[str, int] = {}
+        # A heading never takes an id a `{#id}` anchor placed: it gets the next free suffix.
+        seen: dict[str, int] = {i: 1 for i in state.env.get("block_ids", ())}
         tokens = state.tokens
         for i, tok in enumerate(tokens):
             if tok.type in ("heading_open", "heading_close") and shift:
@@ -64,14 +88,18 @@ def _heading_ids(prefix: str, shift: int):
     return rule
 
 
-def make_markdown(heading_prefix: str = "", heading_shift: int = 0) -> MarkdownIt:
+def make_markdown(heading_prefix: str = "", heading_shift: int = 0, *,
+                  block_ids: bool = False) -> MarkdownIt:
     """CommonMark (+ tables, strikethrough) with raw HTML off and links sanitised.
 
-    heading_shift moves headings down (notes' `#` becomes <h3> under the page's <h2>).
+    heading_shift moves headings down (notes' `#` becomes <h3> under the page's <h2>);
+    block_ids lets the project's documents anchor a paragraph or list item with `{#id}`.
     """
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.enable(["table", "strikethrough"])
     md.validateLink = _validate_link
+    if block_ids:
+        md.core.ruler.before("inline", "block_ids", _block_ids)
     md.core.ruler.push("heading_ids", _heading_ids(heading_prefix, heading_shift))
 
     def link_open(self, tokens, idx, options, env):  # type: ignore[no-untyped-def]
@@ -95,7 +123,7 @@ def make_markdown(heading_prefix: str = "", heading_shift: int = 0) -> MarkdownI
 
 
 _NOTES_MD = make_markdown("note-", heading_shift=2)
-_DOC_MD = make_markdown("")
+_DOC_MD = make_markdown("", block_ids=True)
 
 
 def markdown(text: str | None, *, notes: bool = True) -> Markup:

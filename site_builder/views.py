@@ -151,11 +151,15 @@ class RunView:
 
     @property
     def byline(self) -> str:
+        """``by @name dev import · Measured Sep 27, 2026, 19:59 UTC``, as published."""
         parts = []
+        label = self.info.imported.byline_label if self.info.imported else None
         if self.info.submitter:
-            parts.append("by @" + self.info.submitter.lstrip("@"))
+            parts.append(" ".join(["by @" + self.info.submitter.lstrip("@"), *filter(None, [label])]))
+        elif label:
+            parts.append(label)
         if self.info.measured_at:
-            parts.append("Measured " + f.utc_datetime(self.info.measured_at))
+            parts.append("Measured " + f.published_datetime(self.info.measured_at))
         return " · ".join(parts)
 
     # ---- fact blocks ----------------------------------------------------

@@ -166,7 +166,7 @@ def test_table_headers_link_to_their_glossary_terms(site: Path) -> None:
 def test_run_page_of_a_measured_run(site: Path) -> None:
     doc = _doc(site, "runs/synth-a/index.html")
     assert doc.find("h1").text() == "Synth-4B on RTX PRO 6000 Blackwell Server Edition 96GB"
-    assert doc.find("p", "byline").text() == "by @tester · Measured 2025-11-29 07:06 UTC"
+    assert doc.find("p", "byline").text() == "by @tester · Measured Nov 29, 2025, 07:06 UTC"
     rows = doc.find("table", "matrix").rows()
     assert rows[0] == ["Context", "1", "2", "4", "8"]
     assert rows[1][4].endswith("Requests queued" + rows[1][4].split("Requests queued")[1])

@@ -127,6 +127,7 @@ class PublishedPage:
     submitter: str | None = None
     measured_at: str | None = None  # ISO 8601 UTC
     launch_command: str | None = None
+    byline_label: str | None = None  # "by @user dev import": the "dev import"
     extra: list[tuple[str, str, str]] = field(default_factory=list)  # (block, key, value)
     format: str = ""
 
@@ -139,7 +140,7 @@ def parse_page(text: str) -> PublishedPage:
         raise PageError(
             lines[-1].no, "page ends before the All measurements table (truncated page?)"
         )
-    title, summary_line, submitter, measured_at, others = _header(header, heading_no)
+    title, summary_line, (submitter, label), measured_at, others = _header(header, heading_no)
     meta = _Meta(submitter=submitter, measured_at=measured_at)
     meta.extra += [("Header", "line", text) for text in others]
     for block in ("Hardware", "Engine", "Run"):
@@ -185,6 +186,7 @@ def parse_page(text: str) -> PublishedPage:
         submitter=meta.submitter,
         measured_at=meta.measured_at,
         launch_command=command,
+        byline_label=label,
         extra=meta.extra,
         format=fmt,
     )
@@ -266,21 +268,25 @@ def _heading(text: str, nxt: str, current: int) -> tuple[int, str, str] | None:
 
 def _header(
     lines: list[Line], heading_no: dict[str, int]
-) -> tuple[Line, Line | None, str | None, str | None, list[str]]:
-    """Title, summary line, submitter, measurement time and any other lines of
-    the page's top (kept, so nothing published is dropped silently)."""
-    submitter = measured = None
+) -> tuple[Line, Line | None, tuple[str | None, str | None], str | None, list[str]]:
+    """Title, summary line, byline (submitter, its label), measurement time and
+    any other lines of the page's top (kept, so nothing published is dropped
+    silently). Text after ``by @user`` on its line (``dev import``) is the
+    byline's label: it stays in the byline, where the page showed it."""
+    submitter = measured = label = None
     kept: list[Line] = []
     for ln in lines:
         t = ln.text
         m = _MEASURED_RE.search(t)
         if m:
             measured = _iso(m["when"], ln.no)
-            t = t[: m.start()] + " " + t[m.end() :]
+            t = t[: m.start()] + " · " + t[m.end() :]
         b = _BY_RE.search(t)
         if b:
             submitter = b["user"].rstrip(".")
-            t = t[: b.start()] + " " + t[b.end() :]
+            after, _, rest = t[b.end() :].partition(" · ")
+            label = after.strip(" ·|—-") or label
+            t = t[: b.start()] + " " + rest
         t = t.strip(" ·|—-")
         if t:
             kept.append(Line(ln.no, t))
@@ -293,7 +299,7 @@ def _header(
                 ln.no, f"{ln.text!r} is not like 'by @user' or 'Measured Mar 3, 2026, 14:05 UTC'"
             )
     others = [ln.text for ln in kept[1:] if ln is not summary]
-    return kept[0], summary, submitter, measured, others
+    return kept[0], summary, (submitter, label), measured, others
 
 
 def _iso(when: str, no: int) -> str:

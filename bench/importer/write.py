@@ -101,7 +101,8 @@ def run_info(page: PublishedPage, run_id: str, source_file: str, sha256: str) ->
         ),
         launch_command=page.launch_command,
         notes=notes,
-        imported=Imported(source_file=source_file, source_sha256=sha256, format=page.format),
+        imported=Imported(source_file=source_file, source_sha256=sha256, format=page.format,
+                          byline_label=page.byline_label),
     )
 
 

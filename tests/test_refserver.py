@@ -86,8 +86,10 @@ def test_timing_follows_schedule(refserver):
     assert [c[1] for c in chunks] == [1] * 20 and [c[2] for c in chunks] == list(range(1, 21))
     gaps = [(b[0] - a[0]) / MS for a, b in zip(chunks, chunks[1:], strict=False)]
     assert abs(statistics.median(gaps) - 10.0) < 0.2, gaps
-    # an absolute schedule: never ahead of it, rarely off it (a loaded machine delays a step)
-    assert (chunks[-1][0] - chunks[0][0]) / MS > 19 * 10.0 - 0.2
+    # an absolute schedule: never ahead of it, rarely off it (a loaded machine delays a step).
+    # The grid starts at the first step's start, the first stamp only once its frames are
+    # built and written, so the span may be short by that much (0.22 ms seen in CI).
+    assert (chunks[-1][0] - chunks[0][0]) / MS > 19 * 10.0 - 1.0
     assert sum(abs(g - 10.0) < 1.0 for g in gaps) >= 0.5 * len(gaps), gaps
     assert 20.0 <= (chunks[0][0] - rec["slot_ns"]) / MS < 40.0  # never early
     assert rec["recv_ns"] <= rec["role_chunk_ns"] < chunks[0][0] <= chunks[-1][0] < rec["finish_ns"]

@@ -71,78 +71,70 @@ class StreamParser:
             if not isinstance(obj, dict):
                 self.error = "malformed SSE event: not a JSON object"
                 return False
-            if not self._shape_ok(obj):
+            try:
+                problem, cum, text = self._event(obj)
+            except (AttributeError, TypeError):  # a field of the wrong type: .get on a str, ...
                 shown = payload[:80].decode("utf-8", "replace")
-                self.error = f"malformed SSE event: unexpected shape {shown!r}"
+                problem = f"malformed SSE event: unexpected shape {shown!r}"
+            if problem:
+                self.error = problem
                 return False
-            if "error" in obj and not obj.get("choices"):
-                err = obj["error"]
-                msg = err.get("message") if isinstance(err, dict) else err
-                self.error = f"server error mid-stream: {msg}"
-                return False
-            usage = obj.get("usage") or None
-            text = False
-            for choice in obj.get("choices") or ():
-                delta = choice.get("delta") or {}
-                piece = delta.get("content")
-                if piece is None and "text" in choice:  # /v1/completions
-                    piece = choice.get("text")
-                think = delta.get("reasoning_content") or delta.get("reasoning")
-                if piece:
-                    self.content.append(piece)
-                    text = True
-                if think:
-                    self.reasoning.append(think)
-                    text = True
-                if choice.get("finish_reason"):
-                    self.finish = choice["finish_reason"]
-            cum = None
-            if usage:
-                cum = usage.get("completion_tokens")
-                if cum is not None:
-                    self.error = self._count_problem(cum)
-                    if self.error:
-                        return False
-                    self.last_cum = cum
-                self.final_usage = cum
-                details = usage.get("prompt_tokens_details") or {}
-                for name, value in (("prompt_tokens", usage.get("prompt_tokens")),
-                                    ("cached_tokens", details.get("cached_tokens"))):
-                    if value is not None and not _is_count(value):
-                        self.error = f"{INCONSISTENT_COUNTS}: {name} {value!r} is not a count"
-                        return False
-                if usage.get("prompt_tokens") is not None:
-                    self.prompt = usage["prompt_tokens"]
-                if details.get("cached_tokens") is not None:
-                    self.cached = details["cached_tokens"]
             self.stamps.append(ns)
             self.usage_cum.append(cum)
             self.has_text.append(text)
         return True
 
-    @staticmethod
-    def _shape_ok(obj: dict) -> bool:
-        """The fields we read have the types the OpenAI stream format gives them."""
-        usage, choices = obj.get("usage"), obj.get("choices")
-        if usage is not None and not isinstance(usage, dict):
-            return False
-        if usage and not isinstance(usage.get("prompt_tokens_details") or {}, dict):
-            return False
-        if choices is None:
-            return True
-        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
-            return False
-        text_ok = (str, type(None))
-        for c in choices:
-            delta = c.get("delta")
-            if delta is not None and not isinstance(delta, dict):
-                return False
-            delta = delta or {}
-            if not all(isinstance(v, text_ok) for v in (
-                    delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning"),
-                    c.get("text"), c.get("finish_reason"))):
-                return False
-        return True
+    def _event(self, obj: dict) -> tuple[str | None, int | None, bool]:
+        """(problem, cumulative count, carries text) of one parsed event. A field
+        of the wrong type raises AttributeError or TypeError (checked where it is
+        read, so a well-formed stream pays for one pass, not two)."""
+        if "error" in obj and not obj.get("choices"):
+            err = obj["error"]
+            msg = err.get("message") if isinstance(err, dict) else err
+            return f"server error mid-stream: {msg}", None, False
+        usage = obj.get("usage") or None
+        text = False
+        for choice in obj.get("choices") or ():
+            delta = choice.get("delta") or {}
+            piece = delta.get("content")
+            if piece is None and "text" in choice:  # /v1/completions
+                piece = choice.get("text")
+            think = delta.get("reasoning_content") or delta.get("reasoning")
+            if piece:
+                if piece.__class__ is not str:
+                    raise TypeError("content")
+                self.content.append(piece)
+                text = True
+            if think:
+                if think.__class__ is not str:
+                    raise TypeError("reasoning")
+                self.reasoning.append(think)
+                text = True
+            finish = choice.get("finish_reason")
+            if finish:
+                if finish.__class__ is not str:
+                    raise TypeError("finish_reason")
+                self.finish = finish
+        if not usage:
+            return None, None, text
+        cum = usage.get("completion_tokens")
+        if cum is not None:
+            if (cum.__class__ is not int or cum < self.last_cum or cum >= 2**63
+                    or (self.max_tokens is not None and cum > self.max_tokens)):
+                return self._count_problem(cum), None, text
+            self.last_cum = cum
+        self.final_usage = cum
+        prompt = usage.get("prompt_tokens")
+        if prompt is not None and prompt != self.prompt:  # the same in every chunk, usually
+            if not _is_count(prompt):
+                return f"{INCONSISTENT_COUNTS}: prompt_tokens {prompt!r} is not a count", None, text
+            self.prompt = prompt
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if cached is not None and cached != self.cached:
+            if not _is_count(cached):
+                return f"{INCONSISTENT_COUNTS}: cached_tokens {cached!r} is not a count", None, text
+            self.cached = cached
+        return None, cum, text
 
     def _count_problem(self, cum: object) -> str | None:
         if not _is_count(cum):

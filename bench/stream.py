@@ -2,8 +2,8 @@
 
 Why: httpx and the OpenAI SDK stamp events tens of ms late at 128 streams,
 and even an asyncio Protocol stamps when the loop gets round to the socket,
-1-2 ms late when 128 streams receive a decode step at once (shared/notes/
-streaming-clients.md). So on Linux each read carries the kernel's receive
+1-2 ms late when 128 streams receive a decode step at once
+(docs/performance.md, "Client fidelity"). So on Linux each read carries the kernel's receive
 timestamp (SO_TIMESTAMPNS via `recvmsg`) moved to the monotonic clock; TLS is
 decrypted with `ssl.MemoryBIO` and keeps those stamps. Elsewhere events are
 stamped when read. Loops without add_reader (Windows' proactor) are not

@@ -155,38 +155,34 @@ def vram_block(per_gpu: float | None, gpu_count: int | None) -> str:
     return f"{each} GB"
 
 
-def published_datetime(iso: str | None) -> str:
-    """An ISO 8601 timestamp the way the published pages' byline writes it:
-    ``Sep 27, 2026, 19:59 UTC`` (``Mar 3, 2026 UTC`` when there is no time)."""
-    if not iso:
-        return ""
-    text = iso.strip()
+def _utc(iso: str | None) -> tuple[datetime | None, str, bool]:
+    """(the time in UTC or None when unparseable, the stripped text, date only?)."""
+    text = (iso or "").strip()
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        return text
+        return None, text, True
     if dt.tzinfo is not None:
         dt = dt.astimezone(UTC)
+    return dt, text, len(text) <= 10
+
+
+def published_datetime(iso: str | None) -> str:
+    """An ISO 8601 timestamp the way the published pages' byline writes it:
+    ``Sep 27, 2026, 19:59 UTC`` (``Mar 3, 2026 UTC`` when there is no time)."""
+    dt, text, date_only = _utc(iso)
+    if dt is None:
+        return text
     day = f"{dt.strftime('%b')} {dt.day}, {dt.year}"
-    if len(text) <= 10:
-        return day + " UTC"
-    return f"{day}, {dt.strftime('%H:%M')} UTC"
+    return f"{day} UTC" if date_only else f"{day}, {dt.strftime('%H:%M')} UTC"
 
 
 def utc_datetime(iso: str | None) -> str:
     """An ISO 8601 timestamp as ``2025-11-29 14:03 UTC`` (date only when no time)."""
-    if not iso:
-        return ""
-    text = iso.strip()
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+    dt, text, date_only = _utc(iso)
+    if dt is None:
         return text
-    if dt.tzinfo is not None:
-        dt = dt.astimezone(UTC)
-    if len(text) <= 10:
-        return dt.strftime("%Y-%m-%d") + " UTC"
-    return dt.strftime("%Y-%m-%d %H:%M") + " UTC"
+    return dt.strftime("%Y-%m-%d UTC" if date_only else "%Y-%m-%d %H:%M UTC")
 
 
 def utc_date(iso: str | None) -> str:

@@ -33,6 +33,7 @@ from rundir.contract import (
     METRIC_PROMPT_TOKENS,
     OVER_CAPACITY,
     PENDING,
+    PREFILL_REJECTED_PREFIX,
     PURPOSE_MEASURE,
     PURPOSE_PREFILL,
     PURPOSE_PREFIX_FILL,
@@ -148,7 +149,7 @@ class CellRunner:
                 if after is not None:
                     cached = max(cached, int(after[1] - before[1]))
             if rec.prompt_tokens and cached > CACHE_HIT_RATIO * rec.prompt_tokens:
-                rec.error = f"rejected: prefix-cache hit ({cached} cached tokens)"
+                rec.error = f"{PREFILL_REJECTED_PREFIX} prefix-cache hit ({cached} cached tokens)"
                 continue
             good += 1
         if good < s.prefill_repeats:

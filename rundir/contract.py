@@ -46,6 +46,10 @@ ERROR = "error"
 PENDING = "pending"  # planned, not (yet) measured: an interrupted run
 STATUSES = (VALID, OVER_CAPACITY, REQUESTS_QUEUED, LOOPED, ERROR, PENDING)
 
+# A prefill sample the collector rejected (a prefix-cache hit) keeps its row; its
+# `error` starts with this, so readers tell a rejection from a failure.
+PREFILL_REJECTED_PREFIX = "rejected:"
+
 # Why a request was sent.
 PURPOSE_MEASURE = "measure"  # a saturating decode stream (clipped to the window)
 PURPOSE_PREFIX_FILL = "prefix_fill"  # warms the prefix cache before a decode cell

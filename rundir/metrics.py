@@ -349,17 +349,22 @@ class PrefillMetrics:
     samples: int
 
 
+def timed_samples(chunks: Chunks, prompt_tokens: np.ndarray) -> np.ndarray:
+    """Per request, whether it can be a prefill sample: a first token after its
+    send and a known prompt length (the drill-down marks the others)."""
+    first = first_token_ns(chunks)
+    return (first >= 0) & (prompt_tokens > 0) & (first - chunks.send_ns > 0)
+
+
 def prefill_metrics(chunks: Chunks, prompt_tokens: np.ndarray) -> PrefillMetrics:
     """Prompt tokens / TTFT of each cold sample; medians of the repeats."""
-    first = first_token_ns(chunks)
-    ok = (first >= 0) & (prompt_tokens > 0)
-    ttft_ns = (first - chunks.send_ns)[ok].astype(np.float64)
-    ok_pos = ttft_ns > 0
-    rates = prompt_tokens[ok][ok_pos] / (ttft_ns[ok_pos] / 1e9)
+    ok = timed_samples(chunks, prompt_tokens)
+    ttft_ns = (first_token_ns(chunks) - chunks.send_ns)[ok].astype(np.float64)
+    rates = prompt_tokens[ok] / (ttft_ns / 1e9)
     return PrefillMetrics(
         prompt_tok_s=_median(rates),
-        ttft_ms=_median(ttft_ns[ok_pos] / 1e6),
-        samples=int(ok_pos.sum()),
+        ttft_ms=_median(ttft_ns / 1e6),
+        samples=int(ok.sum()),
     )
 
 

@@ -28,6 +28,7 @@ from rundir.metrics import (
     decode_metrics,
     gauge_series,
     prefill_metrics,
+    timed_samples,
     window_activity_detail,
 )
 from site_builder import drilldown
@@ -259,7 +260,7 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
             cell.measured_s = m.duration_s
     if len(requests):
         details[cell.key] = drilldown.decode_detail(
-            requests, chunks, start, end, running=running, waiting=waiting,
+            requests, chunks, start, end, done=done, running=running, waiting=waiting,
             with_tails=cell.status in (c.LOOPED, c.ERROR),
         )
         cell.has_detail = True
@@ -272,17 +273,27 @@ def _prefill_cell(cell: CellResult, requests: pa.Table, chunks: Chunks,
         if len(requests) else np.zeros(0), dtype=np.int64,
     )
     cell.requests = len(requests)
+    used = prefill_used(requests, chunks, prompt)
     if cell.has_numbers:
-        # samples rejected as prefix-cache hits (or failed) carry an error
-        ok = np.asarray(pc.is_null(requests.column("error")).to_numpy(zero_copy_only=False),
-                        dtype=bool) if len(requests) else np.zeros(0, dtype=bool)
-        pm = prefill_metrics(chunks.subset(np.flatnonzero(ok)), prompt[ok])
+        pm = prefill_metrics(chunks.subset(np.flatnonzero(used)), prompt[used])
         cell.total_tok_s = pm.prompt_tok_s
         cell.ttft_ms = pm.ttft_ms
         cell.completed = pm.samples
     if len(requests):
-        details[cell.key] = drilldown.prefill_detail(requests, chunks, prompt)
+        details[cell.key] = drilldown.prefill_detail(
+            requests, chunks, prompt, used=used, done=completed_mask(requests))
         cell.has_detail = True
+
+
+def prefill_used(requests: pa.Table, chunks: Chunks, prompt: np.ndarray) -> np.ndarray:
+    """The prefill samples the published figure uses: no error (samples rejected as
+    prefix-cache hits, or failed, carry one) and timed (rundir.metrics.timed_samples).
+    The drill-down marks every other sample with this same mask."""
+    if not len(requests):
+        return np.zeros(0, dtype=bool)
+    ok = np.asarray(pc.is_null(requests.column("error")).to_numpy(zero_copy_only=False),
+                    dtype=bool)
+    return ok & timed_samples(chunks, prompt)
 
 
 _LIST_COLUMNS = ("chunk_ns", "chunk_tokens")

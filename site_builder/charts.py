@@ -13,95 +13,43 @@ charts of runs that changed.
 
 from __future__ import annotations
 
-import functools
-import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
-
-import vl_convert as vlc
 
 from rundir import contract as c
 from site_builder import fallback as fb
 from site_builder import formats as f
 from site_builder.aggregate import CellResult
+from site_builder.chartkit import (
+    AUTOSIZE,
+    FIXED_WIDTH,
+    HEIGHT,
+    INVALID,
+    NARROW_CELL,
+    SHORT_STATUS,
+    TINY_STATUS,
+    VL_VERSION,
+    WIDTH,
+    Chart,
+    bundle_js,
+    bundle_name,
+    vega_versions,
+)
+from site_builder.chartkit import color as _color
+from site_builder.chartkit import make as _make
+from site_builder.chartkit import nominal as _n
+from site_builder.chartkit import quantitative as _q
 from site_builder.glossary import status_label
 
-
-def _newest_vega_lite() -> str:
-    """The newest Vega-Lite vl-convert ships (the one the specs target)."""
-    return max(vlc.get_vegalite_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))
-
-
-VL_VERSION = _newest_vega_lite()
-WIDTH, HEIGHT = 440, 240
-FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif"
-CONFIG = {
-    "font": FONT,
-    "view": {"continuousWidth": 300, "continuousHeight": 300},
-    "axis": {"labelFontSize": 11, "titleFontSize": 12, "gridColor": "#e6e8eb"},
-    "legend": {"labelFontSize": 11, "titleFontSize": 12, "orient": "right"},
-    "background": "white",
-}
-# Room for text: the fallback is laid out with estimated font metrics, a
-# reader's browser may draw wider glyphs.
-PADDING = {"left": 5, "top": 5, "right": 30, "bottom": 5}
-
-
-@dataclass
-class Chart:
-    """One chart of a page: its element id, caption, spec, and no-JS fallback."""
-
-    id: str
-    title: str
-    caption: str
-    spec: dict[str, Any]
-    svg: str = ""
-    draw: Callable[[], str] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def spec_json(self) -> str:
-        return json.dumps(self.spec, separators=(",", ":"), sort_keys=True, allow_nan=False)
-
-
-def vega_versions() -> dict[str, str]:
-    """Versions of the libraries in the vendored bundle (they name its file)."""
-    return {
-        "vega": vlc.get_vega_version(),
-        "vega-lite": VL_VERSION,
-        "vega-embed": vlc.get_vega_embed_version(),
-    }
-
-
-def bundle_name() -> str:
-    v = vega_versions()
-    return f"vega-{v['vega']}_vega-lite-{v['vega-lite']}_vega-embed-{v['vega-embed']}.js"
-
-
-@functools.lru_cache(maxsize=1)
-def bundle_js() -> str:
-    """Vega, Vega-Lite and vega-embed in one script that sets window globals (built once)."""
-    return vlc.javascript_bundle(vl_version=VL_VERSION)
-
-
-def _make(chart_id: str, title: str, caption: str, spec: dict[str, Any],
-          draw: Callable[[], str]) -> Chart:
-    full = {**spec, "description": f"{title}. {caption}", "config": CONFIG, "padding": PADDING}
-    return Chart(chart_id, title, caption, full, draw=draw)
-
-
-def _n(name: str, title: str | None = None) -> dict[str, Any]:
-    """A nominal field (tooltips, categories)."""
-    return {"field": name, "type": "nominal", **({"title": title} if title else {})}
-
-
-def _q(name: str, title: str | None = None, **kw: Any) -> dict[str, Any]:
-    return {"field": name, "type": "quantitative", **({"title": title} if title else {}), **kw}
+__all__ = ["Chart", "SvgRenderer", "bundle_js", "bundle_name", "vega_versions"]
+QUEUED = fb.QUEUED_LABEL
 
 
 def _rows(cells: list[CellResult], label: str | None = None) -> list[dict[str, Any]]:
+    """One row per cell. A cell without numbers to plot (Looped, Error, ...) gets null
+    plotted fields, so it breaks its line; its tooltip text keeps what was published."""
     rows = []
     for x in cells:
+        plot = x.has_numbers
         rows.append(
             {
                 "run": label,
@@ -111,13 +59,14 @@ def _rows(cells: list[CellResult], label: str | None = None) -> list[dict[str, A
                 "Requests at once": str(x.concurrency),
                 "status": x.status,
                 "Status": status_label(x.status) + (" (client-bound)" if x.client_bound else ""),
-                "total": x.total_tok_s,
-                "per_request": x.per_request_tok_s,
+                "total": x.total_tok_s if plot else None,
+                "per_request": x.per_request_tok_s if plot else None,
                 "ttft": x.ttft_ms,
                 "Total tok/s": f.tok_s(x.total_tok_s),
                 "Per request tok/s": f.tok_s(x.per_request_tok_s),
                 "TTFT": f.ttft(x.ttft_ms),
                 "Time between tokens": f.tbt(x.tbt_ms),
+                "point": QUEUED if x.status == c.REQUESTS_QUEUED else "Valid",
             }
         )
     return rows
@@ -139,23 +88,63 @@ def _log2_axis(levels: list[int]) -> dict[str, Any]:
               axis={"values": levels, "format": "d", "grid": True})
 
 
+def _num(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
 def _series(rows: list[dict[str, Any]], key: str, x: str, order: list[str] | None = None,
             ) -> list[tuple[str, list[fb.Point]]]:
-    """Rows grouped into lines (by key), points ordered by concurrency."""
+    """Rows grouped into lines (by key), points ordered by concurrency; a cell
+    without numbers is a (None) gap, a queued one is flagged."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(r[key], []).append(r)
     names = order or sorted(groups)
-    return [(n, [(float(r[x]), float(r["total"]))
+    return [(n, [(_num(r[x]), _num(r["total"]), r["point"] == QUEUED)
                  for r in sorted(groups[n], key=lambda r: r["concurrency"])])
             for n in names if n in groups]
 
 
-LINE_MARK = {"type": "line", "point": {"filled": True, "size": 60}}
-RUN_COLOR = {"field": "run", "type": "nominal", "title": "Run", "scale": {"scheme": "tableau10"},
-             "legend": {"orient": "bottom", "direction": "vertical", "labelLimit": 520}}
-SHORT_STATUS = {c.OVER_CAPACITY: "over cap.", c.LOOPED: "looped", c.ERROR: "error",
-                c.PENDING: "not run"}
+def _line_spec(rows: list[dict[str, Any]], keys: tuple[str, ...], x: dict[str, Any],
+               y: dict[str, Any], color: dict[str, Any], tooltip: list[dict[str, Any]],
+               ) -> dict[str, Any]:
+    """Lines broken at missing cells (null y), with a point per measured cell:
+    filled for Valid, a hollow square for Requests queued (the caption says so)."""
+    queued = any(r["point"] == QUEUED for r in rows)
+    points: dict[str, Any] = {"tooltip": tooltip}
+    if not queued:
+        points["color"] = color
+    else:
+        # fill and stroke share the colour legend (same field, scale and legend)
+        points |= {
+            "shape": {"field": "point", "type": "nominal", "title": "Point",
+                      "scale": {"domain": ["Valid", QUEUED], "range": ["circle", "square"]},
+                      # the caption says it: a legend would draw its symbols unstroked
+                      "legend": None},
+            "fill": {"condition": {"test": f"datum.point === '{QUEUED}'", "value": "white"},
+                     **color},
+            "stroke": color,
+        }
+    return {
+        "data": {"values": _slim(rows, (*keys, "point") if queued else keys)},
+        "encoding": {"x": x, "y": y},
+        "layer": [
+            {"mark": {"type": "line", "invalid": INVALID},
+             "encoding": {"color": color, "order": _q("concurrency")}},
+            {"mark": {"type": "point", "filled": True, "size": 60, "opacity": 1,
+                      "strokeWidth": 1.5}, "encoding": points},
+        ],
+        "width": WIDTH, "height": HEIGHT,
+    }
+
+
+def _queued_note(rows: list[dict[str, Any]]) -> str:
+    return "; hollow squares: requests queued" if any(r["point"] == QUEUED for r in rows) else ""
+
+
+RUN_LEGEND = {"orient": "bottom", "direction": "vertical", "columns": 1,
+              # long run labels never make the chart wider than its container
+              "labelLimit": {"expr": "max(120, containerSize()[0] - 60)"}}
 DECODE_TIP = [_n("Context"), _n("Requests at once"), _n("Total tok/s"), _n("Per request tok/s"),
               _n("TTFT"), _n("Status")]
 _DECODE_KEYS = ("Context", "Requests at once", "Total tok/s", "Per request tok/s", "TTFT",
@@ -189,41 +178,40 @@ def prefill_chart(cells: list[CellResult], chart_id: str = "chart-prefill") -> C
 def _context_lines(cells: list[CellResult], chart_id: str, title: str, caption: str,
                    x: dict[str, Any], x_field: str, log2: bool) -> Chart:
     labels = _context_labels(cells)
-    levels = sorted({x.concurrency for x in cells})
+    levels = sorted({x.concurrency for x in cells if x.has_numbers})
     rows = _rows(cells)
     keys = _DECODE_KEYS + (("per_request",) if x_field == "per_request" else ())
-    spec = {
-        "data": {"values": _slim(rows, keys)},
-        "mark": LINE_MARK,
-        "encoding": {
-            "x": x, "y": _q("total", "Total tok/s", axis={"format": "~s"}),
-            "color": {**_n("Context", "Context"), "scale": {"domain": labels, "scheme": "viridis"}},
-            "order": _q("concurrency"), "tooltip": DECODE_TIP,
-        },
-        "width": WIDTH, "height": HEIGHT,
-    }
+    spec = _line_spec(rows, keys, x, _q("total", "Total tok/s", axis={"format": "~s"}),
+                      _color("Context", "Context", labels), DECODE_TIP)
     ticks = [(float(v), str(v)) for v in levels] if log2 else []
-    return _make(chart_id, title, caption, spec, lambda: fb.lines(
-        title, _series(rows, "Context", x_field, labels), fb.viridis(len(labels)),
+    return _make(chart_id, title, caption + _queued_note(rows), spec, lambda: fb.lines(
+        title, _series(rows, "Context", x_field, labels), fb.line_colors(len(labels)),
         x_ticks=ticks, x_log2=log2, x_title=x.get("title", ""), y_title="Total tok/s",
         legend_title="Context"))
 
 
+def _plotted(cells: list[CellResult], *, per_request: bool = False) -> list[CellResult]:
+    """The cells of the contexts that have at least one point to draw."""
+    keep = {x.context for x in cells if x.has_numbers and x.total_tok_s is not None
+            and (not per_request or x.per_request_tok_s is not None)}
+    return [x for x in cells if x.context in keep]
+
+
 def decode_chart(cells: list[CellResult], chart_id: str = "chart-decode") -> Chart | None:
-    """Total tok/s against concurrency, one line per context (log2 axis)."""
-    data = [x for x in cells if x.phase == c.DECODE and x.has_numbers and x.total_tok_s is not None]
+    """Total tok/s against concurrency, one line per context (log2 axis); a cell
+    without numbers breaks its context's line."""
+    data = _plotted([x for x in cells if x.phase == c.DECODE])
     if not data:
         return None
-    levels = sorted({x.concurrency for x in data})
+    levels = sorted({x.concurrency for x in data if x.has_numbers and x.total_tok_s is not None})
     return _context_lines(data, chart_id, "Throughput by concurrency",
-                          "Total tok/s against requests at once, one line per context",
-                          _log2_axis(levels), "concurrency", True)
+                          "Total tok/s against requests at once, one line per context; "
+                          "gaps: no numbers", _log2_axis(levels), "concurrency", True)
 
 
 def tradeoff_chart(cells: list[CellResult], chart_id: str = "chart-tradeoff") -> Chart | None:
     """What one stream gets (per-request tok/s) against what the server delivers."""
-    data = [x for x in cells if x.phase == c.DECODE and x.has_numbers
-            and x.total_tok_s is not None and x.per_request_tok_s is not None]
+    data = _plotted([x for x in cells if x.phase == c.DECODE], per_request=True)
     if not data:
         return None
     return _context_lines(data, chart_id, "Per-request speed against total throughput",
@@ -232,20 +220,27 @@ def tradeoff_chart(cells: list[CellResult], chart_id: str = "chart-tradeoff") ->
 
 
 def heatmap_chart(cells: list[CellResult], chart_id: str = "chart-heatmap") -> Chart | None:
-    """The decode matrix as a heatmap of total tok/s (grey: no numbers)."""
+    """The decode matrix as a heatmap of total tok/s; each status without numbers
+    has its own labelled fill."""
     data = [x for x in cells if x.phase == c.DECODE]
     if not any(x.has_numbers and x.total_tok_s is not None for x in data):
         return None
     rows = _rows(data)
     peak = max(r["total"] or 0 for r in rows) or 1
     for r in rows:
-        has = r["total"] is not None and r["status"] in (c.VALID, c.REQUESTS_QUEUED)
+        has = r["total"] is not None
         r["label"] = r["Total tok/s"] if has else SHORT_STATUS.get(r["status"], "—")
-        r["shade"] = (r["total"] or 0) / peak if has else 0
-        if not has:
-            r["total"] = None
+        r["tiny"] = (f.tok_s(r["total"], whole=True) if has
+                     else TINY_STATUS.get(r["status"], "—"))
+        r["shade"] = r["total"] / peak if has else 0
+        r["missing"] = None if has else (status_label(r["status"]) if r["status"]
+                                         in fb.MISSING_FILLS else "No numbers")
     labels = _context_labels(data)
     levels = [str(v) for v in sorted({x.concurrency for x in data})]
+    present = {r["status"] for r in rows if r["missing"]}
+    missing = [(status_label(s), fb.MISSING_FILLS[s]) for s in fb.MISSING_FILLS if s in present]
+    if any(r["missing"] == "No numbers" for r in rows):
+        missing.append(("No numbers", fb.NO_NUMBERS_FILL))
     enc = {
         "x": {**_n("Requests at once", "Requests at once"), "sort": levels,
               "axis": {"labelAngle": 0}},
@@ -253,31 +248,42 @@ def heatmap_chart(cells: list[CellResult], chart_id: str = "chart-heatmap") -> C
         "tooltip": [_n("Context"), _n("Requests at once"), _n("Status"), _n("Total tok/s"),
                     _n("TTFT")],
     }
+    bottom = {"orient": "bottom", "direction": "horizontal"}
+    layer: list[dict[str, Any]] = [
+        {"mark": {"type": "rect", "stroke": "white", "strokeWidth": 1},
+         "transform": [{"filter": "datum.total != null"}],
+         "encoding": {**enc, "color": _q("total", "Total tok/s", scale={"scheme": "blues"},
+                                         legend={"format": "~s", **bottom})}},
+        {"mark": {"type": "text", "fontSize": 10},
+         "encoding": {**enc, "text": {
+             "condition": {"test": f"width < {NARROW_CELL * len(levels)}", **_n("tiny")},
+             **_n("label")}, "color": {
+             "condition": {"test": "datum.shade > 0.55", "value": "white"},
+             "value": "#1f2328"}}},
+    ]
+    if missing:
+        layer.insert(0, {
+            "mark": {"type": "rect", "stroke": "white", "strokeWidth": 1},
+            "transform": [{"filter": "datum.missing != null"}],
+            "encoding": {**enc, "fill": {**_n("missing", "No numbers"), "scale": {
+                "domain": [m for m, _ in missing], "range": [v for _, v in missing]},
+                "legend": {**bottom, "direction": "vertical"}}}})
     step = max(24, min(40, 360 // max(1, len(labels))))
     spec = {
         "data": {"values": _slim(rows, ("Context", "Requests at once", "Status", "Total tok/s",
-                                        "TTFT", "total", "label", "shade"))},
-        "layer": [
-            {"mark": {"type": "rect", "color": "#eceef1", "stroke": "white", "strokeWidth": 1},
-             "encoding": enc},
-            {"mark": {"type": "rect", "stroke": "white", "strokeWidth": 1},
-             "transform": [{"filter": "datum.total != null"}],
-             "encoding": {**enc, "color": _q("total", "Total tok/s", scale={"scheme": "blues"},
-                                             legend={"format": "~s"})}},
-            {"mark": {"type": "text", "fontSize": 10},
-             "encoding": {**enc, "text": _n("label"), "color": {
-                 "condition": {"test": "datum.shade > 0.55", "value": "white"},
-                 "value": "#1f2328"}}},
-        ],
-        "width": {"step": 64}, "height": {"step": step},
+                                        "TTFT", "total", "label", "tiny", "shade",
+                                        "missing"))},
+        # a fixed height, not a step: Vega-Lite warns about a container width with one
+        "layer": layer, "width": WIDTH, "height": step * len(labels),
+        "autosize": {**AUTOSIZE, "type": "fit-x"},
     }
     title = "Decode matrix heatmap"
     cells_xy = [(labels.index(r["Context"]), levels.index(r["Requests at once"]),
-                 r["shade"] if r["total"] is not None else None, r["label"]) for r in rows]
-    return _make(chart_id, title,
-                 "Total tok/s by context and requests at once; grey cells have no numbers", spec,
+                 r["shade"] if r["total"] is not None else r["status"], r["label"]) for r in rows]
+    return _make(chart_id, title, "Total tok/s by context and requests at once; cells without "
+                 "numbers are coloured by status", spec,
                  lambda: fb.heatmap(title, labels, levels, cells_xy, x_title="Requests at once",
-                                    y_title="Context"))
+                                    y_title="Context", legend=missing))
 
 
 # --------------------------------------------------------------------------
@@ -285,32 +291,30 @@ def heatmap_chart(cells: list[CellResult], chart_id: str = "chart-heatmap") -> C
 # --------------------------------------------------------------------------
 
 
+def _run_color(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return _color("run", "Run", sorted({r["run"] for r in rows}), legend=RUN_LEGEND)
+
+
 def runs_decode_chart(series: list[tuple[str, list[CellResult]]], context: int,
                       chart_id: str) -> Chart | None:
-    """Total tok/s against concurrency at one context, one line per run."""
+    """Total tok/s against concurrency at one context, one line per run (broken
+    where a run's cell has no numbers)."""
     rows = []
     for label, cells in series:
-        rows += _rows([x for x in cells if x.phase == c.DECODE and x.context == context
-                       and x.has_numbers and x.total_tok_s is not None], label)
+        rows += _rows(_plotted([x for x in cells if x.phase == c.DECODE
+                                and x.context == context]), label)
     if not rows:
         return None
-    levels = sorted({r["concurrency"] for r in rows})
-    spec = {
-        "data": {"values": _slim(rows, ("run", *_DECODE_KEYS))},
-        "mark": LINE_MARK,
-        "encoding": {
-            "x": _log2_axis(levels), "y": _q("total", "Total tok/s", axis={"format": "~s"}),
-            "color": RUN_COLOR, "order": _q("concurrency"),
-            "tooltip": [_n("run", "Run"), *DECODE_TIP],
-        },
-        "width": WIDTH, "height": HEIGHT,
-    }
+    levels = sorted({r["concurrency"] for r in rows if r["total"] is not None})
+    spec = _line_spec(rows, ("run", *_DECODE_KEYS), _log2_axis(levels),
+                      _q("total", "Total tok/s", axis={"format": "~s"}), _run_color(rows),
+                      [_n("run", "Run"), *DECODE_TIP])
     ctx = f.context_label(context)
     title = f"Throughput at {ctx} context"
     lines = _series(rows, "run", "concurrency")
-    return _make(chart_id, title,
-                 f"Total tok/s against requests at once at {ctx}, one line per run", spec,
-                 lambda: fb.lines(title, lines, fb.tableau(len(lines)),
+    return _make(chart_id, title, f"Total tok/s against requests at once at {ctx}, one line per "
+                 f"run{_queued_note(rows)}", spec,
+                 lambda: fb.lines(title, lines, fb.line_colors(len(lines)),
                                   x_ticks=[(float(v), str(v)) for v in levels], x_log2=True,
                                   x_title="Requests at once", y_title="Total tok/s",
                                   legend_title="Run", legend_below=True))
@@ -321,24 +325,20 @@ def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
     """Prefill tok/s, or single-stream decode tok/s, by context, one line per run."""
     rows = []
     for label, cells in series:
-        pick = [x for x in cells if x.phase == phase and x.has_numbers and x.total_tok_s is not None
-                and (phase == c.PREFILL or x.concurrency == 1)]
-        rows += _rows(pick, label)
+        pick = [x for x in cells if x.phase == phase and (phase == c.PREFILL or x.concurrency == 1)]
+        if any(x.has_numbers and x.total_tok_s is not None for x in pick):
+            rows += _rows(pick, label)
     if not rows:
         return None
-    labels = [f.context_label(v) for v in sorted({r["context"] for r in rows})]
+    labels = [f.context_label(v) for v in sorted({r["context"] for r in rows
+                                                  if r["total"] is not None})]
+    rows = [r for r in rows if r["Context"] in labels]
     ytitle = "Prompt tok/s" if phase == c.PREFILL else "Single-stream tok/s"
-    spec = {
-        "data": {"values": _slim(rows, ("run", "Context", "total", "Total tok/s", "TTFT"))},
-        "mark": LINE_MARK,
-        "encoding": {
-            "x": {**_n("Context", "Context"), "sort": labels, "axis": {"labelAngle": 0}},
-            "y": _q("total", ytitle, axis={"format": "~s"}),
-            "color": RUN_COLOR,
-            "tooltip": [_n("run", "Run"), _n("Context"), _n("Total tok/s", ytitle), _n("TTFT")],
-        },
-        "width": WIDTH, "height": HEIGHT,
-    }
+    spec = _line_spec(rows, ("run", "Context", "total", "Total tok/s", "TTFT", "context"),
+                      {**_n("Context", "Context"), "sort": labels, "axis": {"labelAngle": 0}},
+                      _q("total", ytitle, axis={"format": "~s"}), _run_color(rows),
+                      [_n("run", "Run"), _n("Context"), _n("Total tok/s", ytitle), _n("TTFT")])
+    spec["layer"][0]["encoding"]["order"] = _q("context")
     if phase == c.PREFILL:
         title, caption = "Prefill by run", "Prompt tok/s by context, one line per run"
     else:
@@ -347,9 +347,10 @@ def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
     pos = {label: i + 0.5 for i, label in enumerate(labels)}
     for r in rows:
         r["x"] = pos[r["Context"]]
+        r["concurrency"] = r["context"]  # _series orders points by this
     lines = _series(rows, "run", "x")
-    return _make(chart_id, title, caption, spec, lambda: fb.lines(
-        title, lines, fb.tableau(len(lines)),
+    return _make(chart_id, title, caption + _queued_note(rows), spec, lambda: fb.lines(
+        title, lines, fb.line_colors(len(lines)),
         x_ticks=[(pos[x], x) for x in labels], x_log2=False, x_title="Context", y_title=ytitle,
         legend_title="Run", legend_below=True, x_domain=(0.0, float(len(labels)))))
 
@@ -429,7 +430,7 @@ def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> 
         "encoding": {"x": _q("t", "Seconds into the window", bin="binned"), "x2": {"field": "t2"},
                      "y": _q("tok_s", "Output tok/s"),
                      "tooltip": [_n("Time"), _n("Output tok/s")]},
-        "width": WIDTH, "height": 160,
+        "width": FIXED_WIDTH, "height": 160,
     }
     running = detail.get("running")
     if running:
@@ -442,22 +443,30 @@ def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> 
                for t, v in zip(tl["t_s"], tl["client_active"], strict=True)]
     waiting = detail.get("waiting")
     if waiting and any(v > 0 for v in waiting["value"]):
-        act += [{"t": t, "v": v, "who": "server (waiting)"}
-                for t, v in zip(waiting["t_s"], waiting["value"], strict=True)]
+        # drawn first (wide, dashed), so the running line stays visible on top of it
+        act = [{"t": t, "v": v, "who": "server (waiting)"}
+               for t, v in zip(waiting["t_s"], waiting["value"], strict=True)] + act
     for r in act:
         r["Requests"] = f.average(r["v"])
         r["Time"] = f"{r['t']:.2f} s"
-    active = {
-        "data": {"values": act},
-        "mark": {"type": "line", "interpolate": "step-after", "point": True},
-        "encoding": {"x": _q("t", "Seconds into the window"), "y": _q("v", "Requests"),
-                     "color": {"field": "who", "type": "nominal", "title": None,
-                               "legend": {"orient": "bottom"}},
-                     "tooltip": [_n("who", "Source"), _n("Time"), _n("Requests")]},
-        "width": WIDTH, "height": 110,
-    }
-    title = "Timeline"
     who = list(dict.fromkeys(r["who"] for r in act))
+    style = [fb.TIMELINE_STYLE[w] for w in who]
+    scale = {"domain": who, "range": [s[0] for s in style]}
+    layers = [{
+        "transform": [{"filter": {"field": "who", "equal": w}}],
+        "mark": {"type": "line", "interpolate": "step-after", "strokeWidth": st[1],
+                 "point": {"size": 16}},
+        "encoding": {
+            "x": _q("t", "Seconds into the window"), "y": _q("v", "Requests"),
+            "color": {"field": "who", "type": "nominal", "title": None, "scale": scale,
+                      "legend": {"orient": "bottom"}},
+            "strokeDash": {"field": "who", "type": "nominal", "title": None, "scale": {
+                "domain": who, "range": [[float(v) for v in s[2].split()] or [1, 0]
+                                         for s in style]}, "legend": {"orient": "bottom"}},
+            "tooltip": [_n("who", "Source"), _n("Time"), _n("Requests")]},
+    } for w, st in zip(who, style, strict=True)]
+    active = {"data": {"values": act}, "layer": layers, "width": FIXED_WIDTH, "height": 110}
+    title = "Timeline"
     lines = [(w, [(float(r["t"]), float(r["v"])) for r in act if r["who"] == w]) for w in who]
     bins = [(r["t"], r["t2"], r["tok_s"]) for r in rows]
     return _make(chart_id, title, "Output tokens per second across the window, and the "

@@ -11,12 +11,13 @@ equal-width binning (no sort), since a real run holds millions of chunks.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from rundir.contract import PREFILL_REJECTED_PREFIX
 from rundir.metrics import Chunks, first_token_ns, ttft_ms, window_scan
 
 TBT_BINS = 40
@@ -212,23 +213,40 @@ def gauge_in_window(
     return {"t_s": _round((t - start_ns) / 1e9), "value": _round(values[idx], 2)}
 
 
-def _outcomes(requests: pa.Table) -> dict[str, Any]:
+
+
+def _outcomes(requests: pa.Table, done: np.ndarray) -> dict[str, Any]:
+    """What became of each request, in disjoint groups that add up to `total`.
+
+    `done` is the builder's completed mask (finish reason, no error, not
+    cancelled), so "finished" counts exactly the requests the Completed
+    requests metric draws from; a request with an error counts as failed (or
+    rejected) even when the server also sent a finish reason.
+    """
     n = len(requests)
+    zero = {"total": 0, "finished": 0, "cancelled": 0, "rejected": 0, "errors": 0,
+            "unfinished": 0, "finish_reasons": {}}
     if not n:
-        return {"total": 0, "finished": 0, "cancelled": 0, "errors": 0, "finish_reasons": {}}
-    cancelled = int(pc.sum(requests.column("cancelled")).as_py() or 0)
-    errors = n - requests.column("error").null_count
+        return zero
+    errors = requests.column("error").to_pylist()
+    cancelled = requests.column("cancelled").to_pylist()
+    rejected = [e is not None and e.startswith(PREFILL_REJECTED_PREFIX) for e in errors]
+    failed = [e is not None and not r for e, r in zip(errors, rejected, strict=True)]
+    was_cancelled = [bool(k) and e is None for k, e in zip(cancelled, errors, strict=True)]
     reasons: dict[str, int] = {}
-    for r in requests.column("finish_reason").to_pylist():
-        if r is not None:
+    for r, ok in zip(requests.column("finish_reason").to_pylist(), done, strict=True):
+        if ok:
             reasons[r] = reasons.get(r, 0) + 1
-    return {
+    out = {
         "total": n,
-        "finished": sum(reasons.values()),
-        "cancelled": cancelled,
-        "errors": errors,
+        "finished": int(np.count_nonzero(done)),
+        "cancelled": sum(was_cancelled),
+        "rejected": sum(rejected),
+        "errors": sum(failed),
         "finish_reasons": dict(sorted(reasons.items())),
     }
+    out["unfinished"] = n - sum(v for k, v in out.items() if k not in ("total", "finish_reasons"))
+    return out
 
 
 def _errors(requests: pa.Table) -> list[str]:
@@ -257,11 +275,15 @@ def decode_detail(
     start_ns: int,
     end_ns: int,
     *,
+    done: np.ndarray,
     running: tuple[np.ndarray, np.ndarray] | None = None,
     waiting: tuple[np.ndarray, np.ndarray] | None = None,
     with_tails: bool = False,
 ) -> dict[str, Any]:
-    """Everything the decode drill-down page draws, from the cell's measure requests."""
+    """Everything the decode drill-down page draws, from the cell's measure requests.
+
+    `done` marks the requests that finished normally (the builder's completed mask).
+    """
     gaps, weights = token_gaps_ms(chunks, start_ns, end_ns)
     return {
         "kind": "decode",
@@ -271,22 +293,42 @@ def decode_detail(
         "timeline": _timeline(chunks, start_ns, end_ns),
         "running": gauge_in_window(running, start_ns, end_ns),
         "waiting": gauge_in_window(waiting, start_ns, end_ns),
-        "outcomes": _outcomes(requests),
+        "outcomes": _outcomes(requests, done),
         "errors": _errors(requests),
         "tails": _tails(requests) if with_tails else [],
     }
 
 
-def prefill_detail(requests: pa.Table, chunks: Chunks, prompt_tokens: np.ndarray) -> dict[str, Any]:
-    """The cold samples of a prefill cell, one row each."""
+def _sample_use(used: bool, error: str | None) -> str:
+    """Why a prefill sample is or is not in the published figure (a glossary key)."""
+    if used:
+        return "used"
+    if error is None:
+        return "untimed"
+    return "rejected" if error.startswith(PREFILL_REJECTED_PREFIX) else "failed"
+
+
+def _rejection(error: str) -> str:
+    """The collector's reason for a rejection, without the prefix and the cached-token
+    count (the page's Cached tokens column shows that, formatted)."""
+    why = error.removeprefix(PREFILL_REJECTED_PREFIX).strip()
+    return re.sub(r"\s*\(\d+ cached tokens\)$", "", why)[:TAIL_CHARS]
+
+
+def prefill_detail(requests: pa.Table, chunks: Chunks, prompt_tokens: np.ndarray, *,
+                   used: np.ndarray, done: np.ndarray) -> dict[str, Any]:
+    """The samples of a prefill cell, one row each, marked by whether the published
+    figure uses them: `used` is the builder's own mask (aggregate.prefill_used), so
+    the page and the figure cannot disagree; `done` is its completed mask."""
     first = first_token_ns(chunks)
     cached = requests.column("cached_tokens").to_pylist() if len(requests) else []
+    errors = requests.column("error").to_pylist() if len(requests) else []
     samples = []
     t0 = int(chunks.send_ns.min()) if chunks.n_requests else 0
     for i in range(chunks.n_requests):
         ttft = (first[i] - chunks.send_ns[i]) / 1e6 if first[i] >= 0 else None
-        ok = ttft is not None and ttft > 0 and prompt_tokens[i] > 0
-        rate = prompt_tokens[i] / (ttft / 1e3) if ok else None
+        rate = prompt_tokens[i] / (ttft / 1e3) if used[i] else None
+        use = _sample_use(bool(used[i]), errors[i])
         samples.append(
             {
                 "sent_s": round((int(chunks.send_ns[i]) - t0) / 1e9, 3),
@@ -294,12 +336,15 @@ def prefill_detail(requests: pa.Table, chunks: Chunks, prompt_tokens: np.ndarray
                 "cached_tokens": cached[i],
                 "ttft_ms": round(ttft, 3) if ttft is not None else None,
                 "prompt_tok_s": round(float(rate), 2) if rate is not None else None,
+                "use": use,
+                "why": _rejection(errors[i]) if use == "rejected" else None,
             }
         )
     return {
         "kind": "prefill",
         "samples": samples,
-        "outcomes": _outcomes(requests),
+        "used": int(np.count_nonzero(used)),
+        "outcomes": _outcomes(requests, done),
         "errors": _errors(requests),
         "tails": [],
     }

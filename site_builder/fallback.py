@@ -24,10 +24,20 @@ FONT = "system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
 GRID, AXIS, INK, MUTED = "#e6e8eb", "#888", "#1f2328", "#555"
 TABLEAU10 = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2",
              "#ff9da6", "#9d755d", "#bab0ac"]
-_VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962",
-            "#addc30", "#fde725"]
+# One colour per line (context or run), in this order, in the live charts (an
+# explicit scale range) and here alike: ten hues that stay apart from each other
+# (CIE76 distance > 20) and from the white background (contrast >= 3:1, so no
+# pale yellow), neighbours in the order as different as possible.
+LINE_COLORS = ["#1f77b4", "#d95f02", "#2ca02c", "#d62728", "#7b4fb0", "#8c564b", "#c2187a",
+               "#5f6b73", "#7a7a00", "#00838f"]
+# Heatmap fills of cells without numbers, one per status (each also has its text).
+MISSING_FILLS = {"over_capacity": "#f4c7c3", "looped": "#f7dca4", "error": "#dcc3e8",
+                 "pending": "#d0d0d0"}
+NO_NUMBERS_FILL = "#f6f8fa"
 _BLUES = ["#cfe1f2", "#93c4de", "#4a98c9", "#1764ab", "#0b3d80"]
-Point = tuple[float, float]
+QUEUED_LABEL = "Requests queued"
+# A point: x, y (None breaks the line there), and optionally whether requests queued.
+Point = tuple[float, float | None] | tuple[float | None, float | None, bool]
 
 
 def _mix(stops: list[str], t: float) -> str:
@@ -40,12 +50,9 @@ def _mix(stops: list[str], t: float) -> str:
     return "#" + "".join(f"{v:02x}" for v in rgb)
 
 
-def viridis(n: int) -> list[str]:
-    return [_mix(_VIRIDIS, i / max(1, n - 1)) for i in range(n)]
-
-
-def tableau(n: int) -> list[str]:
-    return [TABLEAU10[i % len(TABLEAU10)] for i in range(n)]
+def line_colors(n: int) -> list[str]:
+    """The first n line colours (they repeat past ten)."""
+    return [LINE_COLORS[i % len(LINE_COLORS)] for i in range(n)]
 
 
 def blues(t: float) -> str:
@@ -148,16 +155,32 @@ def bars(label: str, cats: list[str], values: list[float], *, x_title: str, y_ti
     return c.svg()
 
 
-def _legend(c: Canvas, entries: list[tuple[str, str]], x: float, y: float, title: str | None,
-            line: bool = True) -> None:
+Entry = tuple[str, str] | tuple[str, str, str]  # name, colour[, line dash rect dot hollow]
+
+
+def _legend(c: Canvas, entries: list[Entry], x: float, y: float, title: str | None,
+            line: bool = True) -> float:
+    """Draw a legend from (x, y) down; return the y below it."""
     if title:
         c.parts.append(_t(x, y, title, "start", 12, INK))
         y += 16
-    for name, color in entries:
-        mark = (f'<path d="M{x:.1f} {y - 4:.1f}h14" stroke="{color}" stroke-width="2"/>' if line
-                else f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="12" height="10" fill="{color}"/>')
+    for entry in entries:
+        name, color = entry[0], entry[1]
+        kind = entry[2] if len(entry) > 2 else ("line" if line else "rect")
+        if kind == "rect":
+            mark = f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="12" height="10" fill="{color}"/>'
+        elif kind == "dot":
+            mark = f'<circle cx="{x + 6.5:.1f}" cy="{y - 4.5:.1f}" r="3" fill="{color}"/>'
+        elif kind == "hollow":
+            mark = (f'<rect x="{x + 3:.1f}" y="{y - 8:.1f}" width="7" height="7" fill="white" '
+                    f'stroke="{color}" stroke-width="1.5"/>')
+        else:
+            dash = ' stroke-dasharray="5 3"' if kind == "dash" else ""
+            mark = (f'<path d="M{x:.1f} {y - 4:.1f}h14" stroke="{color}" '
+                    f'stroke-width="{3 if kind == "dash" else 2}"{dash}/>')
         c.parts.append(mark + _t(x + 20, y, name[:90], "start"))
         y += 15
+    return y
 
 
 def lines(label: str, series: list[tuple[str, list[Point]]], colors: list[str], *,
@@ -165,22 +188,40 @@ def lines(label: str, series: list[tuple[str, list[Point]]], colors: list[str], 
           legend_title: str | None, legend_below: bool = False,
           x_domain: tuple[float, float] | None = None) -> str:
     """One line with points per series; x linear (from 0, or over x_domain) or log2,
-    y linear from 0."""
-    legend_h = 22 + 15 * len(series) if legend_below else 0
-    c = Canvas(60 + 440 + (40 if legend_below else 130), 10 + 240 + 45 + legend_h, label)
+    y linear from 0. A point without x or y breaks its line; a queued point is hollow."""
+    queued = any(len(pt) > 2 and pt[2] for _, pts in series for pt in pts)
+    rows = len(series) + (2 if queued else 0)
+    legend_h = 22 + 15 * rows if legend_below else 0
+    side_h = 10 + 16 + 15 * rows + 10
+    c = Canvas(60 + 440 + (40 if legend_below else 130),
+               max(10 + 240 + 45, side_h) + legend_h, label)
     _lines_into(c, 10, 240, series, colors, x_ticks=x_ticks, x_log2=x_log2, x_title=x_title,
                 y_title=y_title, legend_title=legend_title, legend_below=legend_below,
                 x_domain=x_domain)
     return c.svg()
 
 
+def _segments(coords: list[tuple[float, float] | None]) -> list[list[tuple[float, float]]]:
+    """Runs of consecutive points, split where a point is missing (None)."""
+    out: list[list[tuple[float, float]]] = [[]]
+    for xy in coords:
+        if xy is None:
+            if out[-1]:
+                out.append([])
+        else:
+            out[-1].append(xy)
+    return [seg for seg in out if seg]
+
+
 def _lines_into(c: Canvas, y0: float, height: float, series: list[tuple[str, list[Point]]],
                 colors: list[str], *, x_ticks: list[tuple[float, str]], x_log2: bool,
                 x_title: str, y_title: str, legend_title: str | None, legend_below: bool,
                 step: bool = False, y_si: bool = True,
-                x_domain: tuple[float, float] | None = None) -> None:
-    xs = [x for _, pts in series for x, _ in pts] + [x for x, _ in x_ticks]
-    ys = [y for _, pts in series for _, y in pts]
+                x_domain: tuple[float, float] | None = None,
+                styles: list[tuple[float, str]] | None = None) -> None:
+    """Lines into a panel; styles: (stroke width, dash array) per series, drawn in order."""
+    xs = [pt[0] for _, pts in series for pt in pts if pt[0] is not None] + [x for x, _ in x_ticks]
+    ys = [pt[1] for _, pts in series for pt in pts if pt[1] is not None]
     p = Panel(c, 60, y0, 440, height, max(ys, default=0), y_title, y_si, integer=not y_si)
     if x_domain is not None:
         lo, hi = x_domain
@@ -197,21 +238,41 @@ def _lines_into(c: Canvas, y0: float, height: float, series: list[tuple[str, lis
 
     if not x_ticks:  # linear axis: nice ticks from 0
         x_ticks = [(v, plain(v)) for v in nice_ticks(max(xs, default=1), 6)[1]]
-    for (_, pts), color in zip(series, colors, strict=True):
-        coords = [(px(x), p.y(y)) for x, y in pts]
-        if not coords:
+    any_queued = False
+    for i, ((_, pts), color) in enumerate(zip(series, colors, strict=True)):
+        coords = [None if pt[0] is None or pt[1] is None else (px(pt[0]), p.y(pt[1]))
+                  for pt in pts]
+        queued = [len(pt) > 2 and bool(pt[2]) for pt in pts]
+        width, dash = styles[i] if styles else (2.0, "")
+        extra = f' stroke-dasharray="{dash}"' if dash else ""
+        d = ""
+        for seg in _segments(coords):
+            if step:
+                d += f"M{seg[0][0]:.1f} {seg[0][1]:.1f}" + "".join(
+                    f"H{x:.1f}V{y:.1f}" for x, y in seg[1:])
+            else:
+                d += "M" + "L".join(f"{x:.1f} {y:.1f}" for x, y in seg)
+        if d:
+            c.parts.append(f'<path d="{d}" stroke="{color}" stroke-width="{width:g}" '
+                           f'fill="none"{extra}/>')
+        if step:  # step lines have a point per gauge sample: too many to mark
             continue
-        if step:
-            d = f"M{coords[0][0]:.1f} {coords[0][1]:.1f}" + "".join(
-                f"H{x:.1f}V{y:.1f}" for x, y in coords[1:])
-        else:
-            d = "M" + "L".join(f"{x:.1f} {y:.1f}" for x, y in coords)
-        c.parts.append(f'<path d="{d}" stroke="{color}" stroke-width="2" fill="none"/>')
-        if not step:  # step lines have a point per gauge sample: too many to mark
-            dots = "".join(f"M{x - 3:.1f} {y:.1f}a3 3 0 1 0 6 0a3 3 0 1 0-6 0" for x, y in coords)
+        dots = "".join(f"M{xy[0] - 3:.1f} {xy[1]:.1f}a3 3 0 1 0 6 0a3 3 0 1 0-6 0"
+                       for xy, q in zip(coords, queued, strict=True) if xy and not q)
+        if dots:
             c.parts.append(f'<path d="{dots}" fill="{color}"/>')
+        hollow = "".join(f"M{xy[0] - 3.5:.1f} {xy[1] - 3.5:.1f}h7v7h-7Z"
+                         for xy, q in zip(coords, queued, strict=True) if xy and q)
+        if hollow:
+            any_queued = True
+            c.parts.append(f'<path d="{hollow}" fill="white" stroke="{color}" '
+                           f'stroke-width="1.5"/>')
     p.x_axis([(px(v), text) for v, text in x_ticks], x_title)
-    entries = [(name, color) for (name, _), color in zip(series, colors, strict=True)]
+    entries: list[Entry] = [
+        (name, color, "dash" if styles and styles[i][1] else "line")
+        for i, ((name, _), color) in enumerate(zip(series, colors, strict=True))]
+    if any_queued:
+        entries += [("Valid", MUTED, "dot"), (QUEUED_LABEL, MUTED, "hollow")]
     if legend_below:
         _legend(c, entries, p.x0, y0 + height + 58, legend_title)
     else:
@@ -219,17 +280,22 @@ def _lines_into(c: Canvas, y0: float, height: float, series: list[tuple[str, lis
 
 
 def heatmap(label: str, rows: list[str], cols: list[str],
-            cells: list[tuple[int, int, float | None, str]], *, x_title: str,
-            y_title: str) -> str:
-    """Labelled cells: shade in [0, 1] (None: grey, no number)."""
+            cells: list[tuple[int, int, float | str, str]], *, x_title: str,
+            y_title: str, legend: list[tuple[str, str]] | None = None) -> str:
+    """Labelled cells: a shade in [0, 1] (blues), or a status whose cell has no
+    number (its own fill from MISSING_FILLS); legend: (label, fill) of those, drawn below."""
     cw = 64
     ch = max(24, min(40, 360 // max(1, len(rows))))
     x0, y0 = 70, 10
-    c = Canvas(x0 + cw * len(cols) + 30, y0 + ch * len(rows) + 45, label)
+    legend = legend or []
+    legend_h = 10 + 15 * len(legend) if legend else 0
+    c = Canvas(x0 + cw * len(cols) + 30, y0 + ch * len(rows) + 45 + legend_h, label)
     for ri, ci, shade, text in cells:
         x, y = x0 + ci * cw, y0 + ri * ch
-        fill = "#eceef1" if shade is None else blues(shade)
-        ink = "white" if shade is not None and shade > 0.55 else INK
+        if isinstance(shade, str):
+            fill, ink = MISSING_FILLS.get(shade, NO_NUMBERS_FILL), INK
+        else:
+            fill, ink = blues(shade), "white" if shade > 0.55 else INK
         c.parts.append(f'<rect x="{x}" y="{y}" width="{cw}" height="{ch}" fill="{fill}" '
                        f'stroke="white"/>' + _t(x + cw / 2, y + ch / 2 + 4, text, size=10, fill=ink))
     for ri, r in enumerate(rows):
@@ -240,6 +306,8 @@ def heatmap(label: str, rows: list[str], cols: list[str],
     c.parts.append(_t(x0 + cw * len(cols) / 2, base + 32, x_title, size=12, fill=INK))
     c.parts.append(_t(14, y0 + ch * len(rows) / 2, y_title, size=12, fill=INK,
                       extra=f' transform="rotate(-90 14 {y0 + ch * len(rows) / 2:.1f})"'))
+    if legend:
+        _legend(c, [(name, fill, "rect") for name, fill in legend], x0, base + 52, None)
     return c.svg()
 
 
@@ -292,16 +360,25 @@ def value_bins(values: Sequence[float], maxbins: int = 30) -> list[tuple[float, 
     return [(start + i * step, start + (i + 1) * step, float(k)) for i, k in enumerate(counts)]
 
 
+# Timeline lines: (colour, stroke width, dash). Waiting is wide and dashed and drawn
+# first, running thin and solid on top, so both show where they coincide.
+TIMELINE_STYLE = {"server (waiting)": ("#d95f02", 3.5, "6 3"),
+                  "server (running)": ("#1f77b4", 2.0, ""),
+                  "client (streaming)": ("#1f77b4", 2.0, "")}
+
+
 def timeline(label: str, bins: list[tuple[float, float, float]],
              series: list[tuple[str, list[Point]]]) -> str:
-    """Output tok/s bars over the window, above the requests running (step lines)."""
+    """Output tok/s bars over the window, above the requests running (step lines,
+    styled by TIMELINE_STYLE and drawn in the given order)."""
     below = 10 + 160 + 45 + 12
     c = Canvas(530, below + 110 + 45 + 22 + 15 * len(series), label)
     _bins_into(c, 10, 160, bins, x_title="Seconds into the window", y_title="Output tok/s",
                color=TABLEAU10[0])
-    _lines_into(c, below, 110, series, tableau(len(series)), x_ticks=[], x_log2=False,
+    styles = [TIMELINE_STYLE.get(name, (MUTED, 2.0, "")) for name, _ in series]
+    _lines_into(c, below, 110, series, [s[0] for s in styles], x_ticks=[], x_log2=False,
                 x_title="Seconds into the window", y_title="Requests", legend_title=None,
-                legend_below=True, step=True, y_si=False)
+                legend_below=True, step=True, y_si=False, styles=[s[1:] for s in styles])
     return c.svg()
 
 

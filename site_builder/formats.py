@@ -177,6 +177,15 @@ def published_datetime(iso: str | None) -> str:
     return f"{day} UTC" if date_only else f"{day}, {dt.strftime('%H:%M')} UTC"
 
 
+def published_date(iso: str | None) -> str:
+    """Just the day of a timestamp in the byline's style, for table columns
+    (index, model pages): ``Sep 27, 2026``; the text as given when unparseable."""
+    dt, text, _date_only = _utc(iso)
+    if dt is None:
+        return text
+    return f"{dt.strftime('%b')} {dt.day}, {dt.year}"
+
+
 def utc_datetime(iso: str | None) -> str:
     """An ISO 8601 timestamp as ``2025-11-29 14:03 UTC`` (date only when no time)."""
     dt, text, date_only = _utc(iso)

@@ -134,6 +134,67 @@ TERMS: list[Term] = [
          "the server may be faster than the numbers show."),
 ]
 
+# drill-down: what each count on a cell's page counts. Requests sent = finished
+# normally + cancelled at window end + rejected + failed + ended without a finish
+# reason; Completed requests are the finished-normally ones that ended inside the window.
+TERMS += [
+    Term("requests-sent", "Requests sent", "Every request the cell timed, warm-up and window alike.",
+         "Every timed request of the cell. For a decode cell, the streams sent from the start "
+         "of warm-up to the end of the window (not the requests that first fill the prompt "
+         "cache); for a prefill cell, every cold sample sent, rejected ones included. It is "
+         "the sum of the requests finished normally, cancelled at window end, rejected, "
+         "failed and ended without a finish reason."),
+    Term("finished-normally", "Finished normally",
+         "Ended with a finish reason and no error, at any time (warm-up or window).",
+         "Requests that ended with a finish reason, no error and no cancellation, whenever "
+         "they ended. *Completed requests* counts only the ones that ended inside the window."),
+    Term("cancelled-at-window-end", "Cancelled at window end",
+         "Streams still open when the window closed; the benchmark cut them off.",
+         "Streams still generating when the measurement window closed: the benchmark "
+         "cancels them, so they have no finish reason. Their tokens inside the window count."),
+    Term("rejected-samples", "Rejected samples",
+         "Prefill samples that hit a prefix cache: kept as evidence, never used.",
+         "A prefill sample the server partly answered from its prefix cache (cached tokens "
+         "above 10% of the prompt, or its prefix-cache hit counter rising) is not cold: the "
+         "benchmark rejects it, keeps it in the raw data and sends another. Published "
+         "figures never use it."),
+    Term("failed-requests", "Failed requests", "Requests that ended with an error.",
+         "Requests that ended with an error (HTTP status, lost connection, stall, malformed "
+         "event); the first few errors are listed on the cell's page."),
+    Term("no-finish-reason", "Ended without a finish reason",
+         "Ended with no finish reason, no error and no cancellation.",
+         "Requests whose stream closed with no finish reason, no error and no "
+         "cancellation. Normally zero."),
+    Term("produced-a-token", "Produced a first token",
+         "Requests that streamed at least one token: the TTFT distribution's requests.",
+         "Requests that received at least one generated token, whatever their outcome and "
+         "whether in warm-up or window. The TTFT distribution shows each of them, and the "
+         "cell's TTFT is their median."),
+    Term("samples-used", "Samples used",
+         "Cold prefill samples the published Prompt tok/s and TTFT are medians of.",
+         "Prefill samples with no error (not rejected, not failed) and a timed first token: "
+         "the published Prompt tok/s and TTFT are the medians over them, and the prefill "
+         "row's Completed requests is their number."),
+]
+
+# Under a cell page's counts: how they add up, per phase.
+COUNTS_NOTES: dict[str, str] = {
+    c.DECODE: "Requests sent = finished normally + cancelled at window end + failed "
+    "(+ rejected or ended without a finish reason, when any). Completed requests are the "
+    "requests finished normally that ended inside the window.",
+    c.PREFILL: "Requests sent = finished normally + rejected + failed (+ ended without a "
+    "finish reason, when any). Completed requests are the samples used: finished normally "
+    "with a timed first token.",
+}
+
+# How the drill-down marks each prefill sample (keys from drilldown._sample_use).
+SAMPLE_USE: dict[str, str] = {
+    "used": "Used",
+    "rejected": "Rejected",
+    "failed": "Not used: failed",
+    "untimed": "Not used: no first token",
+}
+
 TERM_BY_NAME = {t.name: t for t in TERMS}
 
 MEASUREMENT_HEADERS = [

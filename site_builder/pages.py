@@ -7,7 +7,7 @@ each page says. Pages never read run files: they get RunViews.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,10 +18,12 @@ from site_builder.aggregate import CellResult
 from site_builder.glossary import (
     CACHE_NOTE,
     CLIENT_BOUND_NOTE,
+    COUNTS_NOTES,
     IMPORTED_NOTE,
     MEASUREMENT_HEADERS,
     MEDIANS_NOTE,
     PHASE_LABELS,
+    SAMPLE_USE,
     STATUS_NOTES,
 )
 from site_builder.render import Renderer, markdown
@@ -80,6 +82,42 @@ def _filesize(n: int | None) -> str:
     return f"{n} B"
 
 
+def _peak_notes(runs: list[RunView]) -> list[str]:
+    """The status notes for the peaks marked on the index and model pages."""
+    marked = {r.peak.status for r in runs if r.peak and r.peak_note}
+    return [text for status, text in STATUS_NOTES.items() if status in marked]
+
+
+def _count_rows(x: CellResult, d: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The cell's request counts, each labelled by what it counts; the disjoint
+    outcomes add up to Requests sent (glossary: Requests sent)."""
+    o = d.get("outcomes") or {}
+    if not o:
+        return []
+    scope = "every sample" if x.phase == c.PREFILL else "warm-up and window"
+    rows = [("Requests sent", scope, f.count(o.get("total")))]
+    by = o.get("finish_reasons", {})
+    reasons = ", ".join(f"{k}: {f.count(v)}" for k, v in by.items())
+    finished = f.count(o.get("finished")) + (f" ({reasons})" if reasons else "")
+    rows.append(("Finished normally", "any time", finished))
+    if x.phase == c.DECODE and x.completed is not None:
+        rows.append(("Completed requests", "of those, ended inside the window",
+                     f.count(x.completed)))
+    if x.phase == c.DECODE or o.get("cancelled"):
+        rows.append(("Cancelled at window end", "", f.count(o.get("cancelled"))))
+    if x.phase == c.PREFILL or o.get("rejected"):
+        rows.append(("Rejected samples", "prefix-cache hits", f.count(o.get("rejected"))))
+    rows.append(("Failed requests", "ended with an error", f.count(o.get("errors"))))
+    if o.get("unfinished"):
+        rows.append(("Ended without a finish reason", "", f.count(o.get("unfinished"))))
+    if x.phase == c.PREFILL and d.get("used") is not None:
+        rows.append(("Samples used", "in the published figures", f.count(d.get("used"))))
+    if d.get("kind") == "decode":
+        rows.append(("Produced a first token", "TTFT distribution",
+                     f.count(len(d.get("ttft_ms") or []))))
+    return rows
+
+
 class Pages:
     """Renders every kind of page with one Renderer and one SVG renderer."""
 
@@ -114,8 +152,14 @@ class Pages:
                   prev: CellResult | None, nxt: CellResult | None) -> str:
         charts: list[ch.Chart] = []
         if detail["kind"] == "decode":
+            ttft = ch.ttft_histogram(detail["ttft_ms"])
+            if ttft is not None:  # say which requests it holds (the Produced a first token row)
+                ttft = replace(ttft, caption=(
+                    f"Time to first token of each of the {f.count(len(detail['ttft_ms']))} "
+                    "requests that produced a token (warm-up and window, any outcome); "
+                    "the cell's TTFT is their median."))
             charts = self.svg.fill([
-                ch.ttft_histogram(detail["ttft_ms"]),
+                ttft,
                 ch.tbt_histogram(detail["tbt"], cell.tbt_ms),
                 ch.timeline_chart(detail),
             ])
@@ -126,53 +170,50 @@ class Pages:
         return self.r.render(
             "cell.html", depth=3, run=run, cell=cell, title=cell_title(cell), charts=charts,
             metrics=metrics, note=note, window_rows=self._window_rows(run, cell, detail),
-            samples=detail.get("samples") or [], errors=detail.get("errors") or [],
+            samples=detail.get("samples") or [], samples_used=detail.get("used"),
+            sample_use=SAMPLE_USE, counts_note=COUNTS_NOTES.get(cell.phase, ""),
+            errors=detail.get("errors") or [],
             tails=detail.get("tails") or [], prev=prev, next=nxt,
             prev_title=cell_title(prev) if prev else "", next_title=cell_title(nxt) if nxt else "",
             nav="runs",
         )
 
-    def _cell_metrics(self, x: CellResult) -> list[tuple[str, str]]:
+    def _cell_metrics(self, x: CellResult) -> list[tuple[str, str, str]]:
+        """(term, what it counts, value) of the cell's published numbers."""
         if x.phase == c.PREFILL:
-            return [("Prompt tok/s", f.tok_s(x.total_tok_s)), ("TTFT", f.ttft(x.ttft_ms)),
-                    ("Completed requests", f.count(x.completed))]
+            return [("Prompt tok/s", "median of the samples used", f.tok_s(x.total_tok_s)),
+                    ("TTFT", "median of the samples used", f.ttft(x.ttft_ms)),
+                    ("Completed requests", "cold samples used", f.count(x.completed))]
         return [
-            ("Total tok/s", f.tok_s(x.total_tok_s)),
-            ("Per request tok/s", f.tok_s(x.per_request_tok_s)),
-            ("TTFT", f.ttft(x.ttft_ms)),
-            ("Time between tokens", f.tbt(x.tbt_ms)),
-            ("Average active requests", f.average(x.avg_active)),
-            ("Completed requests", f.count(x.completed)),
-            ("Output tokens", f.count(x.output_tokens)),
-            ("Measured for", f.seconds(x.measured_s)),
+            ("Total tok/s", "", f.tok_s(x.total_tok_s)),
+            ("Per request tok/s", "", f.tok_s(x.per_request_tok_s)),
+            ("TTFT", "median over the requests", f.ttft(x.ttft_ms)),
+            ("Time between tokens", "", f.tbt(x.tbt_ms)),
+            ("Average active requests", "", f.average(x.avg_active)),
+            ("Completed requests", "ended inside the window", f.count(x.completed)),
+            ("Output tokens", "inside the window", f.count(x.output_tokens)),
+            ("Measured for", "", f.seconds(x.measured_s)),
         ]
 
-    def _window_rows(self, run: RunView, x: CellResult, d: dict[str, Any]) -> list[tuple[str, str]]:
-        rows: list[tuple[str, str]] = []
+    def _window_rows(self, run: RunView, x: CellResult,
+                     d: dict[str, Any]) -> list[tuple[str, str, str]]:
+        """(term or label, what it counts, value) of the window and request counts."""
+        rows: list[tuple[str, str, str]] = []
         win = d.get("window_ns")
         if win:
             clock = run.info.clock
             wall = clock.wall_anchor_ns + (win[0] - clock.monotonic_anchor_ns)
             when = datetime.fromtimestamp(wall / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-            rows += [("Window start", when), ("Window length", f.seconds((win[1] - win[0]) / 1e9))]
+            rows += [("Window start", "", when),
+                     ("Window length", "", f.seconds((win[1] - win[0]) / 1e9))]
         if x.warmup_s is not None:
-            rows.append(("Warm-up", f.seconds(x.warmup_s)))
+            rows.append(("Warm-up", "", f.seconds(x.warmup_s)))
         if x.token_counting:
             how = TOKEN_COUNTING.get(x.token_counting, x.token_counting)
-            rows.append(("Tokens counted by", how))
+            rows.append(("Tokens counted by", "", how))
         if x.avg_active_source:
-            rows.append(("Active requests from", AVG_SOURCE.get(x.avg_active_source, "")))
-        o = d.get("outcomes") or {}
-        if o:
-            rows.append(("Requests", f.count(o.get("total"))))
-            by = o.get("finish_reasons", {})
-            reasons = ", ".join(f"{k}: {f.count(v)}" for k, v in by.items())
-            finished = f.count(o.get("finished")) + (f" ({reasons})" if reasons else "")
-            rows.append(("Finished", finished))
-            if x.phase == c.DECODE:
-                rows.append(("Cancelled at window end", f.count(o.get("cancelled"))))
-            rows.append(("Failed", f.count(o.get("errors"))))
-        return rows
+            rows.append(("Active requests from", "", AVG_SOURCE.get(x.avg_active_source, "")))
+        return rows + _count_rows(x, d)
 
     # ---- site-wide ------------------------------------------------------
     def index_page(self, runs: list[RunView], models: list[ModelGroup]) -> str:
@@ -183,7 +224,7 @@ class Pages:
                    ("gpu", "GPU", options("gpu")), ("engine", "Engine", options("engine")),
                    ("quantization", "Quantization", options("quantization"))]
         return self.r.render("index.html", depth=0, runs=runs, models=models, filters=filters,
-                             columns=INDEX_COLUMNS, nav="runs")
+                             columns=INDEX_COLUMNS, peak_notes=_peak_notes(runs), nav="runs")
 
     def model_page(self, model: ModelGroup) -> str:
         series = [(r.short_label, r.agg.cells) for r in model.runs]
@@ -198,7 +239,7 @@ class Pages:
         charts += [ch.runs_context_chart(series, c.DECODE, "chart-single"),
                    ch.runs_context_chart(series, c.PREFILL, "chart-prefill")]
         return self.r.render("model.html", depth=1, model=model, charts=self.svg.fill(charts),
-                             nav="runs")
+                             peak_notes=_peak_notes(model.runs), nav="runs")
 
     def compare_page(self, runs: list[RunView]) -> str:
         return self.r.render("compare.html", depth=0, runs=runs, metrics=COMPARE_METRICS,

@@ -246,6 +246,18 @@ class RunView:
         return max(cells, key=lambda x: x.total_tok_s or 0) if cells else None
 
     @property
+    def peak_note(self) -> str:
+        """The status word shown beside the peak when its cell is not Valid
+        (``Requests queued``), as the run page's matrix marks that cell; else empty."""
+        pk = self.peak
+        return status_label(pk.status) if pk and pk.status != c.VALID else ""
+
+    @property
+    def measured_date(self) -> str:
+        """The day measured, for table columns: ``Sep 27, 2026`` (the byline's style)."""
+        return f.published_date(self.info.measured_at) if self.info.measured_at else ""
+
+    @property
     def prefill_8k(self) -> CellResult | None:
         hits = [x for x in self.agg.prefill() if x.context // 1024 == 8 and x.has_numbers
                 and x.total_tok_s is not None]
@@ -268,6 +280,7 @@ class RunView:
             "engine_version": e.version,
             "quantization": e.quantization,
             "measured_at": self.info.measured_at,
+            "measured": self.measured_date or None,
             "submitter": self.info.submitter,
             "source": self.info.source,
             "single_stream_tok_s": ss.total_tok_s if ss else None,
@@ -275,6 +288,8 @@ class RunView:
             "peak_total_tok_s": pk.total_tok_s if pk else None,
             "peak_context": pk.context if pk else None,
             "peak_concurrency": pk.concurrency if pk else None,
+            "peak_status": pk.status if pk else None,
+            "peak_status_label": status_label(pk.status) if pk else None,
             "prefill_8k_tok_s": pf.total_tok_s if pf else None,
             "page": self.page,
             "cells_json": f"runs/{self.slug}/cells.json",
@@ -312,14 +327,29 @@ class RunView:
         return out
 
     def compare_data(self) -> dict[str, Any]:
-        """The compact per-cell numbers the A/B page needs (loaded as data.js)."""
-        cells = [[x.phase, x.context, x.concurrency, x.status, x.total_tok_s,
-                  x.per_request_tok_s, x.ttft_ms, x.tbt_ms] for x in self.agg.cells]
+        """The compact per-cell numbers the A/B page needs (loaded as data.js).
+
+        Each value comes with its text already formatted by formats.py, as the
+        run page shows it (prefill prompt tok/s whole, like the prefill list),
+        so the page's script never re-implements the number rules."""
+        cells = []
+        for x in self.agg.cells:
+            prefill = x.phase == c.PREFILL
+            cells.append([
+                x.phase, x.context, x.concurrency, x.status, x.total_tok_s,
+                x.per_request_tok_s, x.ttft_ms, x.tbt_ms, f.context_label(x.context),
+                status_label(x.status), f.tok_s(x.total_tok_s, whole=prefill),
+                f.tok_s(x.per_request_tok_s), f.ttft(x.ttft_ms), f.tbt(x.tbt_ms)])
         return {"slug": self.slug, "run_id": self.run_id, "title": self.title,
                 "engine": self.engine_summary, "page": self.page,
-                "fields": ["phase", "context", "concurrency", "status", "total_tok_s",
-                           "per_request_tok_s", "ttft_ms", "tbt_ms"],
-                "cells": cells}
+                "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS], "cells": cells}
+
+
+# compare_data's columns: raw values, then the texts the page prints.
+COMPARE_FIELDS = ["phase", "context", "concurrency", "status", "total_tok_s",
+                  "per_request_tok_s", "ttft_ms", "tbt_ms"]
+COMPARE_TEXT_FIELDS = ["context_label", "status_label", "total_tok_s_text",
+                       "per_request_tok_s_text", "ttft_ms_text", "tbt_ms_text"]
 
 
 def cell_title(x: CellResult) -> str:

@@ -1,6 +1,9 @@
 /* A/B view of any two runs: change per cell in percent, kept in the address
    (compare.html#a=RUN&b=RUN&m=metric). Data comes from local script files
-   (data/index.js and runs/<slug>/data.js) so it works from file:// too. */
+   (data/index.js and runs/<slug>/data.js) so it works from file:// too.
+   Numbers, context labels and status words arrive already formatted by
+   site_builder (formats.py, glossary.py); only the percent change is
+   formatted here, by the rule of formats.percent_change. */
 (function () {
   "use strict";
   var index = window.SPEED_MATRIX_INDEX;
@@ -10,10 +13,16 @@
   var selM = document.getElementById("ab-m");
   var permalink = document.getElementById("ab-permalink");
   if (!index || !result) return;
+  /* The controls work only with this script: shown by it. */
+  Array.prototype.forEach.call(document.querySelectorAll("[data-needs-js]"), function (e) {
+    e.hidden = false;
+  });
   window.SPEED_MATRIX_RUNS = window.SPEED_MATRIX_RUNS || {};
   var bySlug = {};
   index.runs.forEach(function (r) { bySlug[r.slug] = r; bySlug[r.run_id] = bySlug[r.run_id] || r; });
   var pending = {};
+  var NEAR = 0.05; /* contexts within 5% of each other share a row when labels differ */
+  var DASH = "\u2014";
 
   function loadRun(slug) {
     if (window.SPEED_MATRIX_RUNS[slug]) return Promise.resolve(window.SPEED_MATRIX_RUNS[slug]);
@@ -28,45 +37,80 @@
     return pending[slug];
   }
 
-  /* Formats: the same rules as site_builder/formats.py. */
+  /* Percent change: the rule of site_builder/formats.py percent_change. */
   function half(v, d) { var k = Math.pow(10, d); return Math.floor(Math.abs(v) * k + 0.5 + 1e-9) / k * (v < 0 ? -1 : 1); }
-  function group(v, d) { return v.toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d }); }
-  function trim(t) { return t.replace(/\.0$/, ""); }
-  var FORMAT = {
-    tok: function (v) {
-      var small = half(v, 1);
-      if (Math.abs(small) < 10000) return group(small, 1);
-      var k = half(v / 1000, 1);
-      if (Math.abs(k) < 1000) return trim(group(k, 1)) + "K";
-      return trim(group(half(v / 1e6, 1), 1)) + "M";
-    },
-    ttft: function (v) { return Math.abs(half(v, 1)) < 10 ? group(half(v, 1), 1) + " ms" : group(half(v, 0), 0) + " ms"; },
-    tbt: function (v) { return group(half(v, 1), 1) + " ms"; }
-  };
-  var METRICS = {
-    total_tok_s: { fmt: FORMAT.tok, higher: true },
-    per_request_tok_s: { fmt: FORMAT.tok, higher: true },
-    ttft_ms: { fmt: FORMAT.ttft, higher: false },
-    tbt_ms: { fmt: FORMAT.tbt, higher: false }
-  };
-  var STATUS = { valid: "Valid", over_capacity: "Over capacity", requests_queued: "Requests queued",
-    looped: "Looped", error: "Error", pending: "Not measured" };
-  function ctxLabel(n) { return n < 1024 ? String(n) : Math.floor(n / 1024) + "K"; }
   function fmtPct(p) {
     var r = half(p, 1);
     if (r === 0) return "0.0%";
-    return (r > 0 ? "+" : "\u2212") + group(Math.abs(r), 1) + "%";
+    var text = Math.abs(r).toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+    return (r > 0 ? "+" : "\u2212") + text + "%";
   }
+  var HIGHER = { total_tok_s: true, per_request_tok_s: true, ttft_ms: false, tbt_ms: false };
 
+  /* One phase's cells of a run: {cells: {"<context>x<concurrency>": cell}, contexts, levels, labels}. */
   function cellsOf(run, phase) {
-    var f = run.fields;
-    var out = {};
+    var out = { cells: {}, contexts: [], levels: [], labels: {}, first: {} };
+    var ctx = {}, lv = {};
     run.cells.forEach(function (row) {
       var c = {};
-      f.forEach(function (name, i) { c[name] = row[i]; });
-      if (c.phase === phase) out[c.context + "x" + c.concurrency] = c;
+      run.fields.forEach(function (name, i) { c[name] = row[i]; });
+      if (c.phase !== phase) return;
+      out.cells[c.context + "x" + c.concurrency] = c;
+      if (!out.first[c.context]) out.first[c.context] = c;
+      out.labels[c.context] = c.context_label;
+      ctx[c.context] = 1;
+      lv[c.concurrency] = 1;
     });
+    var num = function (x, y) { return x - y; };
+    out.contexts = Object.keys(ctx).map(Number).sort(num);
+    out.levels = Object.keys(lv).map(Number).sort(num);
     return out;
+  }
+
+  /* Rows of contexts of A and B: equal contexts share a row; a context only one
+     run has shares a row with the nearest context only the other run has, when
+     they are within NEAR of each other. Returns rows {a, b, label} and the
+     pairs whose labels differ, for the note under the table. */
+  function alignContexts(pa, pb) {
+    var inB = {}, inA = {};
+    pb.contexts.forEach(function (x) { inB[x] = 1; });
+    pa.contexts.forEach(function (x) { inA[x] = 1; });
+    var rows = [];
+    pa.contexts.forEach(function (x) { if (inB[x]) rows.push({ a: x, b: x }); });
+    var onlyA = pa.contexts.filter(function (x) { return !inB[x]; });
+    var onlyB = pb.contexts.filter(function (x) { return !inA[x]; });
+    var candidates = [];
+    onlyA.forEach(function (x) {
+      onlyB.forEach(function (y) {
+        var d = Math.abs(x - y) / Math.max(x, y);
+        if (d <= NEAR) candidates.push({ a: x, b: y, d: d });
+      });
+    });
+    candidates.sort(function (p, q) { return p.d - q.d || p.a - q.a; });
+    var usedA = {}, usedB = {}, paired = [];
+    candidates.forEach(function (p) {
+      if (usedA[p.a] || usedB[p.b]) return;
+      usedA[p.a] = usedB[p.b] = 1;
+      rows.push({ a: p.a, b: p.b });
+      if (pa.labels[p.a] !== pb.labels[p.b]) paired.push(p);
+    });
+    onlyA.forEach(function (x) { if (!usedA[x]) rows.push({ a: x, b: null }); });
+    onlyB.forEach(function (y) { if (!usedB[y]) rows.push({ a: null, b: y }); });
+    var low = function (r) { return Math.min(r.a === null ? Infinity : r.a, r.b === null ? Infinity : r.b); };
+    rows.sort(function (p, q) { return low(p) - low(q); });
+    rows.forEach(function (r) {
+      var la = r.a === null ? null : pa.labels[r.a];
+      var lb = r.b === null ? null : pb.labels[r.b];
+      r.label = la === null ? lb : (lb === null || lb === la ? la : la + " / " + lb);
+    });
+    return { rows: rows, paired: paired };
+  }
+
+  function pairNote(paired, pa, pb) {
+    if (!paired.length) return null;
+    var parts = paired.map(function (p) { return "A " + pa.labels[p.a] + " with B " + pb.labels[p.b]; });
+    return el("p", "note ab-paired", "Contexts of different lengths share a row (nearest, within " +
+      Math.round(NEAR * 100) + "%): " + parts.join("; ") + ".");
   }
 
   function el(tag, cls, text) {
@@ -77,74 +121,89 @@
   }
 
   function hasNumbers(c) { return c && (c.status === "valid" || c.status === "requests_queued"); }
+  function value(c, metric) {
+    var v = hasNumbers(c) ? c[metric] : null;
+    return v === undefined ? null : v;
+  }
+  /* What one side shows without a change: its number, else its status word, else a dash. */
+  function sideText(c, metric) {
+    if (!c) return DASH;
+    return value(c, metric) !== null ? c[metric + "_text"] : c.status_label;
+  }
 
   function compareCell(ca, cb, metric) {
     var td = el("td", "cell");
-    var m = METRICS[metric];
-    var va = hasNumbers(ca) ? ca[metric] : null;
-    var vb = hasNumbers(cb) ? cb[metric] : null;
-    if (va === null || va === undefined || vb === null || vb === undefined) {
-      td.classList.add("st-over_capacity");
-      var sa = ca ? (hasNumbers(ca) && va !== null ? m.fmt(va) : STATUS[ca.status] || ca.status) : "\u2014";
-      var sb = cb ? (hasNumbers(cb) && vb !== null ? m.fmt(vb) : STATUS[cb.status] || cb.status) : "\u2014";
+    var va = value(ca, metric), vb = value(cb, metric);
+    if (va === null || vb === null) {
+      var sa = sideText(ca, metric), sb = sideText(cb, metric);
+      if (va === null && vb === null && sa === sb) {
+        /* Both sides say the same (e.g. both Over capacity): say it once. */
+        if (ca) td.classList.add("st-" + ca.status);
+        td.appendChild(el("span", "status", sa));
+        return td;
+      }
+      td.classList.add("st-" + ((ca && va === null ? ca : cb) || { status: "pending" }).status);
       td.appendChild(el("span", "pair", "A " + sa));
       td.appendChild(el("span", "pair", "B " + sb));
       return td;
     }
     var change = va === 0 ? null : (vb - va) / va * 100;
-    var delta = el("span", "delta", change === null ? "\u2014" : fmtPct(change));
+    var delta = el("span", "delta", change === null ? DASH : fmtPct(change));
     if (change !== null && half(change, 1) !== 0) {
-      var good = m.higher ? change > 0 : change < 0;
+      var good = HIGHER[metric] ? change > 0 : change < 0;
       delta.classList.add(good ? "better" : "worse");
     }
     td.appendChild(delta);
-    td.appendChild(el("span", "pair", "A " + m.fmt(va)));
-    td.appendChild(el("span", "pair", "B " + m.fmt(vb)));
+    td.appendChild(el("span", "pair", "A " + ca[metric + "_text"]));
+    td.appendChild(el("span", "pair", "B " + cb[metric + "_text"]));
     return td;
   }
 
-  function keysOf(a, b) {
-    var ctx = {}, lv = {};
-    [a, b].forEach(function (cells) {
-      Object.keys(cells).forEach(function (k) { ctx[cells[k].context] = 1; lv[cells[k].concurrency] = 1; });
-    });
-    var num = function (x, y) { return x - y; };
-    return {
-      contexts: Object.keys(ctx).map(Number).sort(num),
-      levels: Object.keys(lv).map(Number).sort(num)
-    };
+  function scrollBox(label, table) {
+    var box = el("div", "table-scroll");
+    box.setAttribute("role", "region");
+    box.setAttribute("tabindex", "0");
+    box.setAttribute("aria-label", label);
+    box.appendChild(table);
+    return box;
   }
 
-  function matrixTable(a, b, metric, caption) {
-    var k = keysOf(a, b);
-    var table = el("table", "matrix ab");
+  function matrixTable(pa, pb, metric, caption) {
+    var aligned = alignContexts(pa, pb);
+    var levels = {};
+    pa.levels.concat(pb.levels).forEach(function (n) { levels[n] = 1; });
+    levels = Object.keys(levels).map(Number).sort(function (x, y) { return x - y; });
+    var table = el("table", "matrix ab sticky-first");
     table.appendChild(el("caption", "sub", caption));
     var head = table.createTHead().insertRow();
     head.appendChild(el("th", null, "Context"));
-    k.levels.forEach(function (n) { head.appendChild(el("th", "num", String(n))); });
+    levels.forEach(function (n) { head.appendChild(el("th", "num", String(n))); });
     var body = table.createTBody();
-    k.contexts.forEach(function (ctx) {
+    aligned.rows.forEach(function (r) {
       var tr = body.insertRow();
-      var th = el("th", null, ctxLabel(ctx));
+      var th = el("th", null, r.label);
       th.scope = "row";
       tr.appendChild(th);
-      k.levels.forEach(function (n) { tr.appendChild(compareCell(a[ctx + "x" + n], b[ctx + "x" + n], metric)); });
+      levels.forEach(function (n) {
+        tr.appendChild(compareCell(pa.cells[r.a + "x" + n], pb.cells[r.b + "x" + n], metric));
+      });
     });
-    return table;
+    return { table: table, note: pairNote(aligned.paired, pa, pb) };
   }
 
-  function prefillTable(a, b, metric) {
-    var k = keysOf(a, b);
-    var table = el("table", "matrix ab");
-    table.appendChild(el("caption", "sub", metric === "ttft_ms" ? "Prefill: cold TTFT by context" : "Prefill: prompt tok/s by context"));
+  function prefillTable(pa, pb, metric) {
+    var aligned = alignContexts(pa, pb);
+    var table = el("table", "matrix ab sticky-first");
+    var caption = metric === "ttft_ms" ? "Prefill: cold TTFT by context" : "Prefill: prompt tok/s by context";
+    /* A caption is as narrow as this short table: the visible title sits above it. */
+    table.appendChild(el("caption", "visually-hidden", caption));
     var head = table.createTHead().insertRow();
-    k.contexts.forEach(function (ctx) { head.appendChild(el("th", "num", ctxLabel(ctx))); });
+    aligned.rows.forEach(function (r) { head.appendChild(el("th", "num", r.label)); });
     var tr = table.createTBody().insertRow();
-    k.contexts.forEach(function (ctx) {
-      var key = Object.keys(a).concat(Object.keys(b)).filter(function (x) { return x.indexOf(ctx + "x") === 0; })[0];
-      tr.appendChild(compareCell(a[key], b[key], metric));
+    aligned.rows.forEach(function (r) {
+      tr.appendChild(compareCell(r.a === null ? null : pa.first[r.a], r.b === null ? null : pb.first[r.b], metric));
     });
-    return table;
+    return { table: table, note: pairNote(aligned.paired, pa, pb), title: el("p", "sub", caption) };
   }
 
   function runLink(label, run) {
@@ -157,35 +216,55 @@
     return p;
   }
 
+  /* The choice in the address; an id no run has is reported, never replaced by another run. */
   function state() {
     var params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
-    var a = params.get("a"), b = params.get("b"), m = params.get("m");
-    if (a && bySlug[a]) selA.value = bySlug[a].slug;
-    if (b && bySlug[b]) selB.value = bySlug[b].slug;
-    if (m && METRICS[m]) selM.value = m;
-    return { a: selA.value, b: selB.value, m: selM.value };
+    var unknown = [];
+    [["A", params.get("a"), selA], ["B", params.get("b"), selB]].forEach(function (x) {
+      if (!x[1]) return;
+      if (bySlug[x[1]]) x[2].value = bySlug[x[1]].slug;
+      else { unknown.push(x); x[2].selectedIndex = -1; }
+    });
+    var m = params.get("m");
+    if (m && HIGHER.hasOwnProperty(m)) selM.value = m;
+    return { a: selA.value, b: selB.value, m: selM.value, unknown: unknown };
+  }
+
+  function showUnknown(unknown) {
+    result.textContent = "";
+    unknown.forEach(function (x) {
+      result.appendChild(el("p", "notice ab-unknown", "Unknown run id for " + x[0] + " in the address: \u201c" +
+        x[1] + "\u201d. No run of this site has that id or folder name; pick a run above."));
+    });
   }
 
   function render() {
     var s = state();
     var href = "compare.html#a=" + encodeURIComponent(s.a) + "&b=" + encodeURIComponent(s.b) + "&m=" + encodeURIComponent(s.m);
     permalink.href = href;
+    if (s.unknown.length) { showUnknown(s.unknown); return; }
     if (!s.a || !s.b) { result.textContent = "Pick two runs."; return; }
+    result.textContent = "";
+    result.appendChild(el("p", "muted", "Loading\u2026"));
     Promise.all([loadRun(s.a), loadRun(s.b)]).then(function (runs) {
       result.textContent = "";
       result.appendChild(runLink("A", runs[0]));
       result.appendChild(runLink("B", runs[1]));
       var label = selM.options[selM.selectedIndex].textContent;
-      var scroll = el("div", "table-scroll");
-      scroll.appendChild(matrixTable(cellsOf(runs[0], "decode"), cellsOf(runs[1], "decode"), s.m,
-        "Sustained decode: change in " + label + " from A to B · rows are context length, columns are simultaneous requests"));
-      result.appendChild(scroll);
+      var decode = matrixTable(cellsOf(runs[0], "decode"), cellsOf(runs[1], "decode"), s.m,
+        "Sustained decode: change in " + label + " from A to B · rows are context length, columns are simultaneous requests");
+      var hint = el("p", "scroll-hint", "Scroll sideways for more columns \u2192");
+      hint.setAttribute("aria-hidden", "true");
+      result.appendChild(hint);
+      result.appendChild(scrollBox("Sustained decode, A and B", decode.table));
+      if (decode.note) result.appendChild(decode.note);
       if (s.m === "total_tok_s" || s.m === "ttft_ms") {
         var pa = cellsOf(runs[0], "prefill"), pb = cellsOf(runs[1], "prefill");
-        if (Object.keys(pa).length || Object.keys(pb).length) {
-          var scroll2 = el("div", "table-scroll");
-          scroll2.appendChild(prefillTable(pa, pb, s.m));
-          result.appendChild(scroll2);
+        if (pa.contexts.length || pb.contexts.length) {
+          var prefill = prefillTable(pa, pb, s.m);
+          result.appendChild(prefill.title);
+          result.appendChild(scrollBox("Prefill, A and B", prefill.table));
+          if (prefill.note) result.appendChild(prefill.note);
         }
       }
     }).catch(function (err) {

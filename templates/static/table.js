@@ -5,6 +5,10 @@
   var table = document.getElementById("runs-table");
   var form = document.getElementById("run-filters");
   if (!table || !form) return;
+  /* The filters and the sort hint work only with this script: shown by it. */
+  Array.prototype.forEach.call(document.querySelectorAll("[data-needs-js]"), function (e) {
+    e.hidden = false;
+  });
   var tbody = table.tBodies[0];
   var rows = Array.prototype.slice.call(tbody.rows);
   var heads = Array.prototype.slice.call(table.tHead.rows[0].cells);
@@ -99,8 +103,12 @@
     }, 0);
   });
   heads.forEach(function (th) {
-    var button = th.querySelector("button");
-    if (!button) return;
+    if (!th.getAttribute("data-key")) return;
+    /* Headers are plain text without JavaScript; here they become sort buttons. */
+    var button = document.createElement("button");
+    button.type = "button";
+    while (th.firstChild) button.appendChild(th.firstChild);
+    th.appendChild(button);
     button.addEventListener("click", function () {
       var key = th.getAttribute("data-key");
       if (state.sort === key) {

@@ -19,12 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from bench.chunks import StreamParser
 from bench.engines import ServerInfo
 from bench.monitor import gc_paused
 from bench.plan import Cell
 from bench.prompts import Prompt, PromptFactory, messages
-from bench.records import RequestRecord, Verdict, context_refused, judge_decode
+from bench.records import RequestRecord, Verdict, context_refused, judge_decode, records_table
 from bench.sampler import MetricsSampler
 from bench.stream import StreamClient, StreamResult
 from rundir.contract import (
@@ -39,6 +41,7 @@ from rundir.contract import (
     PURPOSE_PREFIX_FILL,
     VALID,
 )
+from rundir.metrics import DecodeMetrics
 
 PARSE_SLICE = 128  # events parsed between yields to the loop (about 1 ms)
 CACHE_HIT_RATIO = 0.1  # a prefill sample with more cached tokens than this is rejected
@@ -58,6 +61,12 @@ class Settings:
 
 @dataclass
 class CellOutcome:
+    """A finished (or interrupted) cell, handed to the store and the live display.
+
+    `table` is `records` as rows of requests.parquet, built once here (or by
+    the decode judge) and never again: the records are final once the
+    outcome is made. `figures` are the decode figures the judge computed."""
+
     records: list[RequestRecord]
     status: str
     reason: str | None
@@ -65,6 +74,12 @@ class CellOutcome:
     warmup_s: float | None = None
     counting: str | None = None
     client_bound: bool | None = None  # the client could not keep up in the window
+    figures: DecodeMetrics | None = None
+    table: pa.Table | None = None  # None given: built from `records`
+
+    def __post_init__(self) -> None:
+        if self.table is None:
+            self.table = records_table(self.records)
 
 
 class CellRunner:
@@ -123,8 +138,8 @@ class CellRunner:
             if not parser.feed(events[i:i + PARSE_SLICE]):
                 break
             await asyncio.sleep(0)
-        return RequestRecord.from_stream(cell.key, rid, purpose, index, result, self.redact,
-                                         parser.result(), max_tokens)
+        return RequestRecord.from_stream(cell.key, rid, purpose, index, result, parser.result(),
+                                         self.redact)
 
     # -- prefill --------------------------------------------------------
     async def prefill(self, cell: Cell) -> CellOutcome:
@@ -256,9 +271,10 @@ class CellRunner:
             end_ns = max(start_ns + 1, min(end_ns, time.monotonic_ns()))
         # Flagged only when the client's own delays could move a published
         # figure by more than its displayed precision (bench/monitor.py).
+        table = records_table(records)
         verdict: Verdict = judge_decode(
             records, c, start_ns, end_ns, metrics_table,
-            lambda tbt_ms: self.client.client_bound_reason(start_ns, end_ns, tbt_ms))
+            lambda tbt_ms: self.client.client_bound_reason(start_ns, end_ns, tbt_ms), table)
         why = verdict.client_bound
         bound = why is not None
         if bound:
@@ -267,7 +283,7 @@ class CellRunner:
             verdict.reason = "; ".join(filter(None, [verdict.reason, *notes]))
         return CellOutcome(
             records, verdict.status, verdict.reason, (start_ns, end_ns), warmup_s,
-            verdict.counting, bound,
+            verdict.counting, bound, verdict.figures, table,
         )
 
     async def _wait_ready(self, c: int, live: list, failure: asyncio.Event,

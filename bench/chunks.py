@@ -181,7 +181,8 @@ def _is_count(value: object) -> bool:
 
 
 def parse_events(events: list[tuple[int, bytes]], max_tokens: int | None = None) -> ParsedStream:
-    """Decode OpenAI chat/completions stream chunks into cumulative counts."""
+    """A whole stream's events at once into cumulative counts (the collector
+    feeds a `StreamParser` in slices instead, and hands its result on)."""
     parser = StreamParser(max_tokens)
     parser.feed(events)
     return parser.result()

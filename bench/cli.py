@@ -17,38 +17,18 @@ from click.core import ParameterSource
 
 from bench import __version__
 from bench.cells import Settings
-from bench.params import BaseUrl, Contexts, Levels, Seconds, Tokens, one_line
+from bench.importer.cli import import_cmd
+from bench.params import BaseUrl, Contexts, Levels, Seconds, Tokens
 from bench.plan import PlanError
 from bench.progress import Progress
 from bench.redact import redact
 from bench.runner import FlagError, RunError, RunOptions, run_benchmark, secrets_of
+from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
 from rundir.contract import ContractError
 from rundir.runcard import read_run_card
 
-EXIT_OK = 0
-EXIT_STOPPED = 1  # the run stopped early, or could not start
-EXIT_USAGE = 2  # a bad flag or flags that contradict each other or R
+EXIT_STOPPED = EXIT_FAILED  # the run stopped early, or could not start
 EXIT_ERROR_CELLS = 3  # the run finished, and some cells ended Error
-
-
-def fail(message: str, code: int = EXIT_STOPPED) -> None:
-    click.echo(f"error: {' '.join(message.split())}", err=True)
-    sys.exit(code)
-
-
-class OneLineGroup(click.Group):
-    """click's usage errors as one line naming the flag, exit status 2."""
-
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
-        if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
-        try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
-        except click.ClickException as exc:
-            fail(one_line(exc), exc.exit_code)
-        except click.Abort:
-            fail("aborted", EXIT_STOPPED)
-        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
 
 
 @click.group(cls=OneLineGroup)
@@ -152,15 +132,7 @@ def run_cmd(**kw: Any) -> None:
         sys.exit(EXIT_ERROR_CELLS)
 
 
-def _register_optional() -> None:
-    try:
-        from bench.importer.cli import import_cmd
-    except ImportError:
-        return
-    main.add_command(import_cmd, "import")
-
-
-_register_optional()
+main.add_command(import_cmd)
 
 if __name__ == "__main__":
     main()

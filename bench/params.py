@@ -17,6 +17,7 @@ import click
 
 from bench.plan import PlanError, parse_concurrency, parse_contexts, parse_tokens, shown
 from bench.redact import redact_url
+from rundir.clierrors import flag_name
 
 WEEK_S = 7 * 86400.0  # the longest any wait or window may be
 
@@ -57,7 +58,7 @@ class Tokens(click.ParamType):
         if isinstance(value, int):
             return value
         try:
-            return parse_tokens(str(value), _flag(param))
+            return parse_tokens(str(value), flag_name(param))
         except PlanError as exc:
             self.fail(str(exc), param, ctx)
 
@@ -72,7 +73,7 @@ class Contexts(click.ParamType):
         if isinstance(value, list):
             return value
         try:
-            return parse_contexts(str(value), _flag(param)) or []
+            return parse_contexts(str(value), flag_name(param)) or []
         except PlanError as exc:
             self.fail(str(exc), param, ctx)
 
@@ -110,22 +111,3 @@ class BaseUrl(click.ParamType):
             self.fail(f"expected an http:// or https:// URL with a host, e.g. "
                       f"http://127.0.0.1:8000, got {shown(safe)}", param, ctx)
         return text
-
-
-def _flag(param: click.Parameter | None) -> str:
-    if param is None or not getattr(param, "opts", None):
-        return "value"
-    return max(param.opts, key=len)
-
-
-def one_line(exc: click.ClickException) -> str:
-    """A click error as one line naming the flag: `--duration: expected ...`."""
-    message = " ".join(exc.format_message().split())
-    if isinstance(exc, click.MissingParameter) and exc.param is not None:
-        return f"{_flag(exc.param)}: missing (this option is required)"
-    if isinstance(exc, click.BadParameter) and exc.param is not None:
-        flag = _flag(exc.param)
-        message = " ".join(exc.message.split())
-        if not message.startswith(flag):
-            message = f"{flag}: {message}"
-    return message

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from rundir.contract import DECODE, OVER_CAPACITY, PENDING, PREFILL
+from rundir.words import context_label
 
 DEFAULT_CONTEXTS = (8192, 16384, 32768, 65536, 131072)
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -84,11 +85,6 @@ def parse_concurrency(text: str | None) -> list[int] | None:
     if not out:
         raise PlanError(f"--concurrency: expected at least one level like 1,2,4, got {shown(text)}")
     return sorted(set(out))
-
-
-def context_label(tokens: int) -> str:
-    """Whole K, rounded down: 257,984 tokens -> '251K'."""
-    return f"{tokens // 1024}K" if tokens >= 1024 else str(tokens)
 
 
 def fit_context(context: int, max_output: int, max_model_len: int | None) -> int | None:

@@ -1,7 +1,7 @@
 """What the user sees while a sweep runs: the plan, a live matrix, an ETA.
 
-Only presentation lives here; numbers shown live come from the same
-`rundir.metrics` functions the site uses.
+Only presentation lives here; numbers shown live are the figures the
+cell's judge computed with the same `rundir.metrics` functions the site uses.
 """
 
 from __future__ import annotations
@@ -9,15 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-import numpy as np
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from bench.plan import Cell, Plan, context_label
-from bench.records import records_table
-from rundir import metrics
+from bench.plan import Cell, Plan
 from rundir.contract import (
     DECODE,
     ERROR,
@@ -25,15 +22,12 @@ from rundir.contract import (
     OVER_CAPACITY,
     PENDING,
     PREFILL,
-    PURPOSE_MEASURE,
     REQUESTS_QUEUED,
     VALID,
 )
+from rundir.words import context_label, status_label, tok_s
 
-LABELS = {
-    "valid": "Valid", "over_capacity": "Over capacity", "requests_queued": "Requests queued",
-    "looped": "Looped", "error": "Error", "pending": "…",
-}
+NOT_RUN_YET = "…"  # the live table's mark for a cell still to run (not a status)
 
 
 PREFILL_TOK_S_GUESS = 20_000  # until a prefill cell is measured: a mid-size model on one GPU
@@ -94,12 +88,15 @@ class Eta:
 def summary_line(counts: Mapping[str, int]) -> str:
     """'12 cells: 9 valid, 1 error, 2 skipped (over capacity)': valid, error
     and skipped always, the other statuses when any cell has them."""
-    parts = [f"{counts.get(VALID, 0)} valid"]
-    for status, words in ((REQUESTS_QUEUED, "requests queued"), (LOOPED, "looped")):
+    def word(status: str) -> str:
+        return status_label(status).lower()
+
+    parts = [f"{counts.get(VALID, 0)} {word(VALID)}"]
+    for status in (REQUESTS_QUEUED, LOOPED):
         if counts.get(status):
-            parts.append(f"{counts[status]} {words}")
-    parts.append(f"{counts.get(ERROR, 0)} error")
-    parts.append(f"{counts.get(OVER_CAPACITY, 0)} skipped (over capacity)")
+            parts.append(f"{counts[status]} {word(status)}")
+    parts.append(f"{counts.get(ERROR, 0)} {word(ERROR)}")
+    parts.append(f"{counts.get(OVER_CAPACITY, 0)} skipped ({word(OVER_CAPACITY)})")
     if counts.get(PENDING):
         parts.append(f"{counts[PENDING]} pending")
     total = sum(counts.values())
@@ -136,7 +133,7 @@ class Progress:
         for c in skipped:
             if c.status != VALID:
                 p(f"  skip {c.phase} {context_label(c.context)} × {c.concurrency}: "
-                  f"{LABELS.get(c.status, c.status)}{' — ' + c.reason if c.reason else ''}")
+                  f"{status_label(c.status)}{' — ' + c.reason if c.reason else ''}")
         eta = estimate_s(todo, settings)
         p(f"Will run {len(todo)} cells, about {eta / 60:.0f} min (refined as cells finish); "
           f"writing {run_dir}")
@@ -144,7 +141,8 @@ class Progress:
     def start(self, plan: Plan, store) -> None:
         self.plan = plan
         for key, row in store.rows.items():
-            self.results[key] = LABELS.get(row["status"], row["status"])
+            status = row["status"]
+            self.results[key] = NOT_RUN_YET if status == PENDING else status_label(status)
         if self.console.is_terminal:
             self.live = Live(self._table(), console=self.console, refresh_per_second=2)
             self.live.start()
@@ -157,14 +155,10 @@ class Progress:
         self._refresh()
 
     def end(self, cell: Cell, outcome) -> None:
-        text = LABELS.get(outcome.status, outcome.status)
-        if outcome.window and outcome.records and outcome.status in ("valid", "requests_queued"):
-            measure = [r for r in outcome.records if r.purpose == PURPOSE_MEASURE]
-            m = metrics.decode_metrics(
-                metrics.Chunks.from_table(records_table(measure)), *outcome.window,
-                np.zeros(len(measure), dtype=bool),
-            )
-            text = f"{m.total_tok_s:,.1f}" + ("*" if outcome.status != "valid" else "")
+        """A finished cell: its decode total tok/s (the judge's figure) or its status."""
+        text = status_label(outcome.status)
+        if outcome.window and outcome.status in ("valid", "requests_queued") and outcome.figures:
+            text = tok_s(outcome.figures.total_tok_s) + ("*" if outcome.status != "valid" else "")
         self.results[cell.key] = text
         if self.eta is not None and outcome.status != PENDING:  # interrupted: not a full cell
             self.eta.end(cell)

@@ -1,10 +1,13 @@
 """Prompts of an exact token length, each with its own prefix.
 
 Every prompt starts with a tag unique to the run, the cell and the stream,
-so no cell borrows another cell's (or a warm-up's) prefix cache. Lengths
-are set with the server's tokenize endpoint, counting the chat template
-too, to within max(16 tokens, 0.5%); without an endpoint, a ratio of
-characters per token calibrated from the server's own usage counts is used.
+so no cell borrows another cell's (or a warm-up's) prefix cache. The filler
+is whole words, so lengths are steered by a words-per-token ratio: measured
+once per run on a 2,000-word text, then corrected with the server's tokenize
+endpoint (chat template counted too) until a prompt is within max(16 tokens,
+0.5%) of its target. Without that endpoint the ratio comes from the
+prompt_tokens the server reports for one real request, prompts are sized
+from it alone, and their exact length is unknown until the server answers.
 """
 
 from __future__ import annotations

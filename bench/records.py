@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from bench.chunks import ParsedStream, parse_events
+from bench.chunks import ParsedStream
 from bench.loops import loop_period
 from bench.stream import StreamResult
 from rundir import decode_checks, metrics
@@ -68,17 +69,15 @@ class RequestRecord:
     @classmethod
     def from_stream(
         cls, key: tuple[str, int, int], request_id: str, purpose: str, index: int,
-        result: StreamResult, redact, parsed: ParsedStream | None = None,
-        max_tokens: int | None = None,
+        result: StreamResult, parsed: ParsedStream, redact: Callable[[str], str],
     ) -> RequestRecord:
-        """`parsed`: result.events already parsed (by the caller, in slices).
+        """The record of a finished stream from what the stream parser made of
+        its events (`bench.chunks.StreamParser`, fed in slices by the caller).
 
         What the server sent is judged whether or not we cancelled the stream
         afterwards: a malformed event or an impossible token count fails it.
         Only a lost connection, which closing it ourselves causes, is forgiven
         on a cancelled stream."""
-        if parsed is None:
-            parsed = parse_events(result.events, max_tokens)
         error = stream_error(result, parsed)
         phase, context, concurrency = key
         return cls(
@@ -112,6 +111,8 @@ def stream_error(result: StreamResult, parsed: ParsedStream) -> str | None:
 
 
 def records_table(records: list[RequestRecord]) -> pa.Table:
+    """A cell's records as rows of requests.parquet: built once per cell, in
+    its outcome, and used from there by the judge, the live display and the store."""
     cols = {name: [getattr(r, name) for r in records] for name in REQUESTS_SCHEMA.names}
     return pa.table(cols, schema=REQUESTS_SCHEMA)
 
@@ -129,7 +130,7 @@ class Verdict:
     status: str
     reason: str | None
     counting: str
-    tbt_ms: float | None = None  # the cell's median time between tokens, when measured
+    figures: metrics.DecodeMetrics | None = None  # the cell's decode figures, when measured
     client_bound: str | None = None  # why the collector could not keep up, or None
 
 
@@ -154,8 +155,12 @@ ClientCheck = Callable[[float | None], str | None]
 def judge_decode(
     records: list[RequestRecord], concurrency: int, start_ns: int, end_ns: int,
     server_metrics: pa.Table | None, client_check: ClientCheck | None = None,
+    table: pa.Table | None = None,
 ) -> Verdict:
     """Status of a decode cell from its raw records and server gauges.
+
+    `table`: the records as `records_table` rows, when the caller already
+    holds them (the cell's outcome carries them on to the store).
 
     `client_check(tbt_ms)`: why the collector itself could not keep up during
     the window (None: it could), given the cell's median time between tokens.
@@ -163,15 +168,17 @@ def judge_decode(
     own stall (TCP merges what it did not read under later stamps), so the
     stall and consistency checks do not blame the server for it: the cell
     keeps the client-bound flag instead."""
-    verdict = _judge_decode(records, concurrency, start_ns, end_ns, server_metrics,
+    if table is None:
+        table = records_table(records)
+    verdict = _judge_decode(records, table, concurrency, start_ns, end_ns, server_metrics,
                             client_check or (lambda _tbt: None))
     if verdict.client_bound is None and client_check is not None:
-        verdict.client_bound = client_check(verdict.tbt_ms)
+        verdict.client_bound = client_check(verdict.figures.tbt_ms if verdict.figures else None)
     return verdict
 
 
-def _judge_decode(records: list[RequestRecord], concurrency: int, start_ns: int, end_ns: int,
-                  server_metrics: pa.Table | None, client_check: ClientCheck) -> Verdict:
+def _judge_decode(records: list[RequestRecord], table: pa.Table, concurrency: int, start_ns: int,
+                  end_ns: int, server_metrics: pa.Table | None, client_check: ClientCheck) -> Verdict:
     measured = [r for r in records if r.purpose == PURPOSE_MEASURE]
     counting, count_problem = counting_of(measured)
     failed = [r for r in records if r.error]
@@ -191,8 +198,7 @@ def _judge_decode(records: list[RequestRecord], concurrency: int, start_ns: int,
                     LOOPED, f"{kind} of {r.request_id} repeats a {period}-character period",
                     counting,
                 )
-    table = records_table(measured)
-    chunks = metrics.Chunks.from_table(table)
+    chunks = metrics.Chunks.from_table(table.filter(pc.equal(table["purpose"], PURPOSE_MEASURE)))
     done = np.array([not r.cancelled and not r.error for r in measured], dtype=bool)
     m = metrics.decode_metrics(chunks, start_ns, end_ns, done)
     if not m.output_tokens:
@@ -202,12 +208,12 @@ def _judge_decode(records: list[RequestRecord], concurrency: int, start_ns: int,
     notes = [act.coverage.describe(start_ns, end_ns)] if act.coverage and not act.from_server else []
     problems = decode_checks.decode_problems(chunks, start_ns, end_ns, m, client_bound=bool(bound))
     if problems:
-        return Verdict(ERROR, "; ".join(problems + notes), counting, m.tbt_ms, bound)
+        return Verdict(ERROR, "; ".join(problems + notes), counting, m, bound)
     if metrics.is_queued(concurrency, act.avg_active, act.max_waiting):
         why = (
             f"server's waiting gauge reached {act.max_waiting:g}"
             if act.max_waiting
             else f"average active {act.avg_active:.2f} < 0.95 × {concurrency}"
         )
-        return Verdict(REQUESTS_QUEUED, "; ".join([why, *notes]), counting, m.tbt_ms, bound)
-    return Verdict(VALID, "; ".join(notes) or None, counting, m.tbt_ms, bound)
+        return Verdict(REQUESTS_QUEUED, "; ".join([why, *notes]), counting, m, bound)
+    return Verdict(VALID, "; ".join(notes) or None, counting, m, bound)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.cells import Settings
-from bench.plan import context_label
 from rundir.contract import SOURCE_IMPORTED, RunInfo
+from rundir.words import context_label
 
 # Flags that describe a new run's metadata: a resumed run keeps R's run.yaml.
 NEW_RUN_ONLY = {"run_card": "--run-card", "launch_command": "--launch-command"}

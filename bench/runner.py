@@ -13,7 +13,6 @@ import dataclasses
 import datetime as dt
 import gc
 import os
-import re
 import signal
 import time
 from collections import Counter
@@ -27,7 +26,7 @@ from bench import __version__
 from bench.cells import CellRunner, Settings
 from bench.engines import ServerError, ServerInfo, probe_server
 from bench.lock import LOCK_FILE, LockHeld, RunLock
-from bench.plan import Cell, Plan, context_label, make_plan
+from bench.plan import Cell, Plan, make_plan
 from bench.progress import Progress
 from bench.prompts import PromptFactory
 from bench.provenance import detect_hardware, local_launch_command
@@ -50,6 +49,8 @@ from rundir.contract import (
     RunInfo,
 )
 from rundir.io import read_run_info
+from rundir.slugs import slugify
+from rundir.words import context_label
 
 TOOL_NAME = "speed-matrix"
 AUTH_DENIED = (401, 403)
@@ -173,16 +174,12 @@ def _claim_new(run_dir: Path) -> RunLock:
     return lock
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-").lower()[:60] or "run"
-
-
 def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_source, clean):
     now = dt.datetime.now(dt.UTC)
-    run_id = f"{now:%Y%m%d-%H%M%S}-{_slug(info.model)}-{_slug(info.engine)}"
+    run_id = f"{now:%Y%m%d-%H%M%S}-{slugify(info.model)}-{slugify(info.engine)}"
     run_dir = Path(opts.out) if opts.out else Path("runs") / run_id
     if opts.out:
-        run_id = _slug(run_dir.name)
+        run_id = slugify(run_dir.name)
     secrets = secrets_of(opts)
     card = redact_tree(opts.run_card, secrets)  # every field, not only the free-text ones
     hardware = detect_hardware()

@@ -32,7 +32,6 @@ import pyarrow.compute as pc
 
 from bench.cells import CellOutcome
 from bench.plan import Cell
-from bench.records import records_table
 from rundir.contract import (
     CELLS_FILE,
     CELLS_SCHEMA,
@@ -110,8 +109,8 @@ class RunStore:
             self.requests = self.requests.filter(pc.invert(mine))
             self.superseded = _concat(self.superseded, old)
             self._superseded_dirty = True
-        if outcome.records:
-            self.requests = _concat(self.requests, records_table(outcome.records))
+        if outcome.table is not None and len(outcome.table):
+            self.requests = _concat(self.requests, outcome.table)
         self.rows[cell.key] = row
 
     def flush(self, sampled: pa.Table | None = None) -> None:
@@ -186,7 +185,7 @@ def _key_mask(table: pa.Table, key: Key) -> pa.ChunkedArray:
 
 
 def _concat(a: pa.Table, b: pa.Table) -> pa.Table:
-    """Both already in the contract's schema (read validated, or records_table)."""
+    """Both already in the contract's schema (read validated, or a cell outcome's table)."""
     if not len(a):
         return b
     return pa.concat_tables([a, b]).combine_chunks()

@@ -273,7 +273,8 @@ class StreamClient:
 
     def client_bound(self, start_ns: int, end_ns: int) -> bool:
         """The old fixed-threshold flag (5 ms waits or stalls for 1% of the
-        window), kept until callers use `client_bound_reason`."""
+        window). Cells are judged by `client_bound_reason`; this and `load()`
+        remain for benchmarks/_fidelity_clients.py, which reports both."""
         return self.monitor.client_bound(start_ns, end_ns)
 
     def load(self, start_ns: int, end_ns: int) -> ClientLoad:

@@ -1,17 +1,19 @@
 """The site builder at real scale (docs/performance.md, "Builder scale").
 
     python benchmarks/builder_scale.py [--quick] [--runs N] [--workdir DIR] [--keep]
+                                       [--baseline REV|DIR]
 
 Synthetic measured runs the size of a real sweep (60 cells, ~3 million
 chunks each; benchmarks/_synthetic.py) are generated with numpy, then:
 
 1. Aggregation throughput: `site_builder.aggregate.aggregate_run` (cell
-   metrics plus drill-down details) on one loaded run, against a
-   straightforward pandas implementation of the same cell metrics (explode
-   the list columns, groupby request, filter the window per cell), timed
-   interleaved in one process (ours three times per pandas run); both must
-   give the same numbers. Reported: the best repeat (noise only adds time)
-   and the median.
+   metrics plus drill-down details) on one loaded run, against the same cell
+   metrics as a user would compute them with pandas, polars or DuckDB
+   (benchmarks/_baselines.py; polars and DuckDB from the `bench` extra, left
+   out with a note when not installed), timed interleaved in one process
+   (ours three times per round, each baseline once); every one must give
+   the same numbers to 1e-9. Reported: the best repeat (noise only adds
+   time) and the median, and ours' speed-up over each.
 2. Builds, each `build_site` in a fresh subprocess timed from outside (what
    `build-site` costs, imports included): a cold build of N runs (100;
    --quick: 10), a rebuild with nothing changed, and a rebuild after adding
@@ -21,6 +23,11 @@ chunks each; benchmarks/_synthetic.py) are generated with numpy, then:
    site-wide pages); the per-run slopes use the time inside build_site.
 3. Peak memory of each build: the child's ru_maxrss (os.wait4) and, in case
    the build ever forks workers, the sampled RSS of its whole process tree.
+4. With --baseline: the same cold build by another version of the builder
+   (a git revision, exported with `git archive`, or a folder holding one),
+   alternated with this tree's (three each), so both meet the same load:
+   how this tree's charts (Altair templates) compare with the hand-written
+   specs of the commit before them. Reported: the ratio of the medians.
 
 The machine is shared: every figure is a median of repeats where repeats
 are affordable; the last stdout line is one JSON object.
@@ -42,12 +49,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psutil
 import pyarrow.compute as pc
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks._baselines import BASELINES  # noqa: E402
 from benchmarks._synthetic import make_large_run, run_identity  # noqa: E402
 from rundir import contract as c  # noqa: E402
 from rundir.io import RunData, read_run  # noqa: E402
@@ -76,78 +83,6 @@ p = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]])
 _, status, usage = os.wait4(p.pid, 0)
 print(usage.ru_maxrss, os.waitstatus_to_exitcode(status))
 """
-
-
-# --------------------------------------------------------------------------
-# the pandas baseline: the same cell metrics, written the obvious way
-# --------------------------------------------------------------------------
-
-
-def pandas_aggregate(data: RunData) -> dict[str, dict[str, Any]]:
-    """Cell metrics of a measured run with pandas: explode, groupby, filter."""
-    req = data.requests.to_pandas()
-    req["req"] = np.arange(len(req))
-    ch = req[["req", "chunk_ns", "chunk_tokens"]].explode(["chunk_ns", "chunk_tokens"])
-    ch = ch.dropna().astype({"chunk_ns": "int64", "chunk_tokens": "int64"})
-    ch["tokens"] = ch.groupby("req")["chunk_tokens"].diff().fillna(ch["chunk_tokens"])
-    ch["tokens"] = ch["tokens"].astype("int64")
-    first_tok = ch[ch["tokens"] > 0].groupby("req")["chunk_ns"].first()
-    last_ns = ch.groupby("req")["chunk_ns"].last()
-    req["first_tok"] = first_tok.reindex(req["req"]).to_numpy()
-    req["stop"] = req["end_ns"].fillna(np.maximum(last_ns.reindex(req["req"]).fillna(-1),
-                                                  req["send_ns"]))
-    req["done"] = req["finish_reason"].notna() & req["error"].isna() & ~req["cancelled"]
-    sm = data.server_metrics.to_pandas()
-    waiting = sm[sm["name"] == c.METRIC_WAITING].groupby("t_ns")["value"].sum()
-    keys = ["phase", "context", "concurrency", "purpose"]
-    ch = ch.merge(req[["req", *keys]], on="req")
-    by_cell = {k: g for k, g in ch.groupby(keys)}
-    reqs_by_cell = {k: g for k, g in req.groupby(keys)}
-    out: dict[str, dict[str, Any]] = {}
-    for cell in data.cells.to_pandas().itertuples():
-        key = f"{cell.phase}-{cell.context}-{cell.concurrency}"
-        if cell.status not in (c.VALID, c.REQUESTS_QUEUED):
-            continue
-        if cell.phase == c.PREFILL:
-            r = reqs_by_cell.get((cell.phase, cell.context, cell.concurrency, c.PURPOSE_PREFILL))
-            if r is None:
-                r = req[(req["context"] == cell.context) & (req["purpose"] == c.PURPOSE_PREFILL)]
-            r = r[r["error"].isna() & r["first_tok"].notna() & (r["prompt_tokens"] > 0)]
-            ttft = r["first_tok"] - r["send_ns"]
-            ttft = ttft[ttft > 0]
-            rate = r.loc[ttft.index, "prompt_tokens"] / (ttft / 1e9)
-            out[key] = {"total_tok_s": rate.median(), "ttft_ms": (ttft / 1e6).median(),
-                        "completed": len(ttft)}
-            continue
-        s, e = int(cell.window_start_ns), int(cell.window_end_ns)
-        k = (cell.phase, cell.context, cell.concurrency, c.PURPOSE_MEASURE)
-        r, chunks = reqs_by_cell[k], by_cell[k]
-        win = chunks[(chunks["chunk_ns"] >= s) & (chunks["chunk_ns"] <= e)]
-        output = int(win["tokens"].sum())
-        g = win[win["tokens"] > 0].groupby("req").agg(
-            first_ns=("chunk_ns", "first"), last_ns=("chunk_ns", "last"),
-            first_tokens=("tokens", "first"), total=("tokens", "sum"))
-        after = g["total"] - g["first_tokens"]
-        span = (g["last_ns"] - g["first_ns"]).astype("float64")
-        ok = (span > 0) & (after > 0)
-        ttft = ((r["first_tok"] - r["send_ns"]) / 1e6).dropna()
-        completed = int((r["done"] & (r["end_ns"] >= s) & (r["end_ns"] <= e)).sum())
-        grid = np.arange(s, e, 1_000_000, dtype=np.int64)
-        if len(waiting) and waiting.index[0] <= e:
-            held = waiting.reindex(grid, method="ffill").fillna(0.0).to_numpy()
-            flight = (np.searchsorted(np.sort(r["send_ns"]), grid, side="right")
-                      - np.searchsorted(np.sort(r["stop"].astype("int64")), grid, side="right"))
-            active = float(np.clip(flight - held, 0, None).mean())
-        else:
-            on = r.dropna(subset=["first_tok"])
-            lo = np.maximum(on["first_tok"], s)
-            hi = np.minimum(on["end_ns"].fillna(last_ns.reindex(on["req"]).set_axis(on.index)), e)
-            active = float((hi - lo).clip(lower=0).sum()) / (e - s)
-        out[key] = {"output_tokens": output, "total_tok_s": output / ((e - s) / 1e9),
-                    "per_request_tok_s": (after[ok] / (span[ok] / 1e9)).median(),
-                    "tbt_ms": ((span[ok] / 1e6) / after[ok]).median(),
-                    "ttft_ms": ttft.median(), "completed": completed, "avg_active": active}
-    return out
 
 
 def ours(data: RunData) -> dict[str, dict[str, Any]]:
@@ -182,30 +117,48 @@ def mismatches(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> li
 
 
 def throughput(run_dir: Path, rounds: int) -> dict[str, Any]:
-    """ours vs pandas on one loaded run, interleaved (ours three times a round)."""
+    """ours vs each baseline on one loaded run, interleaved (ours three times a
+    round, each baseline once), each checked to give our numbers."""
     data = read_run(run_dir)
     chunks = int(pc.sum(pc.list_value_length(data.requests.column("chunk_ns"))).as_py())
-    ours(data)  # warm caches (imports, first-call costs) for both sides
-    t_ours, t_pd = [], []
-    got = want = {}
+    baselines, missing = {}, {}
+    for name, fn in BASELINES.items():
+        try:
+            fn(data)  # warm up (imports, first-call costs), as ours is just below
+            baselines[name] = fn
+        except ImportError as exc:
+            missing[name] = f"not installed ({exc.name}; pip install -e '.[bench]')"
+    got = ours(data)
+    t_ours: list[float] = []
+    t_base: dict[str, list[float]] = {name: [] for name in baselines}
+    results: dict[str, dict[str, dict[str, Any]]] = {}
     for _ in range(rounds):
         for _ in range(3):
             t = time.perf_counter()
             got = ours(data)
             t_ours.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        want = pandas_aggregate(data)
-        t_pd.append(time.perf_counter() - t)
-    bad = mismatches(got, want)
+        for name, fn in baselines.items():
+            t = time.perf_counter()
+            results[name] = fn(data)
+            t_base[name].append(time.perf_counter() - t)
     # Noise on a shared machine only ever adds time: the best repeat is the
     # least disturbed one; medians are reported next to it.
-    best_ours, best_pd = min(t_ours), min(t_pd)
-    med_ours, med_pd = statistics.median(t_ours), statistics.median(t_pd)
+    best_ours, med_ours = min(t_ours), statistics.median(t_ours)
+    per: dict[str, Any] = {}
+    for name, times in t_base.items():
+        bad = mismatches(got, results[name])
+        per[name] = {"s": [round(x, 3) for x in times], "chunks_per_s": chunks / min(times),
+                     "speedup": min(times) / best_ours,
+                     "speedup_median": statistics.median(times) / med_ours,
+                     "matches": not bad, "mismatches": bad[:5]}
+    pd_ = per.get("pandas", {})
     return {"chunks": chunks, "ours_s": [round(x, 4) for x in t_ours],
-            "pandas_s": [round(x, 3) for x in t_pd], "chunks_per_s": chunks / best_ours,
-            "chunks_per_s_median": chunks / med_ours, "pandas_chunks_per_s": chunks / best_pd,
-            "speedup_vs_pandas": best_pd / best_ours, "speedup_median": med_pd / med_ours,
-            "cells_compared": len(got), "baseline_matches": not bad, "mismatches": bad[:5]}
+            "chunks_per_s": chunks / best_ours, "chunks_per_s_median": chunks / med_ours,
+            "pandas_s": pd_.get("s"), "pandas_chunks_per_s": pd_.get("chunks_per_s"),
+            "speedup_vs_pandas": pd_.get("speedup"), "speedup_median": pd_.get("speedup_median"),
+            "cells_compared": len(got), "baselines": per, "baselines_missing": missing,
+            "baseline_matches": all(b["matches"] for b in per.values()),
+            "mismatches": [f"{n}: {m}" for n, b in per.items() for m in b["mismatches"]][:5]}
 
 
 # --------------------------------------------------------------------------
@@ -227,9 +180,10 @@ def _tree_rss(proc: psutil.Process) -> int:
     return total
 
 
-def build(data: Path, out: Path) -> dict[str, Any]:
-    """One build_site in a fresh interpreter: wall time, its report, peak memory."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def build(data: Path, out: Path, repo: Path = REPO) -> dict[str, Any]:
+    """One build_site (of the builder in repo) in a fresh interpreter: wall time,
+    its report, peak memory."""
+    env = {**os.environ, "PYTHONPATH": str(repo)}
     t = time.perf_counter()
     child = subprocess.Popen([sys.executable, "-c", LAUNCH, BUILD, str(data), str(out)], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -285,18 +239,61 @@ def generate(root: Path, n: int) -> tuple[list[Path], Path, float]:
     return sorted(data.iterdir()), pending / "run-extra", time.perf_counter() - t
 
 
+def export_tree(rev: str, dest: Path) -> Path:
+    """The builder to compare with: a folder as it is, or a git revision of this
+    repository exported into dest (`git archive`: the repository is not touched)."""
+    if Path(rev).is_dir():
+        return Path(rev).resolve()
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    got = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True)
+    if got.returncode:
+        why = (got.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        sys.exit(f"--baseline {rev}: not a folder, and git archive failed: {why}")
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=got.stdout, check=True)
+    return dest
+
+
+def versus(data: Path, root: Path, baseline: Path, repeats: int = 3) -> dict[str, Any]:
+    """Cold builds of the same runs by this tree and by the baseline, alternated
+    (each into a fresh folder, so each is cold); the ratio of the medians."""
+    walls: dict[str, list[float]] = {"ours": [], "baseline": []}
+    for i in range(repeats):
+        for name, repo in (("ours", REPO), ("baseline", baseline)):
+            out = root / f"versus-{name}-{i}"
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(default_cache_dir(out), ignore_errors=True)
+            b = build(data, out, repo)
+            assert b["errors"] == [], (name, b["errors"])
+            walls[name].append(b["wall_s"])
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(default_cache_dir(out), ignore_errors=True)
+    ours, base = statistics.median(walls["ours"]), statistics.median(walls["baseline"])
+    return {"cold_ours_s": walls["ours"], "cold_baseline_s": walls["baseline"],
+            "cold_vs_baseline": round(ours / base, 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help=f"{QUICK_RUNS} runs, scaled to 100")
     ap.add_argument("--runs", type=int, help="runs in the cold build (default 100, --quick 10)")
     ap.add_argument("--workdir", type=Path, help="keep generated runs here (reused next time)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    ap.add_argument("--baseline", metavar="REV|DIR",
+                    help="also time cold builds by this git revision (or folder) of the builder")
     args = ap.parse_args()
     n = args.runs or (QUICK_RUNS if args.quick else FULL_RUNS)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="builder-scale-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
+        base = export_tree(args.baseline, root / "baseline-tree") if args.baseline else None
         result = run(root, n, rounds=3 if args.quick else 5)
+        if base is not None:
+            vs = versus(root / "data", root, base)
+            print(f"cold build of {n} runs: this tree {vs['cold_ours_s']} s, --baseline "
+                  f"{args.baseline} {vs['cold_baseline_s']} s (alternated): "
+                  f"ratio of medians {vs['cold_vs_baseline']}", flush=True)
+            result |= vs
     finally:
         if args.workdir is None and not args.keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -307,11 +304,14 @@ def run(root: Path, n: int, rounds: int) -> dict[str, Any]:
     runs, extra, gen_s = generate(root, n)
     print(f"generated {n} + 1 runs in {gen_s:.1f} s under {root}", flush=True)
     tp = throughput(runs[0], rounds)
-    print(f"aggregate: ours {tp['ours_s']} s, pandas {tp['pandas_s']} s for {tp['chunks']:,} "
-          f"chunks -> best {tp['chunks_per_s'] / 1e6:.1f}M chunks/s (median "
-          f"{tp['chunks_per_s_median'] / 1e6:.1f}M), {tp['speedup_vs_pandas']:.1f}x pandas "
-          f"(median {tp['speedup_median']:.1f}x); same numbers: {tp['baseline_matches']}",
+    print(f"aggregate: ours {tp['ours_s']} s for {tp['chunks']:,} chunks -> best "
+          f"{tp['chunks_per_s'] / 1e6:.1f}M chunks/s (median {tp['chunks_per_s_median'] / 1e6:.1f}M)",
           flush=True)
+    for name, b in tp["baselines"].items():
+        print(f"  vs {name:6s} {b['s']} s: {b['speedup']:.1f}x (median {b['speedup_median']:.1f}x); "
+              f"same numbers: {b['matches']}", flush=True)
+    for name, why in tp["baselines_missing"].items():
+        print(f"  vs {name:6s} {why}", flush=True)
     tiny = root / "tiny"
     shutil.rmtree(tiny, ignore_errors=True)
     make_measured_run(tiny / "data" / "one", run_id="one", contexts=[1024], concurrency=[1, 2],
@@ -354,6 +354,10 @@ def run(root: Path, n: int, rounds: int) -> dict[str, Any]:
         "chunks_per_s_median": round(tp["chunks_per_s_median"]),
         "speedup_median": round(tp["speedup_median"], 2),
         "baseline_matches": tp["baseline_matches"], "cells_compared": tp["cells_compared"],
+        **{f"speedup_vs_{name}": round(b["speedup"], 2) for name, b in tp["baselines"].items()},
+        **{f"speedup_median_vs_{name}": round(b["speedup_median"], 2)
+           for name, b in tp["baselines"].items()},
+        "baselines_missing": tp["baselines_missing"],
         "cold_build_measured_s": cold["wall_s"], "noop_build_measured_s": noop["wall_s"],
         "incremental_measured_s": incr["wall_s"], "fixed_build_s": fixed["wall_s"],
         "cold_build_linear_s": round(cold["wall_s"] * scale, 2), "cpus": os.cpu_count(),

@@ -56,11 +56,11 @@ PURPOSE_PREFIX_FILL = "prefix_fill"  # warms the prefix cache before a decode ce
 PURPOSE_PREFILL = "prefill_sample"  # a cold request timed for prefill
 PURPOSES = (PURPOSE_MEASURE, PURPOSE_PREFIX_FILL, PURPOSE_PREFILL)
 
-# How a cell's chunk token counts were obtained.
+# How a cell's chunk token counts were obtained. Readers show any other value
+# as it is written (the column is free text), so older run directories stay readable.
 COUNT_USAGE_CONTINUOUS = "usage_continuous"  # server's cumulative usage per chunk
-COUNT_TOKENIZER = "tokenizer"  # client re-tokenized the streamed text
 COUNT_CHUNKS = "chunks"  # one token per content chunk (last resort)
-TOKEN_COUNTING = (COUNT_USAGE_CONTINUOUS, COUNT_TOKENIZER, COUNT_CHUNKS)
+TOKEN_COUNTING = (COUNT_USAGE_CONTINUOUS, COUNT_CHUNKS)
 
 SOURCE_MEASURED = "measured"
 SOURCE_IMPORTED = "imported"

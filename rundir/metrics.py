@@ -25,6 +25,12 @@ import pyarrow.compute as pc
 from rundir.contract import METRIC_WAITING
 
 QUEUED_ACTIVE_RATIO = 0.95
+# A server gauge summed over its label sets: (scrape times, values), or None.
+Gauge = tuple[np.ndarray, np.ndarray] | None
+# Keys of the values a Chunks memo shares between metrics and the drill-down.
+_FIRST_TOKEN = "first_token"
+_NEGATIVE = "negative"
+_WINDOW = "window"
 
 
 def _list_parts(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -46,39 +52,24 @@ class Chunks:
 
     `offsets` (request i's chunks are [offsets[i], offsets[i + 1])) lets the
     metrics find per-request firsts and lasts by binary search instead of
-    scanning every chunk; `req` (request index per chunk) is only built when
-    asked for; `memo` keeps what several metrics of one cell share (token
-    positions, first tokens, the window scan), so each is computed once.
+    scanning every chunk; the memo keeps what several metrics of one cell
+    share (token positions, first tokens, the window scan), so each is
+    computed once. Its keys belong to this module alone: other modules ask
+    for the shared values through the functions below.
     """
 
-    __slots__ = ("ns", "tokens", "cum", "_req", "send_ns", "end_ns", "n_requests", "_offsets",
-                 "_memo")
+    __slots__ = ("ns", "tokens", "cum", "send_ns", "end_ns", "n_requests", "_offsets", "_memo")
 
     def __init__(self, ns: np.ndarray, tokens: np.ndarray, cum: np.ndarray,
-                 req: np.ndarray | None, send_ns: np.ndarray, end_ns: np.ndarray,
-                 n_requests: int, offsets: np.ndarray | None = None) -> None:
-        if req is None and offsets is None:
-            raise ValueError("Chunks needs req or offsets")
+                 send_ns: np.ndarray, end_ns: np.ndarray, offsets: np.ndarray) -> None:
         self.ns = ns  # arrival time per chunk
         self.tokens = tokens  # tokens carried by each chunk (increments)
         self.cum = cum  # cumulative tokens after each chunk
-        self._req = req
         self.send_ns = send_ns  # per request
         self.end_ns = end_ns  # per request (-1 when unknown)
-        self.n_requests = n_requests
+        self.n_requests = len(offsets) - 1
         self._offsets = offsets
         self._memo: dict[Any, Any] = {}
-
-    @property
-    def req(self) -> np.ndarray:
-        """Request index per chunk."""
-        if self._req is None:
-            self._req = np.repeat(np.arange(self.n_requests, dtype=np.int64), np.diff(self.starts()))
-        return self._req
-
-    @property
-    def offsets(self) -> np.ndarray:
-        return self.starts()
 
     @classmethod
     def from_table(cls, requests: pa.Table) -> Chunks:
@@ -107,16 +98,13 @@ class Chunks:
                 dtype=np.int64,
             )
             offsets = np.concatenate(([0], np.cumsum(lengths)))
-        return cls(ns, _increments(cum, offsets), cum, None, send, end, n, offsets)
+        return cls(ns, _increments(cum, offsets), cum, send, end, offsets)
 
     def starts(self) -> np.ndarray:
         """Chunk offsets of the requests (n_requests + 1 entries)."""
-        if self._offsets is None:
-            self._offsets = np.searchsorted(
-                self._req, np.arange(self.n_requests + 1, dtype=np.int64)).astype(np.int64)
         return self._offsets
 
-    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+    def _memoised(self, key: Any, compute: Callable[[], Any]) -> Any:
         """compute() once per key for this set of chunks (callers must not mutate it)."""
         if key not in self._memo:
             self._memo[key] = compute()
@@ -132,18 +120,18 @@ class Chunks:
         lo, hi = int(rows[0]), int(rows[-1]) + 1
         if hi - lo == len(rows):  # contiguous: views
             a, b = int(off[lo]), int(off[hi])
-            return Chunks(self.ns[a:b], self.tokens[a:b], self.cum[a:b], None,
-                          self.send_ns[lo:hi], self.end_ns[lo:hi], hi - lo, off[lo:hi + 1] - a)
+            return Chunks(self.ns[a:b], self.tokens[a:b], self.cum[a:b],
+                          self.send_ns[lo:hi], self.end_ns[lo:hi], off[lo:hi + 1] - a)
         lengths = off[rows + 1] - off[rows]
         sub_off = np.concatenate(([0], np.cumsum(lengths)))
         take = np.repeat(off[rows] - sub_off[:-1], lengths) + np.arange(sub_off[-1])
-        return Chunks(self.ns[take], self.tokens[take], self.cum[take], None,
-                      self.send_ns[rows], self.end_ns[rows], len(rows), sub_off)
+        return Chunks(self.ns[take], self.tokens[take], self.cum[take],
+                      self.send_ns[rows], self.end_ns[rows], sub_off)
 
 
 def _empty_chunks() -> Chunks:
     z = np.zeros(0, dtype=np.int64)
-    return Chunks(z, z, z, z, z, z, 0, np.zeros(1, dtype=np.int64))
+    return Chunks(z, z, z, z, z, np.zeros(1, dtype=np.int64))
 
 
 def _increments(cum: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -185,7 +173,14 @@ def _first_token(chunks: Chunks) -> np.ndarray:
             out[todo[has]] = chunks.ns[pos[ic[has]]]
         return out
 
-    return chunks.memo("first_token", compute)
+    return chunks._memoised(_FIRST_TOKEN, compute)
+
+
+def has_negative_tokens(chunks: Chunks) -> bool:
+    """Whether any chunk's count fell (memoised): binning only the
+    token-carrying chunks is exact only when none did."""
+    return chunks._memoised(
+        _NEGATIVE, lambda: bool(len(chunks.tokens)) and bool(chunks.tokens.min() < 0))
 
 
 def _last_chunk_ns(chunks: Chunks) -> np.ndarray:
@@ -237,7 +232,7 @@ def window_scan(chunks: Chunks, start_ns: int, end_ns: int) -> Window:
         return Window(output, pos, ns[pos], tok[pos], np.searchsorted(pos, off[:-1]),
                       np.searchsorted(pos, off[1:]))
 
-    return chunks.memo(("window", int(start_ns), int(end_ns)), compute)
+    return chunks._memoised((_WINDOW, int(start_ns), int(end_ns)), compute)
 
 
 @dataclass(frozen=True)
@@ -375,25 +370,19 @@ def _stops(chunks: Chunks) -> np.ndarray:
 
 
 ACTIVITY_GRID_NS = 1_000_000  # 1 ms steps
-_waiting_memo: list[Any] = [(None, None)]  # [(server_metrics table, its waiting series)]
 
 
-def _waiting_series(server_metrics: pa.Table | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """The waiting gauge summed over label sets; the last table's is kept, since
-    every cell of a run asks for the same one."""
+def summed_gauge(server_metrics: pa.Table | None, name: str) -> Gauge:
+    """A server gauge summed over its label sets, or None when the server has
+    none. Callers that judge many cells build it once and pass it on."""
     if server_metrics is None or not len(server_metrics):
         return None
-    table, series = _waiting_memo[0]  # one read: safe when threads share it
-    if table is server_metrics:
-        return series
-    rows = server_metrics.filter(pc.equal(server_metrics.column("name"), METRIC_WAITING))
-    series = None
-    if len(rows):
-        t = np.asarray(rows.column("t_ns").to_numpy(), dtype=np.int64)
-        values = np.asarray(rows.column("value").to_numpy(), dtype=np.float64)
-        series = gauge_series(t, values)
-    _waiting_memo[0] = (server_metrics, series)
-    return series
+    rows = server_metrics.filter(pc.equal(server_metrics.column("name"), name))
+    if not len(rows):
+        return None
+    t = np.asarray(rows.column("t_ns").to_numpy(), dtype=np.int64)
+    v = np.asarray(rows.column("value").to_numpy(), dtype=np.float64)
+    return gauge_series(t, v)
 
 
 GAUGE_MAX_GAP_NS = 3_000_000_000  # three of the sampler's 1 s intervals
@@ -453,8 +442,16 @@ def window_activity(
 def window_activity_detail(
     chunks: Chunks, server_metrics: pa.Table | None, start_ns: int, end_ns: int
 ) -> Activity:
+    """`window_activity_from_gauge` with the waiting gauge read from the
+    server's metrics table (one cell's judgement: the collector)."""
+    return window_activity_from_gauge(
+        chunks, summed_gauge(server_metrics, METRIC_WAITING), start_ns, end_ns)
+
+
+def window_activity_from_gauge(chunks: Chunks, waiting: Gauge, start_ns: int, end_ns: int) -> Activity:
     """Average active requests over the window, and the largest waiting
-    count the server reported inside it.
+    count the server reported inside it; `waiting` is the server's waiting
+    gauge summed over label sets (`summed_gauge`), built once per run.
 
     With the server's waiting gauge (summed over label sets, held between
     samples): active = requests in flight (sent, not yet ended) − waiting.
@@ -467,10 +464,9 @@ def window_activity_detail(
     /metrics that stops answering under overload) is treated as absent:
     nothing is derived from one stale sample.
     """
-    series = _waiting_series(server_metrics)
-    if series is None:
+    if waiting is None:
         return Activity(client_active(chunks, start_ns, end_ns), None, None, False)
-    wt, ws = series
+    wt, ws = waiting
     coverage = gauge_coverage(wt, start_ns, end_ns)
     if not coverage.enough:
         return Activity(client_active(chunks, start_ns, end_ns), None, coverage, False)

@@ -25,17 +25,16 @@ from rundir.decode_checks import decode_problems
 from rundir.io import RunData, atomic_write_text
 from rundir.metrics import (
     Chunks,
+    Gauge,
     decode_metrics,
-    gauge_series,
     prefill_metrics,
+    summed_gauge,
     timed_samples,
-    window_activity_detail,
+    window_activity_from_gauge,
 )
 from site_builder import drilldown
 
 CACHE_FORMAT = 2
-# A server gauge summed over label sets: (scrape times, values), or None.
-Gauge = tuple[np.ndarray, np.ndarray] | None
 # Statuses whose cells get numbers on the pages.
 NUMBER_STATUSES = (c.VALID, c.REQUESTS_QUEUED)
 
@@ -209,18 +208,6 @@ def _rows(table: pa.Table, idx: np.ndarray) -> pa.Table:
     return table.take(pa.array(idx, type=pa.int64()))
 
 
-def _gauge(metrics: pa.Table, name: str) -> Gauge:
-    """A server gauge summed over its label sets, or None when the server has none."""
-    if not len(metrics):
-        return None
-    rows = metrics.filter(pc.equal(metrics.column("name"), name))
-    if not len(rows):
-        return None
-    t = np.asarray(rows.column("t_ns").to_numpy(), dtype=np.int64)
-    v = np.asarray(rows.column("value").to_numpy(), dtype=np.float64)
-    return gauge_series(t, v)
-
-
 def completed_mask(requests: pa.Table) -> np.ndarray:
     """Requests that finished normally: a finish reason, no error, not cancelled."""
     if not len(requests):
@@ -234,14 +221,14 @@ def completed_mask(requests: pa.Table) -> np.ndarray:
 
 def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chunks: Chunks,
                  done: np.ndarray, running: Gauge, waiting: Gauge,
-                 details: dict[str, dict[str, Any]], server_metrics: pa.Table) -> None:
+                 details: dict[str, dict[str, Any]]) -> None:
     start, end = row.get("window_start_ns"), row.get("window_end_ns")
     if start is None or end is None or end <= start:
         return
     cell.requests = len(requests)
     if cell.has_numbers:
         m = decode_metrics(chunks, start, end, done)
-        act = window_activity_detail(chunks, server_metrics, start, end)
+        act = window_activity_from_gauge(chunks, waiting, start, end)
         problems = decode_problems(chunks, start, end, m, client_bound=bool(row.get("client_bound")))
         if problems:
             # The raw data refutes the stored status (an older collector, a hand-made
@@ -308,8 +295,8 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
     """
     requests = data.requests
     groups = _group_requests(requests)
-    running = _gauge(data.server_metrics, c.METRIC_RUNNING)
-    waiting = _gauge(data.server_metrics, c.METRIC_WAITING)
+    running = summed_gauge(data.server_metrics, c.METRIC_RUNNING)
+    waiting = summed_gauge(data.server_metrics, c.METRIC_WAITING)
     chunks = Chunks.from_table(requests)
     done = completed_mask(requests)
     small = requests.drop_columns([n for n in _LIST_COLUMNS if n in requests.column_names])
@@ -322,7 +309,7 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
         if cell.phase == c.DECODE:
             idx = groups.get((*key, c.PURPOSE_MEASURE), empty)
             _decode_cell(cell, row, _rows(small, idx), chunks.subset(idx), done[idx], running,
-                         waiting, details, data.server_metrics)
+                         waiting, details)
         else:
             idx = groups.get((*key, c.PURPOSE_PREFILL))
             if idx is None:  # samples taken during another cell (e.g. decode warm-up)

@@ -1,21 +1,33 @@
 """The common ground of the page charts: the vendored Vega versions, the shared
-config, and the `Chart` record (spec, caption and no-JS fallback) of each one.
+config, each chart's axis titles and colours (one definition, read by the live
+Altair chart and by its no-JS fallback), the rows a chart is drawn from,
+compiled chart templates, and the `Chart` record (spec, caption and fallback)
+of each one.
 
-Kept apart from `charts` (which builds the specs) so that module stays small.
+Charts are authored with Altair over named datasets. Altair costs 30–60 ms to
+compile a chart, and a real site has thousands, so each chart kind is compiled
+once per process (`template`) into a `Template`: the Vega-Lite JSON with named
+holes (`slot`). A page's chart is the template's JSON with its holes filled
+and its rows put in the spec's `datasets`: a string replace and a JSON parse,
+a fresh dict each time, the compiled template never touched.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import altair as alt
 import vl_convert as vlc
 
 from rundir import contract as c
-from site_builder import fallback as fb
+from rundir import words
+from site_builder import formats as f
+from site_builder.aggregate import CellResult
 
 
 def _newest_vega_lite() -> str:
@@ -44,6 +56,183 @@ INVALID = "break-paths-filter-domains"
 # reader's browser may draw wider glyphs.
 PADDING = {"left": 5, "top": 5, "right": 30, "bottom": 5}
 
+# --------------------------------------------------------------------------
+# colours and titles: one definition per chart, live and fallback alike
+# --------------------------------------------------------------------------
+
+BLUE, TEAL, RED = "#4c78a8", "#72b7b2", "#e45756"
+# One colour per line (context or run), in this order: ten hues that stay apart
+# from each other (CIE76 distance > 20) and from the white background (contrast
+# >= 3:1, so no pale yellow), neighbours in the order as different as possible.
+LINE_COLORS = ["#1f77b4", "#d95f02", "#2ca02c", "#d62728", "#7b4fb0", "#8c564b", "#c2187a",
+               "#5f6b73", "#7a7a00", "#00838f"]
+# Heatmap shades: Vega's "blues" scheme live; the fallback mixes these stops of it.
+HEATMAP_SCHEME = "blues"
+BLUES = ["#cfe1f2", "#93c4de", "#4a98c9", "#1764ab", "#0b3d80"]
+# Heatmap fills of cells without numbers, one per status (each also has its text).
+MISSING_FILLS = {c.OVER_CAPACITY: "#f4c7c3", c.LOOPED: "#f7dca4", c.ERROR: "#dcc3e8",
+                 c.PENDING: "#d0d0d0"}
+NO_NUMBERS_FILL = "#f6f8fa"
+NO_NUMBERS = "No numbers"
+QUEUED_LABEL = "Requests queued"
+# Timeline lines: (colour, stroke width, dash). Waiting is wide and dashed and drawn
+# first, running thin and solid on top, so both show where they coincide.
+TIMELINE_STYLE = {"server (waiting)": ("#d95f02", 3.5, "6 3"),
+                  "server (running)": ("#1f77b4", 2.0, ""),
+                  "client (streaming)": ("#1f77b4", 2.0, "")}
+# Heatmap cell text in narrow cells (a phone): whole numbers, shorter words.
+NARROW_CELL = 58
+TINY_STATUS = {c.OVER_CAPACITY: "cap.", c.LOOPED: "loop", c.ERROR: "err.", c.PENDING: "—"}
+SHORT_STATUS = {c.OVER_CAPACITY: "over cap.", c.LOOPED: "looped", c.ERROR: "error",
+                c.PENDING: "not run"}
+
+
+@dataclass(frozen=True)
+class Look:
+    """A chart's axis titles, legend title and mark colour."""
+
+    x: str
+    y: str
+    legend: str | None = None
+    color: str = BLUE
+
+
+PREFILL = Look("Context", "Prompt tok/s")
+DECODE = Look("Requests at once", "Total tok/s", "Context")
+TRADEOFF = Look("Per request tok/s", "Total tok/s", "Context")
+HEATMAP = Look("Requests at once", "Context", "Total tok/s")
+RUNS_DECODE = Look("Requests at once", "Total tok/s", "Run")
+RUNS_PREFILL = Look("Context", "Prompt tok/s", "Run")
+RUNS_SINGLE = Look("Context", "Single-stream tok/s", "Run")
+TTFT = Look("TTFT (ms)", "Requests")
+TBT = Look("Time between tokens (ms)", "Tokens", color=TEAL)
+TBT_MEDIAN = RED  # the dashed rule at the cell's median
+TIMELINE_TOKENS = Look("Seconds into the window", "Output tok/s")
+TIMELINE_ACTIVE = Look("Seconds into the window", "Requests")
+
+
+def line_colors(n: int) -> list[str]:
+    """The first n line colours (they repeat past ten)."""
+    return [LINE_COLORS[i % len(LINE_COLORS)] for i in range(n)]
+
+
+# --------------------------------------------------------------------------
+# rows: a chart's data, one per cell
+# --------------------------------------------------------------------------
+
+# A fallback point: x, y (None breaks the line there), and optionally whether requests queued.
+Point = tuple[float, float | None] | tuple[float | None, float | None, bool]
+
+
+def cell_rows(cells: list[CellResult], label: str | None = None) -> list[dict[str, Any]]:
+    """One row per cell. A cell without numbers to plot (Looped, Error, ...) gets null
+    plotted fields, so it breaks its line; its tooltip text keeps what was published."""
+    rows = []
+    for x in cells:
+        plot = x.has_numbers
+        rows.append(
+            {
+                "run": label,
+                "context": x.context,
+                "Context": words.context_label(x.context),
+                "concurrency": x.concurrency,
+                "Requests at once": str(x.concurrency),
+                "status": x.status,
+                "Status": words.status_label(x.status) + (" (client-bound)" if x.client_bound else ""),
+                "total": x.total_tok_s if plot else None,
+                "per_request": x.per_request_tok_s if plot else None,
+                "ttft": x.ttft_ms,
+                "Total tok/s": words.tok_s(x.total_tok_s),
+                "Per request tok/s": words.tok_s(x.per_request_tok_s),
+                "TTFT": f.ttft(x.ttft_ms),
+                "Time between tokens": f.tbt(x.tbt_ms),
+                "point": QUEUED_LABEL if x.status == c.REQUESTS_QUEUED else "Valid",
+            }
+        )
+    return rows
+
+
+def slim(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Only the fields a spec's encodings use: the rest would be page weight."""
+    return [{k: r[k] for k in keys} for r in rows]
+
+
+def context_labels(cells: list[CellResult]) -> list[str]:
+    """The cells' context labels, shortest context first."""
+    return list(dict.fromkeys(words.context_label(x) for x in sorted({x.context for x in cells})))
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def line_series(rows: list[dict[str, Any]], key: str, x: str,
+                order: list[str] | None = None) -> list[tuple[str, list[Point]]]:
+    """Rows grouped into lines (by key), points ordered by concurrency; a cell
+    without numbers is a (None) gap, a queued one is flagged."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r[key], []).append(r)
+    names = order or sorted(groups)
+    return [(n, [(_num(r[x]), _num(r["total"]), r["point"] == QUEUED_LABEL)
+                 for r in sorted(groups[n], key=lambda r: r["concurrency"])])
+            for n in names if n in groups]
+
+
+def any_queued(rows: list[dict[str, Any]]) -> bool:
+    """Whether any point is a Requests queued cell (drawn as a hollow square)."""
+    return any(r["point"] == QUEUED_LABEL for r in rows)
+
+
+def queued_note(rows: list[dict[str, Any]]) -> str:
+    """The caption's note on hollow squares, when there are any."""
+    return "; hollow squares: requests queued" if any_queued(rows) else ""
+
+
+# --------------------------------------------------------------------------
+# templates
+# --------------------------------------------------------------------------
+
+_SLOT = re.compile(r'\["@(\w+)@"\]|"@(\w+)@"')
+
+
+def slot(name: str) -> str:
+    """A hole in a template for a page's value (a title, an expression)."""
+    return f"@{name}@"
+
+
+def slots(name: str) -> list[str]:
+    """A hole for a page's list (a scale domain, axis values, a sort order)."""
+    return [slot(name)]
+
+
+@dataclass(frozen=True)
+class Template:
+    """A chart kind compiled once: Vega-Lite JSON with named holes."""
+
+    text: str
+    holes: frozenset[str]
+
+    def fill(self, data: dict[str, list[dict[str, Any]]], **values: Any) -> dict[str, Any]:
+        """A new spec: every hole filled with values[name], data put in `datasets`."""
+        if set(values) != self.holes:
+            raise ValueError(f"template holes {sorted(self.holes)}, given {sorted(values)}")
+        text = _SLOT.sub(lambda m: json.dumps(values[m[1] or m[2]], allow_nan=False), self.text)
+        spec = json.loads(text)
+        spec["datasets"] = data
+        return spec
+
+
+def template(chart: alt.TopLevelMixin) -> Template:
+    """Compile an Altair chart (validated once) with the site's config."""
+    spec = chart.to_dict()
+    spec.pop("$schema", None)  # vega-embed is told the mode; no URL on the page
+    spec |= {"config": CONFIG, "padding": PADDING}
+    if spec.get("width") == WIDTH:
+        spec.setdefault("autosize", AUTOSIZE)
+    text = json.dumps(spec, separators=(",", ":"))
+    return Template(text, frozenset(a or b for a, b in _SLOT.findall(text)))
+
 
 @dataclass
 class Chart:
@@ -53,12 +242,31 @@ class Chart:
     title: str
     caption: str
     spec: dict[str, Any]
+    draw: Callable[[], str] = field(repr=False, compare=False)
     svg: str = ""
-    draw: Callable[[], str] | None = field(default=None, repr=False, compare=False)
 
-    @property
-    def spec_json(self) -> str:
-        return json.dumps(self.spec, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+def make(chart_id: str, title: str, caption: str, spec: dict[str, Any],
+         draw: Callable[[], str]) -> Chart:
+    """A chart with its description (read by screen readers)."""
+    spec["description"] = f"{title}. {caption}"
+    return Chart(chart_id, title, caption, spec, draw=draw)
+
+
+# --------------------------------------------------------------------------
+# Altair shorthands and the vendored bundle
+# --------------------------------------------------------------------------
+
+
+def nominal(name: str, title: str | None = None) -> alt.Tooltip:
+    """A nominal tooltip field."""
+    return alt.Tooltip(field=name, type="nominal", **({"title": title} if title else {}))
+
+
+def color(name: str, look: Look, **kw: Any) -> dict[str, Any]:
+    """A nominal colour encoding over the line palette (domain and colours per page)."""
+    return {"field": name, "type": "nominal", "title": look.legend,
+            "scale": {"domain": slots("lines"), "range": slots("colors")}, **kw}
 
 
 def vega_versions() -> dict[str, str]:
@@ -80,35 +288,3 @@ def bundle_name() -> str:
 def bundle_js() -> str:
     """Vega, Vega-Lite and vega-embed in one script that sets window globals (built once)."""
     return vlc.javascript_bundle(vl_version=VL_VERSION)
-
-
-def make(chart_id: str, title: str, caption: str, spec: dict[str, Any],
-         draw: Callable[[], str]) -> Chart:
-    """A chart with the shared config; a container-wide one is fitted to its box."""
-    full = {**spec, "description": f"{title}. {caption}", "config": CONFIG, "padding": PADDING}
-    if spec.get("width") == "container":
-        full.setdefault("autosize", AUTOSIZE)
-    return Chart(chart_id, title, caption, full, draw=draw)
-
-
-def nominal(name: str, title: str | None = None) -> dict[str, Any]:
-    """A nominal field (tooltips, categories)."""
-    return {"field": name, "type": "nominal", **({"title": title} if title else {})}
-
-
-def quantitative(name: str, title: str | None = None, **kw: Any) -> dict[str, Any]:
-    """A quantitative field, with any extra encoding properties."""
-    return {"field": name, "type": "quantitative", **({"title": title} if title else {}), **kw}
-
-
-# Heatmap cell text in narrow cells (a phone): whole numbers, shorter words.
-NARROW_CELL = 58
-TINY_STATUS = {c.OVER_CAPACITY: "cap.", c.LOOPED: "loop", c.ERROR: "err.", c.PENDING: "—"}
-SHORT_STATUS = {c.OVER_CAPACITY: "over cap.", c.LOOPED: "looped", c.ERROR: "error",
-                c.PENDING: "not run"}
-
-
-def color(name: str, title: str, domain: list[str], **kw: Any) -> dict[str, Any]:
-    """A nominal colour encoding over the line palette, shared with the fallback."""
-    scale = {"domain": domain, "range": fb.line_colors(len(domain))}
-    return {**nominal(name, title), "scale": scale, **kw}

@@ -1,12 +1,13 @@
 """`build-site`: build the static site from run directories, or preview it.
 
     build-site --data data --out site [--skip-invalid] [--cache DIR]
-    build-site serve [--port 8000] [--dir site]
+    build-site [--out site] serve [--port 8000]
 
 Exit status: 0 when every run was published (or bad ones were skipped with
 --skip-invalid), 1 when a run was invalid (failed to load or to render),
 there was nothing to publish, or the folders cannot be used (--out inside
---data, a symlink in --out leading elsewhere, an unwritable --out).
+--data, a symlink in --out leading elsewhere, an unwritable --out), 2 for a
+bad flag (one line naming it, as `bench` does).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
 from site_builder import load, publish
 from site_builder import serve as serve_mod
 from site_builder.sitewriter import SiteError
@@ -25,7 +27,8 @@ def _err(message: str) -> None:
     click.echo(f"error: {message}", err=True)
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--data", "data_dir", default="data", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Folder searched (recursively) for run directories.")
@@ -80,15 +83,17 @@ def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
 
 @main.command()
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--dir", "directory", default="site", show_default=True,
-              type=click.Path(file_okay=False, exists=True, path_type=Path))
-def serve(port: int, directory: Path) -> None:
-    """Preview a built site at http://127.0.0.1:PORT/ (local only)."""
+@click.pass_context
+def serve(ctx: click.Context, port: int) -> None:
+    """Preview the site built in --out at http://127.0.0.1:PORT/ (local only)."""
+    directory: Path = ctx.parent.params["out_dir"] if ctx.parent else Path("site")
+    if not directory.is_dir():
+        fail(f"--out: {directory}: no such folder; build the site first "
+             f"(build-site --out {directory})", EXIT_USAGE)
     try:
         serve_mod.serve(directory, port)
     except OSError as exc:
-        _err(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}")
-        sys.exit(1)
+        fail(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}", EXIT_FAILED)
 
 
 if __name__ == "__main__":

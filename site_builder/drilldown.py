@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from rundir.contract import PREFILL_REJECTED_PREFIX
-from rundir.metrics import Chunks, first_token_ns, ttft_ms, window_scan
+from rundir.metrics import Chunks, Gauge, first_token_ns, has_negative_tokens, ttft_ms, window_scan
 
 TBT_BINS = 40
 MAX_ERRORS = 5
@@ -171,7 +171,7 @@ def _timeline(chunks: Chunks, start_ns: int, end_ns: int) -> dict[str, list[floa
     duration = end_ns - start_ns
     n_bins = int(np.clip(round(duration / 0.5e9), 10, 120))
     edges = np.linspace(start_ns, end_ns, n_bins + 1)
-    if chunks.memo("negative", lambda: bool(len(chunks.tokens)) and chunks.tokens.min() < 0):
+    if has_negative_tokens(chunks):
         inwin = (chunks.ns >= start_ns) & (chunks.ns <= end_ns)
         toks, _ = np.histogram(chunks.ns[inwin], bins=edges, weights=chunks.tokens[inwin])
     else:  # chunks without tokens add nothing: bin the token-carrying ones only
@@ -197,9 +197,7 @@ def _timeline(chunks: Chunks, start_ns: int, end_ns: int) -> dict[str, list[floa
     }
 
 
-def gauge_in_window(
-    series: tuple[np.ndarray, np.ndarray] | None, start_ns: int, end_ns: int
-) -> dict[str, list[float]] | None:
+def gauge_in_window(series: Gauge, start_ns: int, end_ns: int) -> dict[str, list[float]] | None:
     """A summed gauge's samples over the window (plus the value held at its start)."""
     if series is None:
         return None
@@ -211,8 +209,6 @@ def gauge_in_window(
         return None
     t = np.maximum(times[idx], start_ns)
     return {"t_s": _round((t - start_ns) / 1e9), "value": _round(values[idx], 2)}
-
-
 
 
 def _outcomes(requests: pa.Table, done: np.ndarray) -> dict[str, Any]:
@@ -276,8 +272,8 @@ def decode_detail(
     end_ns: int,
     *,
     done: np.ndarray,
-    running: tuple[np.ndarray, np.ndarray] | None = None,
-    waiting: tuple[np.ndarray, np.ndarray] | None = None,
+    running: Gauge = None,
+    waiting: Gauge = None,
     with_tails: bool = False,
 ) -> dict[str, Any]:
     """Everything the decode drill-down page draws, from the cell's measure requests.

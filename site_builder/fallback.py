@@ -1,12 +1,14 @@
 """Static SVG pictures of the charts, drawn in Python: the no-JavaScript fallback.
 
-vl-convert takes 20–60 ms a chart and a real run has ~150 of them (three on
-each drill-down page), which alone would cost minutes per site. The live
-chart (vega-embed, the same data) replaces the fallback as soon as scripts
-run, so the fallback only has to be a faithful plain picture: axes with nice
-ticks, bars, lines with points, heatmap cells, a legend. Each is a few
-kilobytes and takes well under a millisecond. Every string is escaped; the
-output holds no ids, scripts, links or event attributes.
+Rendering the Vega-Lite spec itself (vl-convert) takes 20–60 ms a chart and a
+real run has ~150 of them (three on each drill-down page), which alone would
+cost minutes per site. The live chart (vega-embed, the same data) replaces the
+fallback as soon as scripts run, so the fallback only has to be a faithful
+plain picture: axes with nice ticks, bars, lines with points, heatmap cells, a
+legend. Each is a few kilobytes and takes well under a millisecond. Axis
+titles and colours are read from the chart's `chartkit.Look` and palettes, as
+the live chart's are. Every string is escaped; the output holds no ids,
+scripts, links or event attributes.
 """
 
 from __future__ import annotations
@@ -15,29 +17,14 @@ import math
 import re
 from collections.abc import Sequence
 from html import escape
-from typing import Any
 
 import numpy as np
-import vl_convert as vlc
+
+from site_builder import chartkit as ck
+from site_builder.chartkit import QUEUED_LABEL, Look, Point
 
 FONT = "system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
 GRID, AXIS, INK, MUTED = "#e6e8eb", "#888", "#1f2328", "#555"
-TABLEAU10 = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2",
-             "#ff9da6", "#9d755d", "#bab0ac"]
-# One colour per line (context or run), in this order, in the live charts (an
-# explicit scale range) and here alike: ten hues that stay apart from each other
-# (CIE76 distance > 20) and from the white background (contrast >= 3:1, so no
-# pale yellow), neighbours in the order as different as possible.
-LINE_COLORS = ["#1f77b4", "#d95f02", "#2ca02c", "#d62728", "#7b4fb0", "#8c564b", "#c2187a",
-               "#5f6b73", "#7a7a00", "#00838f"]
-# Heatmap fills of cells without numbers, one per status (each also has its text).
-MISSING_FILLS = {"over_capacity": "#f4c7c3", "looped": "#f7dca4", "error": "#dcc3e8",
-                 "pending": "#d0d0d0"}
-NO_NUMBERS_FILL = "#f6f8fa"
-_BLUES = ["#cfe1f2", "#93c4de", "#4a98c9", "#1764ab", "#0b3d80"]
-QUEUED_LABEL = "Requests queued"
-# A point: x, y (None breaks the line there), and optionally whether requests queued.
-Point = tuple[float, float | None] | tuple[float | None, float | None, bool]
 
 
 def _mix(stops: list[str], t: float) -> str:
@@ -50,13 +37,9 @@ def _mix(stops: list[str], t: float) -> str:
     return "#" + "".join(f"{v:02x}" for v in rgb)
 
 
-def line_colors(n: int) -> list[str]:
-    """The first n line colours (they repeat past ten)."""
-    return [LINE_COLORS[i % len(LINE_COLORS)] for i in range(n)]
-
-
 def blues(t: float) -> str:
-    return _mix(_BLUES, t)
+    """The heatmap shade at t in [0, 1] (the live chart's "blues" scheme, approximated)."""
+    return _mix(ck.BLUES, t)
 
 
 def si(v: float) -> str:
@@ -139,19 +122,18 @@ class Panel:
         self.c.parts.append(_t(self.x0 + self.w / 2, base + 32, title, size=12, fill=INK))
 
 
-def bars(label: str, cats: list[str], values: list[float], *, x_title: str, y_title: str,
-         color: str = TABLEAU10[0]) -> str:
+def bars(label: str, cats: list[str], values: list[float], look: Look) -> str:
     """Vertical bars, one per category."""
     c = Canvas(520, 300, label)
-    p = Panel(c, 60, 10, 440, 240, max(values, default=0), y_title)
+    p = Panel(c, 60, 10, 440, 240, max(values, default=0), look.y)
     step = p.w / max(1, len(cats))
     d = []
     for i, v in enumerate(values):
         bw = min(28.0, step * 0.8)
         x = p.x0 + step * (i + 0.5) - bw / 2
         d.append(f"M{x:.1f} {p.y(v):.1f}h{bw:.1f}V{p.y(0):.1f}h{-bw:.1f}Z")
-    c.parts.append(f'<path d="{"".join(d)}" fill="{color}"/>')
-    p.x_axis([(p.x0 + step * (i + 0.5), cat) for i, cat in enumerate(cats)], x_title)
+    c.parts.append(f'<path d="{"".join(d)}" fill="{look.color}"/>')
+    p.x_axis([(p.x0 + step * (i + 0.5), cat) for i, cat in enumerate(cats)], look.x)
     return c.svg()
 
 
@@ -183,9 +165,8 @@ def _legend(c: Canvas, entries: list[Entry], x: float, y: float, title: str | No
     return y
 
 
-def lines(label: str, series: list[tuple[str, list[Point]]], colors: list[str], *,
-          x_ticks: list[tuple[float, str]], x_log2: bool, x_title: str, y_title: str,
-          legend_title: str | None, legend_below: bool = False,
+def lines(label: str, series: list[tuple[str, list[Point]]], colors: list[str], look: Look, *,
+          x_ticks: list[tuple[float, str]], x_log2: bool, legend_below: bool = False,
           x_domain: tuple[float, float] | None = None) -> str:
     """One line with points per series; x linear (from 0, or over x_domain) or log2,
     y linear from 0. A point without x or y breaks its line; a queued point is hollow."""
@@ -195,9 +176,8 @@ def lines(label: str, series: list[tuple[str, list[Point]]], colors: list[str], 
     side_h = 10 + 16 + 15 * rows + 10
     c = Canvas(60 + 440 + (40 if legend_below else 130),
                max(10 + 240 + 45, side_h) + legend_h, label)
-    _lines_into(c, 10, 240, series, colors, x_ticks=x_ticks, x_log2=x_log2, x_title=x_title,
-                y_title=y_title, legend_title=legend_title, legend_below=legend_below,
-                x_domain=x_domain)
+    _lines_into(c, 10, 240, series, colors, look, x_ticks=x_ticks, x_log2=x_log2,
+                legend_below=legend_below, x_domain=x_domain)
     return c.svg()
 
 
@@ -214,15 +194,15 @@ def _segments(coords: list[tuple[float, float] | None]) -> list[list[tuple[float
 
 
 def _lines_into(c: Canvas, y0: float, height: float, series: list[tuple[str, list[Point]]],
-                colors: list[str], *, x_ticks: list[tuple[float, str]], x_log2: bool,
-                x_title: str, y_title: str, legend_title: str | None, legend_below: bool,
+                colors: list[str], look: Look, *, x_ticks: list[tuple[float, str]],
+                x_log2: bool, legend_below: bool,
                 step: bool = False, y_si: bool = True,
                 x_domain: tuple[float, float] | None = None,
                 styles: list[tuple[float, str]] | None = None) -> None:
     """Lines into a panel; styles: (stroke width, dash array) per series, drawn in order."""
     xs = [pt[0] for _, pts in series for pt in pts if pt[0] is not None] + [x for x, _ in x_ticks]
     ys = [pt[1] for _, pts in series for pt in pts if pt[1] is not None]
-    p = Panel(c, 60, y0, 440, height, max(ys, default=0), y_title, y_si, integer=not y_si)
+    p = Panel(c, 60, y0, 440, height, max(ys, default=0), look.y, y_si, integer=not y_si)
     if x_domain is not None:
         lo, hi = x_domain
     elif x_log2:
@@ -267,21 +247,21 @@ def _lines_into(c: Canvas, y0: float, height: float, series: list[tuple[str, lis
             any_queued = True
             c.parts.append(f'<path d="{hollow}" fill="white" stroke="{color}" '
                            f'stroke-width="1.5"/>')
-    p.x_axis([(px(v), text) for v, text in x_ticks], x_title)
+    p.x_axis([(px(v), text) for v, text in x_ticks], look.x)
     entries: list[Entry] = [
         (name, color, "dash" if styles and styles[i][1] else "line")
         for i, ((name, _), color) in enumerate(zip(series, colors, strict=True))]
     if any_queued:
         entries += [("Valid", MUTED, "dot"), (QUEUED_LABEL, MUTED, "hollow")]
     if legend_below:
-        _legend(c, entries, p.x0, y0 + height + 58, legend_title)
+        _legend(c, entries, p.x0, y0 + height + 58, look.legend)
     else:
-        _legend(c, entries, p.x0 + p.w + 16, y0 + 8, legend_title)
+        _legend(c, entries, p.x0 + p.w + 16, y0 + 8, look.legend)
 
 
 def heatmap(label: str, rows: list[str], cols: list[str],
-            cells: list[tuple[int, int, float | str, str]], *, x_title: str,
-            y_title: str, legend: list[tuple[str, str]] | None = None) -> str:
+            cells: list[tuple[int, int, float | str, str]], look: Look,
+            legend: list[tuple[str, str]] | None = None) -> str:
     """Labelled cells: a shade in [0, 1] (blues), or a status whose cell has no
     number (its own fill from MISSING_FILLS); legend: (label, fill) of those, drawn below."""
     cw = 64
@@ -293,7 +273,7 @@ def heatmap(label: str, rows: list[str], cols: list[str],
     for ri, ci, shade, text in cells:
         x, y = x0 + ci * cw, y0 + ri * ch
         if isinstance(shade, str):
-            fill, ink = MISSING_FILLS.get(shade, NO_NUMBERS_FILL), INK
+            fill, ink = ck.MISSING_FILLS.get(shade, ck.NO_NUMBERS_FILL), INK
         else:
             fill, ink = blues(shade), "white" if shade > 0.55 else INK
         c.parts.append(f'<rect x="{x}" y="{y}" width="{cw}" height="{ch}" fill="{fill}" '
@@ -303,26 +283,26 @@ def heatmap(label: str, rows: list[str], cols: list[str],
     base = y0 + ch * len(rows)
     for ci, col in enumerate(cols):
         c.parts.append(_t(x0 + ci * cw + cw / 2, base + 15, col))
-    c.parts.append(_t(x0 + cw * len(cols) / 2, base + 32, x_title, size=12, fill=INK))
-    c.parts.append(_t(14, y0 + ch * len(rows) / 2, y_title, size=12, fill=INK,
+    c.parts.append(_t(x0 + cw * len(cols) / 2, base + 32, look.x, size=12, fill=INK))
+    c.parts.append(_t(14, y0 + ch * len(rows) / 2, look.y, size=12, fill=INK,
                       extra=f' transform="rotate(-90 14 {y0 + ch * len(rows) / 2:.1f})"'))
     if legend:
         _legend(c, [(name, fill, "rect") for name, fill in legend], x0, base + 52, None)
     return c.svg()
 
 
-def histogram(label: str, bins: list[tuple[float, float, float]], *, x_title: str, y_title: str,
-              color: str = TABLEAU10[0], rule: float | None = None) -> str:
-    """Bars over [lo, hi) bins on a linear x axis; an optional dashed rule at x = rule."""
+def histogram(label: str, bins: list[tuple[float, float, float]], look: Look,
+              rule: float | None = None) -> str:
+    """Counts over [lo, hi) bins on a linear x axis; an optional dashed rule at x = rule."""
     c = Canvas(530, 10 + 200 + 45, label)
-    _bins_into(c, 10, 200, bins, x_title=x_title, y_title=y_title, color=color, rule=rule)
+    _bins_into(c, 10, 200, bins, look, integer=True, rule=rule)
     return c.svg()
 
 
-def _bins_into(c: Canvas, y0: float, height: float, bins: list[tuple[float, float, float]], *,
-               x_title: str, y_title: str, color: str, rule: float | None = None) -> None:
-    p = Panel(c, 60, y0, 440, height, max((v for _, _, v in bins), default=0), y_title,
-              integer=y_title in ("Requests", "Tokens"))
+def _bins_into(c: Canvas, y0: float, height: float, bins: list[tuple[float, float, float]],
+               look: Look, *, integer: bool, rule: float | None = None) -> None:
+    p = Panel(c, 60, y0, 440, height, max((v for _, _, v in bins), default=0), look.y,
+              integer=integer)
     x_lo = min((lo for lo, _, _ in bins), default=0.0)
     x_hi = max([hi for _, hi, _ in bins] + ([rule] if rule is not None else []), default=1.0)
     step = nice_step(x_hi - x_lo, 6)
@@ -335,12 +315,12 @@ def _bins_into(c: Canvas, y0: float, height: float, bins: list[tuple[float, floa
 
     d = "".join(f"M{px(lo):.1f} {p.y(v):.1f}H{max(px(hi) - 1, px(lo) + 0.5):.1f}V{p.y(0):.1f}"
                 f"H{px(lo):.1f}Z" for lo, hi, v in bins if v > 0)
-    c.parts.append(f'<path d="{d}" fill="{color}"/>')
+    c.parts.append(f'<path d="{d}" fill="{look.color}"/>')
     if rule is not None:
-        c.parts.append(f'<path d="M{px(rule):.1f} {p.y0:.1f}V{p.y(0):.1f}" stroke="#e45756" '
+        c.parts.append(f'<path d="M{px(rule):.1f} {p.y0:.1f}V{p.y(0):.1f}" stroke="{ck.TBT_MEDIAN}" '
                        f'stroke-width="2" stroke-dasharray="4 3"/>')
     n = int(round((end - start) / step))
-    p.x_axis([(px(start + i * step), plain(start + i * step)) for i in range(n + 1)], x_title)
+    p.x_axis([(px(start + i * step), plain(start + i * step)) for i in range(n + 1)], look.x)
 
 
 def value_bins(values: Sequence[float], maxbins: int = 30) -> list[tuple[float, float, float]]:
@@ -360,54 +340,23 @@ def value_bins(values: Sequence[float], maxbins: int = 30) -> list[tuple[float, 
     return [(start + i * step, start + (i + 1) * step, float(k)) for i, k in enumerate(counts)]
 
 
-# Timeline lines: (colour, stroke width, dash). Waiting is wide and dashed and drawn
-# first, running thin and solid on top, so both show where they coincide.
-TIMELINE_STYLE = {"server (waiting)": ("#d95f02", 3.5, "6 3"),
-                  "server (running)": ("#1f77b4", 2.0, ""),
-                  "client (streaming)": ("#1f77b4", 2.0, "")}
-
-
 def timeline(label: str, bins: list[tuple[float, float, float]],
              series: list[tuple[str, list[Point]]]) -> str:
     """Output tok/s bars over the window, above the requests running (step lines,
-    styled by TIMELINE_STYLE and drawn in the given order)."""
+    styled by chartkit's TIMELINE_STYLE and drawn in the given order)."""
     below = 10 + 160 + 45 + 12
     c = Canvas(530, below + 110 + 45 + 22 + 15 * len(series), label)
-    _bins_into(c, 10, 160, bins, x_title="Seconds into the window", y_title="Output tok/s",
-               color=TABLEAU10[0])
-    styles = [TIMELINE_STYLE.get(name, (MUTED, 2.0, "")) for name, _ in series]
-    _lines_into(c, below, 110, series, [s[0] for s in styles], x_ticks=[], x_log2=False,
-                x_title="Seconds into the window", y_title="Requests", legend_title=None,
-                legend_below=True, step=True, y_si=False, styles=[s[1:] for s in styles])
+    _bins_into(c, 10, 160, bins, ck.TIMELINE_TOKENS, integer=False)
+    styles = [ck.TIMELINE_STYLE.get(name, (MUTED, 2.0, "")) for name, _ in series]
+    _lines_into(c, below, 110, series, [s[0] for s in styles], ck.TIMELINE_ACTIVE, x_ticks=[],
+                x_log2=False, legend_below=True, step=True, y_si=False,
+                styles=[s[1:] for s in styles])
     return c.svg()
 
 
-# --------------------------------------------------------------------------
-# vl-convert, for a chart that cannot draw itself
-# --------------------------------------------------------------------------
-
+# Drawn pictures hold only our own markup; a chart whose SVG matched this anyway is
+# published without a fallback rather than with an unchecked one.
 UNSAFE = re.compile(
     r"<\s*(script|foreignObject|iframe|object|embed|image|use)\b|<[^>]*\son[a-z]+\s*=|javascript:",
     re.IGNORECASE,
 )
-_ID = re.compile(r'\bid="([^"]+)"')
-
-
-def _scope_ids(svg: str, prefix: str) -> str:
-    """Prefix SVG element ids so several inline charts on a page never collide."""
-    ids = set(_ID.findall(svg))
-    for i in sorted(ids, key=len, reverse=True):
-        svg = svg.replace(f'id="{i}"', f'id="{prefix}-{i}"')
-        svg = svg.replace(f"url(#{i})", f"url(#{prefix}-{i})")
-        svg = svg.replace(f'href="#{i}"', f'href="#{prefix}-{i}"')
-    return svg
-
-
-def vl_convert_svg(spec: dict[str, Any], title: str, chart_id: str, vl_version: str) -> str:
-    """A Vega-Lite spec as inline-safe SVG via vl-convert (empty when unsafe)."""
-    # allowed_base_urls=[]: a build never fetches anything (specs carry their data).
-    svg = vlc.vegalite_to_svg(spec, vl_version=vl_version, allowed_base_urls=[])
-    if UNSAFE.search(svg):
-        return ""
-    svg = svg.replace("<svg ", f'<svg role="img" aria-label="{escape(title)}" ', 1)
-    return _scope_ids(svg, chart_id)

@@ -1,151 +1,117 @@
-"""Number and label formats of the pages, exactly as the published seeds show them.
+"""Number formats of the pages, exactly as the published seeds show them.
 
 One place decides how a number reads, so the run page, the index, the CSV
-preview and the chart tooltips never disagree. The rules, from the seeds:
+preview and the chart tooltips never disagree. Throughput, context labels,
+the missing mark and the rounding rule are shared with the collector's live
+display and live in rundir/words.py; the rest, from the seeds:
 
-* throughput (tok/s): one decimal with thousands separators below 10,000
-  (``6,216.0``, ``2,777.1``); from 10,000 up in thousands with one decimal
-  and no trailing ``.0`` (``17.6K``, ``10K``), from a million up ``1.2M``.
-  The prefill summary shows whole numbers below 10,000 (``8,820``).
 * TTFT: whole milliseconds (``56 ms``, ``1,064 ms``); below 10 ms one
   decimal so a fast cached TTFT does not read as ``0 ms``.
 * time between tokens: one decimal at any size (``4.8 ms``, ``100.6 ms``).
 * durations: one decimal second (``30.0 s``); run parameters as written
   (``30 s``).
 * counts: whole numbers with separators (``1,648``); averages one decimal.
-* context labels: whole K, 1K = 1024 tokens, rounded down (257,984 -> 251K).
-* anything missing: an em dash.
+* a change between two runs: ``+12.3%`` (the compare page's script gets this
+  rule's constants from js_rules).
 """
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 
-MISSING = "—"
+from rundir.words import HALF_UP_NUDGE, MISSING, is_missing, round_half_up, trim_zero
 
-
-def _missing(value: object) -> bool:
-    if value is None:
-        return True
-    try:
-        return math.isnan(float(value))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return True
-
-
-def _trim(text: str) -> str:
-    return text[:-2] if text.endswith(".0") else text
-
-
-def _round_half_up(value: float, digits: int) -> float:
-    """Round like a person does (2.25 -> 2.3), not banker's rounding on binary noise."""
-    scale = 10**digits
-    return math.floor(abs(value) * scale + 0.5 + 1e-9) / scale * (1 if value >= 0 else -1)
-
-
-def tok_s(value: float | None, *, whole: bool = False) -> str:
-    """Throughput: ``6,216.0`` / ``17.6K`` / ``10K``; ``whole`` gives ``6,216``."""
-    if _missing(value):
-        return MISSING
-    v = float(value)  # type: ignore[arg-type]
-    small = _round_half_up(v, 0 if whole else 1)
-    if abs(small) < 10_000:
-        return f"{small:,.0f}" if whole else f"{small:,.1f}"
-    thousands = _round_half_up(v / 1000, 1)
-    if abs(thousands) < 1000:
-        return _trim(f"{thousands:,.1f}") + "K"
-    return _trim(f"{_round_half_up(v / 1e6, 1):,.1f}") + "M"
+# The percent-change rule, also handed to the compare page's script
+# (js_rules): the page formats a change between two runs it loads, so it
+# cannot be pre-formatted, but its constants come from here.
+PERCENT_DIGITS = 1
+PLUS, MINUS = "+", "\u2212"
 
 
 def ttft(value: float | None) -> str:
     """Time to first token: ``56 ms``, ``1,064 ms``; ``4.8 ms`` below 10 ms."""
-    if _missing(value):
+    if is_missing(value):
         return MISSING
     v = float(value)  # type: ignore[arg-type]
-    if abs(_round_half_up(v, 1)) < 10:
-        return f"{_round_half_up(v, 1):.1f} ms"
-    return f"{_round_half_up(v, 0):,.0f} ms"
+    if abs(round_half_up(v, 1)) < 10:
+        return f"{round_half_up(v, 1):.1f} ms"
+    return f"{round_half_up(v, 0):,.0f} ms"
 
 
 def tbt(value: float | None) -> str:
     """Time between tokens: always one decimal (``4.8 ms``, ``100.6 ms``)."""
-    if _missing(value):
+    if is_missing(value):
         return MISSING
-    return f"{_round_half_up(float(value), 1):,.1f} ms"  # type: ignore[arg-type]
+    return f"{round_half_up(float(value), 1):,.1f} ms"  # type: ignore[arg-type]
 
 
 def seconds(value: float | None) -> str:
     """A measured duration: ``30.0 s``."""
-    if _missing(value):
+    if is_missing(value):
         return MISSING
-    return f"{_round_half_up(float(value), 1):,.1f} s"  # type: ignore[arg-type]
+    return f"{round_half_up(float(value), 1):,.1f} s"  # type: ignore[arg-type]
 
 
 def plain_number(value: float | None) -> str:
     """A configured number as written: 30 -> ``30``, 7.5 -> ``7.5``, 141.0 -> ``141``."""
-    if _missing(value):
+    if is_missing(value):
         return MISSING
     v = float(value)  # type: ignore[arg-type]
     if v == int(v):
         return f"{int(v):,}"
-    return _trim(f"{_round_half_up(v, 2):,.2f}".rstrip("0"))
+    return trim_zero(f"{round_half_up(v, 2):,.2f}".rstrip("0"))
 
 
 def param_seconds(value: float | None) -> str:
     """A configured duration: ``30 s``."""
-    return MISSING if _missing(value) else f"{plain_number(value)} s"
+    return MISSING if is_missing(value) else f"{plain_number(value)} s"
 
 
 def count(value: float | None) -> str:
     """A count of things: ``1,648``."""
-    if _missing(value):
+    if is_missing(value):
         return MISSING
-    return f"{int(_round_half_up(float(value), 0)):,}"  # type: ignore[arg-type]
+    return f"{int(round_half_up(float(value), 0)):,}"  # type: ignore[arg-type]
 
 
 def tokens(value: float | None) -> str:
     """A token budget: ``4,096 tokens``."""
-    return MISSING if _missing(value) else f"{count(value)} tokens"
+    return MISSING if is_missing(value) else f"{count(value)} tokens"
 
 
 def average(value: float | None) -> str:
     """An average count such as average active requests: ``127.4``."""
-    if _missing(value):
+    if is_missing(value):
         return MISSING
-    return f"{_round_half_up(float(value), 1):,.1f}"  # type: ignore[arg-type]
-
-
-def context_label(n_tokens: int | None) -> str:
-    """Whole K rounded down (1K = 1024): 262,144 -> ``256K``, 257,984 -> ``251K``."""
-    if n_tokens is None:
-        return MISSING
-    n = int(n_tokens)
-    if n < 1024:
-        return str(n)
-    return f"{n // 1024}K"  # whole K without separators, as published: 1019K
+    return f"{round_half_up(float(value), 1):,.1f}"  # type: ignore[arg-type]
 
 
 def percent_change(new: float | None, old: float | None) -> str:
     """Change from old to new in percent: ``+12.3%``, ``−4.0%``, ``0.0%``."""
-    if _missing(new) or _missing(old) or float(old) == 0:  # type: ignore[arg-type]
+    if is_missing(new) or is_missing(old) or float(old) == 0:  # type: ignore[arg-type]
         return MISSING
     change = (float(new) - float(old)) / float(old) * 100  # type: ignore[arg-type]
-    r = _round_half_up(change, 1)
+    r = round_half_up(change, PERCENT_DIGITS)
     if r == 0:
-        return "0.0%"
-    sign = "+" if r > 0 else "−"
-    return f"{sign}{abs(r):,.1f}%"
+        return f"{0:.{PERCENT_DIGITS}f}%"
+    return f"{PLUS if r > 0 else MINUS}{abs(r):,.{PERCENT_DIGITS}f}%"
+
+
+def js_rules() -> dict[str, object]:
+    """What the compare page's script needs to write a change exactly as
+    percent_change does: the missing mark, the signs and the digits."""
+    return {"missing": MISSING, "plus": PLUS, "minus": MINUS, "digits": PERCENT_DIGITS,
+            "nudge": HALF_UP_NUDGE}
 
 
 def vram_gb(value: float | None) -> str:
     """Per-GPU memory in a title: ``96GB``, ``141GB``."""
-    return "" if _missing(value) else f"{plain_number(value)}GB"
+    return "" if is_missing(value) else f"{plain_number(value)}GB"
 
 
 def vram_block(per_gpu: float | None, gpu_count: int | None) -> str:
     """VRAM row: ``96 GB``, or ``1128 GB (8 × 141 GB)`` for several GPUs."""
-    if _missing(per_gpu):
+    if is_missing(per_gpu):
         return MISSING
     n = gpu_count or 1
     each = plain_number(per_gpu).replace(",", "")
@@ -192,12 +158,6 @@ def utc_datetime(iso: str | None) -> str:
     if dt is None:
         return text
     return dt.strftime("%Y-%m-%d UTC" if date_only else "%Y-%m-%d %H:%M UTC")
-
-
-def utc_date(iso: str | None) -> str:
-    """Just the UTC day, for sortable index columns: ``2025-11-29``."""
-    text = utc_datetime(iso)
-    return text[:10] if text else ""
 
 
 def range_label(values: list[str]) -> str:

@@ -45,14 +45,6 @@ class RunSource:
         return [self.path / n for n in RUN_FILES if (self.path / n).is_file()]
 
 
-@dataclass
-class BadRun:
-    """A run directory that failed validation; message is one line."""
-
-    path: Path
-    message: str
-
-
 def find_run_dirs(data_dir: Path, exclude: Path | None = None) -> list[Path]:
     """Every directory under data_dir holding a run.yaml, in a stable order.
 
@@ -186,31 +178,3 @@ def one_line(exc: BaseException, where: Path) -> str:
     if isinstance(exc, ContractError) and text:
         return text
     return f"{where}: {type(exc).__name__}: {text}" if text else f"{where}: {type(exc).__name__}"
-
-
-_SLUG_BAD = re.compile(r"[^a-z0-9._-]+")
-
-
-def slugify(text: str, fallback: str = "run") -> str:
-    """A file-name-safe, URL-safe form of a run id or model name."""
-    slug = _SLUG_BAD.sub("-", text.lower()).strip("-.")
-    slug = re.sub(r"-{2,}", "-", slug)
-    if len(slug) > 80:
-        # keep permalinks stable and distinct: a shortened slug ends with a hash of the whole
-        digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
-        slug = f"{slug[:71].strip('-.')}-{digest}"
-    return slug or fallback
-
-
-def unique_slugs(names: list[str], fallback: str = "run") -> list[str]:
-    """Slugs for names, made unique with -2, -3 suffixes in order of appearance."""
-    used: set[str] = set()
-    out = []
-    for name in names:
-        base = slugify(name, fallback)
-        slug, n = base, 2
-        while slug in used:
-            slug, n = f"{base}-{n}", n + 1
-        used.add(slug)
-        out.append(slug)
-    return out

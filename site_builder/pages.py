@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rundir import contract as c
+from rundir import words
 from site_builder import charts as ch
 from site_builder import formats as f
 from site_builder.aggregate import CellResult
@@ -19,19 +20,17 @@ from site_builder.glossary import (
     CACHE_NOTE,
     CLIENT_BOUND_NOTE,
     COUNTS_NOTES,
-    IMPORTED_NOTE,
     MEASUREMENT_HEADERS,
     MEDIANS_NOTE,
     PHASE_LABELS,
     SAMPLE_USE,
-    STATUS_NOTES,
+    imported_note,
 )
 from site_builder.render import Renderer, markdown
 from site_builder.views import RunView, cell_title
 
 TOKEN_COUNTING = {
     c.COUNT_USAGE_CONTINUOUS: "server's cumulative usage on every chunk",
-    c.COUNT_TOKENIZER: "client re-tokenized the streamed text",
     c.COUNT_CHUNKS: "one token per content chunk (fallback)",
 }
 AVG_SOURCE = {"server": "requests in flight − server's waiting gauge",
@@ -73,7 +72,7 @@ class ModelGroup:
 
 def _filesize(n: int | None) -> str:
     if n is None:
-        return f.MISSING
+        return words.MISSING
     size = float(n)
     for unit in ("B", "KB", "MB", "GB"):
         if size < 1024 or unit == "GB":
@@ -85,7 +84,7 @@ def _filesize(n: int | None) -> str:
 def _peak_notes(runs: list[RunView]) -> list[str]:
     """The status notes for the peaks marked on the index and model pages."""
     marked = {r.peak.status for r in runs if r.peak and r.peak_note}
-    return [text for status, text in STATUS_NOTES.items() if status in marked]
+    return [text for status, text in words.STATUS_NOTES.items() if status in marked]
 
 
 def _count_rows(x: CellResult, d: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -129,7 +128,7 @@ class Pages:
         self.r.env.globals.update(
             assets=assets, version=version, phase_labels=PHASE_LABELS,
             headers=MEASUREMENT_HEADERS, cache_note=CACHE_NOTE, medians_note=MEDIANS_NOTE,
-            client_bound_note=CLIENT_BOUND_NOTE, imported_note=IMPORTED_NOTE,
+            client_bound_note=CLIENT_BOUND_NOTE, imported_note=imported_note,
         )
 
     # ---- run ------------------------------------------------------------
@@ -164,7 +163,7 @@ class Pages:
                 ch.timeline_chart(detail),
             ])
         metrics = self._cell_metrics(cell) if cell.has_numbers else []
-        note = STATUS_NOTES.get(cell.status)
+        note = words.STATUS_NOTES.get(cell.status)
         if cell.client_bound:
             note = f"{note} {CLIENT_BOUND_NOTE}" if note else CLIENT_BOUND_NOTE
         return self.r.render(
@@ -181,12 +180,12 @@ class Pages:
     def _cell_metrics(self, x: CellResult) -> list[tuple[str, str, str]]:
         """(term, what it counts, value) of the cell's published numbers."""
         if x.phase == c.PREFILL:
-            return [("Prompt tok/s", "median of the samples used", f.tok_s(x.total_tok_s)),
+            return [("Prompt tok/s", "median of the samples used", words.tok_s(x.total_tok_s)),
                     ("TTFT", "median of the samples used", f.ttft(x.ttft_ms)),
                     ("Completed requests", "cold samples used", f.count(x.completed))]
         return [
-            ("Total tok/s", "", f.tok_s(x.total_tok_s)),
-            ("Per request tok/s", "", f.tok_s(x.per_request_tok_s)),
+            ("Total tok/s", "", words.tok_s(x.total_tok_s)),
+            ("Per request tok/s", "", words.tok_s(x.per_request_tok_s)),
             ("TTFT", "median over the requests", f.ttft(x.ttft_ms)),
             ("Time between tokens", "", f.tbt(x.tbt_ms)),
             ("Average active requests", "", f.average(x.avg_active)),

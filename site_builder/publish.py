@@ -8,7 +8,9 @@ the site-wide ones, nothing else. Links are relative everywhere, so the
 folder works from file://, GitHub Pages, S3 or nginx as it is.
 
 Big builds spread the per-run work (aggregate, render) over worker processes
-(`workers`). A rebuild stays fast at hundreds of real-size runs: file digests are reused
+(`workers`); small ones do it here, through the same functions
+(`workers.aggregate_one`, `runpages.write_run`), into the same `SiteWriter`.
+A rebuild stays fast at hundreds of real-size runs: file digests are reused
 while a run's files keep their size, times and inode (digests.json in the
 build cache, which lives outside the published folder: `sitewriter`),
 cached runs load only their cells (their drill-down details are read only
@@ -18,9 +20,7 @@ raw files are copied by the kernel (shutil.copyfile), not through Python.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import threading
 from concurrent.futures import Future
@@ -34,17 +34,25 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rundir.contract import RUN_YAML, ContractError
+from rundir.slugs import unique_slugs
 from site_builder import charts as ch
-from site_builder import load, workers
-from site_builder.aggregate import AggregateCache, aggregate_run, code_salt
+from site_builder import load, runpages, workers
+from site_builder.aggregate import AggregateCache, code_salt
+from site_builder.glossary import body_without_glossary, methodology_path
 from site_builder.pages import ModelGroup, Pages
-from site_builder.render import Renderer, json_script, templates_dir
-from site_builder.sitewriter import SiteError, SiteWriter, default_cache_dir
+from site_builder.render import Renderer, json_script
+from site_builder.sitewriter import (
+    AGGREGATES,
+    DIGESTS,
+    SiteError,
+    SiteWriter,
+    default_cache_dir,
+    digest,
+    save,
+)
 from site_builder.views import RunView
 
 STATIC = "static"
-AGGREGATES = "aggregates"  # in the build cache
-DIGESTS = "digests.json"  # in the build cache
 # What a build writes at the top of --out: a --data folder there would be overwritten.
 BUILDER_NAMES = ("runs", "models", STATIC, "data", "index.html", "compare.html",
                  "downloads.html", "methodology.html", "index.json", "index.csv", ".cache")
@@ -55,10 +63,6 @@ def version() -> str:
         return metadata.version("speed-matrix")
     except metadata.PackageNotFoundError:  # running from a checkout without install
         return "dev"
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass
@@ -92,7 +96,7 @@ def write_assets(writer: SiteWriter, folder: Path) -> dict[str, str]:
     for key, name in names.items():
         data = (static / name).read_bytes()
         stem, ext = name.rsplit(".", 1)
-        rel = f"{STATIC}/{stem}.{_sha(data)[:10]}.{ext}"
+        rel = f"{STATIC}/{stem}.{digest(data)[:10]}.{ext}"
         writer.write(rel, data)
         assets[key] = rel
     bundle = f"{STATIC}/{ch.bundle_name()}"
@@ -114,36 +118,10 @@ def _fingerprint(renderer: Renderer, assets: dict[str, str], methodology: str) -
 
 
 def methodology_text(path: Path | None = None) -> str:
-    """docs/methodology.md when the project has one, else the builder's own text."""
-    candidates = [path] if path else [templates_dir().parent / "docs" / "methodology.md",
-                                      Path.cwd() / "docs" / "methodology.md"]
-    for p in candidates:
-        if p is not None and p.is_file():
-            return p.read_text(encoding="utf-8")
-    return (templates_dir() / "methodology.md").read_text(encoding="utf-8")
-
-
-def _csv(rows: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    if rows:
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-    return buf.getvalue()
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def _aggregate_here(src: load.RunSource, cache: AggregateCache) -> tuple[str, Any, Any]:
-    try:
-        data = load.load_run(src)
-        agg = aggregate_run(data, src.digest)
-        cache.put(agg)
-    except Exception as exc:  # one bad run must never stop the others
-        return "error", load.one_line(exc, src.path), None
-    return "ok", data.info, agg
+    """The methodology page's text: the given file, else the builder's own
+    methodology (never the current folder's docs/); its Glossary section is
+    left to the page's list of terms."""
+    return body_without_glossary((path or methodology_path()).read_text(encoding="utf-8"))
 
 
 def _load_all(sources: list[load.RunSource], cache: AggregateCache, report: BuildReport,
@@ -165,7 +143,8 @@ def _load_all(sources: list[load.RunSource], cache: AggregateCache, report: Buil
                 done.append(future)
                 continue
             else:
-                done.append(_aggregate_here(src, cache))
+                done.append(workers.aggregate_one(str(src.path), src.digest, str(cache.folder),
+                                                  keep_details=True))
         except Exception as exc:  # one bad run must never stop the others
             done.append(("error", load.one_line(exc, src.path), None))
         progress.advance(task)
@@ -173,7 +152,8 @@ def _load_all(sources: list[load.RunSource], cache: AggregateCache, report: Buil
     for src, item in zip(sources, done, strict=True):  # in source order, like in-process
         if isinstance(item, Future):
             item = pool.result(item) if pool is not None else None
-            item = item or _aggregate_here(src, cache)  # no worker: do it here
+            item = item or workers.aggregate_one(  # no worker: do it here
+                str(src.path), src.digest, str(cache.folder), keep_details=True)
         kind, info, agg = item
         if kind == "error":
             report.errors.append(info)
@@ -193,7 +173,7 @@ def _views(loaded: list[tuple[load.RunSource, Any, Any]], report: BuildReport) -
             continue
         seen[info.run_id] = src.path
         kept.append((src, info, agg))
-    slugs = load.unique_slugs([info.run_id for _, info, _ in kept])
+    slugs = unique_slugs([info.run_id for _, info, _ in kept])
     views = []
     for (src, info, agg), slug in zip(kept, slugs, strict=True):
         try:
@@ -210,7 +190,7 @@ def _models(views: list[RunView]) -> list[ModelGroup]:
     for v in views:
         groups.setdefault(v.model.lower(), []).append(v)
     names = sorted(groups)
-    slugs = load.unique_slugs([groups[n][0].model for n in names], fallback="model")
+    slugs = unique_slugs([groups[n][0].model for n in names], fallback="model")
     out = []
     for name, slug in zip(names, slugs, strict=True):
         runs = sorted(groups[name], key=lambda r: (r.hardware.lower(), r.run_id))
@@ -218,40 +198,6 @@ def _models(views: list[RunView]) -> list[ModelGroup]:
             r.model_slug = slug
         out.append(ModelGroup(runs[0].model, slug, runs))
     return out
-
-
-def _details(cache: AggregateCache, run: RunView, src_dir: Path) -> dict[str, Any]:
-    """A cached run's drill-down details; aggregated again if the cache lost them."""
-    try:
-        return cache.details(run.agg.digest)
-    except (OSError, ValueError):
-        agg = aggregate_run(load.load_run(load.RunSource(src_dir, run.agg.digest)),
-                            run.agg.digest)
-        cache.put(agg)
-        return agg.details
-
-
-def _write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str, src_dir: Path,
-               cache: AggregateCache | None = None) -> None:
-    base = f"runs/{run.slug}"
-    key = _sha(f"{fp}|{run.agg.digest}|{run.slug}|{run.model_slug}".encode())
-    if not writer.is_current(f"{base}/index.html", key):
-        writer.write(f"{base}/index.html", pages.run_page(run), key)
-    cell_rels = [f"{base}/cells/{x.key}.html" for x in run.agg.cells if x.has_detail]
-    if not all(writer.is_current(rel, key) for rel in cell_rels):
-        if not run.agg.details and cell_rels and cache is not None:
-            run.agg.details = _details(cache, run, src_dir)  # a cached run: load on demand
-        for name, html in pages.cell_pages(run):
-            writer.write(f"{base}/cells/{name}", html, key)
-    run.agg.details = {}  # written: free the memory (site-wide pages need cells only)
-    records = run.cell_records()
-    writer.write(f"{base}/cells.csv", _csv(records))
-    writer.write(f"{base}/cells.json", _json({"run": {**run.record(), "info": run.info.to_dict()},
-                                              "cells": records}))
-    writer.write(f"{base}/data.js", "(window.SPEED_MATRIX_RUNS = window.SPEED_MATRIX_RUNS || {})"
-                 f"[{json_script(run.slug)}] = {json_script(run.compare_data())};\n")
-    for name, _size in run.raw_files:
-        writer.copy(f"{base}/raw/{name}", src_dir / name, _sha(f"{run.agg.digest}|{name}".encode()))
 
 
 def check_folders(data: Path, out: Path, cache_dir: Path) -> None:
@@ -290,11 +236,9 @@ def _render_runs(views: list[RunView], writer: SiteWriter, pages: Pages, fp: str
         try:
             got = pool.result(future) if pool is not None and future is not None else None
             if got is None:  # in-process (small build, or no worker could start)
-                _write_run(writer, pages, run, fp, Path(run.source_dir), cache)
+                runpages.write_run(writer, pages, run, fp, cache)
             else:
-                writer.new.update(got[0])
-                writer.written += got[1]
-                writer.unchanged += got[2]
+                writer.merge(got)
         except SiteError:
             raise  # the output folder itself: no other run can be written either
         except Exception as exc:  # one run's pages must never stop the others
@@ -306,6 +250,107 @@ def _render_runs(views: list[RunView], writer: SiteWriter, pages: Pages, fp: str
             report.published.append(run.run_id)
         bar.advance(task)
     return done
+
+
+def _sources(data_dir: Path, out: Path, cache_dir: Path) -> tuple[dict, list[load.RunSource]]:
+    """(known file digests, run sources): the folders checked first, then the runs
+    found, each run's digest reused from the last build while its files are unchanged."""
+    if Path(data_dir).is_dir():
+        check_folders(Path(data_dir), out, cache_dir)
+    try:
+        known = json.loads((cache_dir / DIGESTS).read_text("utf-8"))
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    sources = load.discover(Path(data_dir), salt=code_salt(), exclude=out, known=known)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SiteError(f"--out {out}: cannot create ({exc.strerror or exc})") from None
+    return known, sources
+
+
+def _start_bundle(out: Path) -> threading.Thread | None:
+    """Start building the Vega bundle when --out lacks it: vl-convert takes seconds
+    and releases the GIL, so it runs alongside the aggregation instead of after it."""
+    if (out / STATIC / ch.bundle_name()).is_file():
+        return None
+    bundle = threading.Thread(target=ch.bundle_js, daemon=True)
+    bundle.start()
+    return bundle
+
+
+def _published_only(views: list[RunView], models: list[ModelGroup],
+                    done: list[RunView]) -> tuple[list[RunView], list[ModelGroup]]:
+    """Runs and models less the runs that failed to render. Slugs stay as they
+    were given (pages already written link to them)."""
+    if len(done) == len(views):
+        return views, models
+    kept = [ModelGroup(m.name, m.slug, [r for r in m.runs if r in done]) for m in models]
+    return done, [m for m in kept if m.runs]
+
+
+def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
+                models: list[ModelGroup], fp: str, text: str, bar: Progress) -> None:
+    """The pages and files that cover every run: model pages (keyed, so only a
+    model whose runs changed is rendered again), index, compare, downloads,
+    methodology and the index data."""
+    task = bar.add_task("Site pages", total=len(models) + 6)
+    for m in models:
+        rel = f"models/{m.slug}.html"
+        key = digest("|".join([fp, m.slug, *(f"{r.agg.digest}:{r.slug}" for r in m.runs)])
+                     .encode())
+        if not writer.is_current(rel, key):
+            writer.write(rel, pages.model_page(m), key)
+        bar.advance(task)
+    records = [r.record() for r in views]
+    index = {"generator": f"speed-matrix {version()}", "runs": records}
+    writer.write("index.html", pages.index_page(views, models))
+    writer.write("compare.html", pages.compare_page(views))
+    writer.write("downloads.html", pages.downloads_page(views))
+    writer.write("methodology.html", pages.methodology_page(text))
+    writer.write("index.json", runpages.json_text(index))
+    writer.write("index.csv", runpages.csv_text(records))
+    writer.write("data/index.js", f"window.SPEED_MATRIX_INDEX = {json_script(index)};\n")
+    bar.advance(task, 6)
+
+
+def _publish(views: list[RunView], writer: SiteWriter, cache: AggregateCache,
+             pool: workers.Pool | None, bundle: threading.Thread | None,
+             methodology: Path | None, report: BuildReport, bar: Progress) -> bool:
+    """Write the site for the loaded runs: assets, each run's pages (in workers
+    when there is a pool), then the site-wide pages over the runs that rendered.
+    False when no run could be rendered (nothing site-wide is written then)."""
+    models = _models(views)
+    if bundle is not None:
+        bundle.join()
+    renderer = Renderer()
+    assets = write_assets(writer, renderer.folder)
+    text = methodology_text(methodology)
+    fp = _fingerprint(renderer, assets, text)
+    pages = Pages(renderer, ch.SvgRenderer(), assets, version())
+    done = _render_runs(views, writer, pages, fp, cache, pool, assets, report, bar)
+    views, models = _published_only(views, models, done)
+    if not views:
+        return False
+    _site_pages(writer, pages, views, models, fp, text, bar)
+    return True
+
+
+def _finish(writer: SiteWriter, cache: AggregateCache, sources: list[load.RunSource],
+            known: dict, cache_dir: Path, report: BuildReport) -> None:
+    """Delete what the last build wrote and this one did not, save the manifest and
+    the digests, drop cached aggregates of runs that are gone; fill in the report."""
+    writer.finish()
+    if writer.ignored:
+        shown = ", ".join(repr(r) for r in writer.ignored[:3])
+        more = f" and {len(writer.ignored) - 3} more" if len(writer.ignored) > 3 else ""
+        report.warnings.append(f"{writer.manifest_path}: ignored {len(writer.ignored)} "
+                               f"path(s) outside --out or inside --data: {shown}{more}")
+    cache.prune({s.digest for s in sources})
+    save(cache_dir / DIGESTS, json.dumps(known, sort_keys=True).encode())
+    report.written, report.unchanged, report.removed = (
+        writer.written, writer.unchanged, writer.removed)
 
 
 def build_site(
@@ -331,78 +376,17 @@ def build_site(
     out = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(out)
     report = BuildReport(out)
-    if Path(data_dir).is_dir():
-        check_folders(Path(data_dir), out, cache_dir)
-    digests_path = cache_dir / DIGESTS
-    try:
-        known = json.loads(digests_path.read_text("utf-8"))
-        known = known if isinstance(known, dict) else {}
-    except (OSError, ValueError):
-        known = {}
-    sources = load.discover(Path(data_dir), salt=code_salt(), exclude=out, known=known)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SiteError(f"--out {out}: cannot create ({exc.strerror or exc})") from None
+    known, sources = _sources(Path(data_dir), out, cache_dir)
     cache = AggregateCache(cache_dir / AGGREGATES)
     writer = SiteWriter(out, cache_dir, protect=(Path(data_dir),))
-    bundle = None
-    if not (out / STATIC / ch.bundle_name()).is_file():
-        # vl-convert takes seconds to build the Vega bundle and releases the GIL:
-        # build it alongside the aggregation instead of after it.
-        bundle = threading.Thread(target=ch.bundle_js, daemon=True)
-        bundle.start()
-    renderer = Renderer()
-    svg = ch.SvgRenderer()
+    bundle = _start_bundle(out)
     jobs = workers.default_jobs() if jobs is None else jobs
     todo = [s.path for s in sources if not cache.has(s.digest)]
     pool = workers.Pool(jobs) if jobs > 1 and workers.worth_it(todo) else None
     with pool or nullcontext(), _progress(progress) as bar:
-        loaded = _load_all(sources, cache, report, bar, pool)
-        views = _views(loaded, report)
-        if not views:
+        views = _views(_load_all(sources, cache, report, bar, pool), report)
+        if not views or not _publish(views, writer, cache, pool, bundle, methodology,
+                                     report, bar):
             return report
-        models = _models(views)
-        if bundle is not None:
-            bundle.join()
-        assets = write_assets(writer, renderer.folder)
-        text = methodology_text(methodology)
-        fp = _fingerprint(renderer, assets, text)
-        pages = Pages(renderer, svg, assets, version())
-        done = _render_runs(views, writer, pages, fp, cache, pool, assets, report, bar)
-        if len(done) < len(views):  # keep every slug (pages already link to them)
-            models = [ModelGroup(m.name, m.slug, [r for r in m.runs if r in done])
-                      for m in models]
-            models = [m for m in models if m.runs]
-            views = done
-        if not views:
-            return report
-        task = bar.add_task("Site pages", total=len(models) + 6)
-        for m in models:
-            rel = f"models/{m.slug}.html"
-            key = _sha("|".join([fp, m.slug, *(f"{r.agg.digest}:{r.slug}" for r in m.runs)])
-                       .encode())
-            if not writer.is_current(rel, key):
-                writer.write(rel, pages.model_page(m), key)
-            bar.advance(task)
-        records = [r.record() for r in views]
-        index = {"generator": f"speed-matrix {version()}", "runs": records}
-        writer.write("index.html", pages.index_page(views, models))
-        writer.write("compare.html", pages.compare_page(views))
-        writer.write("downloads.html", pages.downloads_page(views))
-        writer.write("methodology.html", pages.methodology_page(text))
-        writer.write("index.json", _json(index))
-        writer.write("index.csv", _csv(records))
-        writer.write("data/index.js", f"window.SPEED_MATRIX_INDEX = {json_script(index)};\n")
-        bar.advance(task, 6)
-    writer.finish()
-    if writer.ignored:
-        shown = ", ".join(repr(r) for r in writer.ignored[:3])
-        more = f" and {len(writer.ignored) - 3} more" if len(writer.ignored) > 3 else ""
-        report.warnings.append(f"{writer.manifest_path}: ignored {len(writer.ignored)} "
-                               f"path(s) outside --out or inside --data: {shown}{more}")
-    cache.prune({s.digest for s in sources})
-    writer._atomic(digests_path, json.dumps(known, sort_keys=True).encode())
-    report.written, report.unchanged, report.removed = (
-        writer.written, writer.unchanged, writer.removed)
+    _finish(writer, cache, sources, known, cache_dir, report)
     return report

@@ -3,9 +3,9 @@
 Autoescape is on for every template; the only markup that reaches a page
 unescaped is (a) HTML we build from Markdown with raw HTML disabled and
 links sanitised, (b) JSON for <script type="application/json"> with `<`,
-`>` and `&` escaped so it can never close its element, and (c) SVG from
-vl-convert that `charts` has checked. Images in notes become plain links:
-loading one would be a request to another origin.
+`>` and `&` escaped so it can never close its element, and (c) the no-JS
+SVG charts that `fallback` draws in Python with every string escaped. Images
+in notes become plain links: loading one would be a request to another origin.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import jinja2
 from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
+from rundir import words
+from rundir.slugs import slugify
 from site_builder import formats as f
-from site_builder.glossary import STATUS_LABELS, TERM_BY_NAME, TERMS
+from site_builder.glossary import TERM_BY_NAME, TERMS
 
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
 
@@ -41,11 +43,6 @@ def _validate_link(url: str) -> bool:
         return True
     scheme = re.match(r"^([a-z][a-z0-9+.-]*):", u)
     return scheme is None  # relative or fragment
-
-
-def _slug(text: str) -> str:
-    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    return s or "section"
 
 
 _BLOCK_ID = re.compile(r"\{#([a-z][a-z0-9-]*)\}[ \t]*")
@@ -80,7 +77,7 @@ def _heading_ids(prefix: str, shift: int):
             if tok.type in ("heading_open", "heading_close") and shift:
                 tok.tag = f"h{min(6, int(tok.tag[1]) + shift)}"
             if tok.type == "heading_open" and i + 1 < len(tokens):
-                base = prefix + _slug(tokens[i + 1].content)
+                base = prefix + slugify(tokens[i + 1].content, "section")
                 n = seen.get(base, 0)
                 seen[base] = n + 1
                 tok.attrSet("id", base if not n else f"{base}-{n + 1}")
@@ -165,21 +162,22 @@ class Renderer:
             keep_trailing_newline=True,
         )
         self.env.filters.update(
-            tok_s=f.tok_s,
-            tok_s_whole=lambda v: f.tok_s(v, whole=True),
+            tok_s=words.tok_s,
+            tok_s_whole=lambda v: words.tok_s(v, whole=True),
             ttft=f.ttft,
             tbt=f.tbt,
             seconds=f.seconds,
             count=f.count,
             average=f.average,
-            ctx=f.context_label,
+            ctx=words.context_label,
             pct=f.percent_change,
             utc=f.utc_datetime,
-            status=lambda s: STATUS_LABELS.get(s, s),
+            status=words.status_label,
             json_script=json_script,
             markdown=markdown,
         )
-        self.env.globals.update(term=_term_link, TERMS=TERMS, MISSING=f.MISSING)
+        self.env.globals.update(term=_term_link, TERMS=TERMS, MISSING=words.MISSING,
+                                FORMAT_RULES=f.js_rules())
         self.env.globals.update(globals_ or {})
 
     def render(self, template: str, *, depth: int, **context: Any) -> str:

@@ -12,19 +12,29 @@ outside --out stops the build with one line (SiteError).
 
 The cache (manifest, digests, aggregates) lives outside the published
 tree: by default next to --out as `.<name>-build-cache/` (docs/site.md).
+
+Every file goes through rundir.io.atomic_write (one fsync/permission policy
+for the whole project). A worker process writes a run's pages with its own
+SiteWriter and hands back a `Tally` the parent `merge`s, so the manifest
+the parent saves names every file of the build.
 """
 
 from __future__ import annotations
 
 import filecmp
 import hashlib
-import itertools
 import json
 import os
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-MANIFEST = "manifest.json"
+from rundir.io import atomic_write
+
+MANIFEST = "manifest.json"  # in the build cache: what the last build wrote
+DIGESTS = "digests.json"  # in the build cache: file signatures -> content digests
+AGGREGATES = "aggregates"  # in the build cache: per-run aggregates (AggregateCache)
 LEGACY_CACHE = ".cache"  # where builds before issue 9 kept the cache: inside --out
 
 
@@ -56,23 +66,8 @@ def plain_relative(rel: object) -> bool:
     return not p.is_absolute() and ".." not in p.parts and p.parts[0] not in ("", ".")
 
 
-_SEQUENCE = itertools.count()
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-
-
-def _exclusive_tmp(path: Path) -> tuple[int, Path]:
-    """A new, empty temporary sibling of path that nobody else could have made:
-    an existing name (or a planted symlink) is skipped, never written through."""
-    for _ in range(1000):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_SEQUENCE)}.tmp")
-        try:
-            return os.open(tmp, _CREATE, 0o666), tmp  # the umask applies, as for any file
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name beside {path}")
-
-
-def _sha(data: bytes) -> str:
+def digest(data: bytes) -> str:
+    """sha256 hex of data: the key of a file written from its content."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -93,6 +88,29 @@ def _read_manifest(path: Path) -> tuple[dict[str, str], list[str]]:
         else:
             bad.append(rel if isinstance(rel, str) else repr(rel))
     return good, bad
+
+
+@dataclass
+class Tally:
+    """What a writer did since its last reset: the manifest entries of the files
+    it wrote or found current, and how many of each. Picklable: a worker
+    returns it and the parent merges it."""
+
+    entries: dict[str, str] = field(default_factory=dict)
+    written: int = 0
+    unchanged: int = 0
+
+
+def _cannot_write(path: Path, exc: OSError) -> SiteError:
+    return SiteError(f"{path}: cannot write ({exc.strerror or exc})")
+
+
+def save(path: Path, data: bytes) -> None:
+    """Write a build-cache file (manifest, digests) atomically; SiteError, one line."""
+    try:
+        atomic_write(path, lambda tmp: tmp.write_bytes(data))
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
 
 
 class SiteWriter:
@@ -126,27 +144,27 @@ class SiteWriter:
             self._safe_dirs.add(folder)
         return path
 
-    def _replace(self, path: Path, fill) -> None:  # noqa: ANN001 - fill(tmp_path) writes it
-        """Write path through a fresh temporary sibling and a rename. The temporary
-        name is created exclusively (O_EXCL, no symlink followed), like mkstemp
-        but without its cost per file (a build writes thousands)."""
+    def _replace(self, path: Path, fill: Callable[[Path], None]) -> None:
+        """Write path through rundir.io.atomic_write; OSError becomes SiteError."""
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = _exclusive_tmp(path)
+            atomic_write(path, fill)
         except OSError as exc:
-            raise SiteError(f"{path}: cannot write ({exc.strerror or exc})") from None
-        os.close(fd)
-        try:
-            fill(tmp)
-            os.replace(tmp, path)
-        except OSError as exc:
-            raise SiteError(f"{path}: cannot write ({exc.strerror or exc})") from None
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+            raise _cannot_write(path, exc) from None
 
-    def _atomic(self, path: Path, data: bytes) -> None:
-        self._replace(path, lambda tmp: tmp.write_bytes(data))
+    def reset(self) -> None:
+        """Start a new tally (a worker does, before each run it writes)."""
+        self.new, self.written, self.unchanged = {}, 0, 0
+
+    def tally(self) -> Tally:
+        """The files written or found current since the last reset."""
+        return Tally(dict(self.new), self.written, self.unchanged)
+
+    def merge(self, tally: Tally) -> None:
+        """Count another writer's files as this build's (a worker's run pages):
+        they go into the manifest, so the next build neither rewrites nor deletes them."""
+        self.new.update(tally.entries)
+        self.written += tally.written
+        self.unchanged += tally.unchanged
 
     def is_current(self, rel: str, key: str) -> bool:
         """True (and recorded) when rel was written from the same key and is still there."""
@@ -158,9 +176,11 @@ class SiteWriter:
         return False
 
     def write(self, rel: str, data: str | bytes, key: str | None = None) -> None:
+        """Write data to out/rel unless the same bytes are there (a host syncing
+        the folder then uploads only what moved); key defaults to the content's digest."""
         raw = data.encode("utf-8") if isinstance(data, str) else data
         path = self._target(rel)
-        self.new[rel] = key or _sha(raw)
+        self.new[rel] = key or digest(raw)
         try:
             same = path.stat().st_size == len(raw) and path.read_bytes() == raw
         except OSError:
@@ -168,7 +188,7 @@ class SiteWriter:
         if same:
             self.unchanged += 1
             return
-        self._atomic(path, raw)
+        self._replace(path, lambda tmp: tmp.write_bytes(raw))
         self.written += 1
 
     def copy(self, rel: str, src: Path, key: str) -> None:
@@ -230,7 +250,7 @@ class SiteWriter:
                 except OSError:
                     break
                 parent = parent.parent
-        self._atomic(self.manifest_path, json.dumps(self.new, indent=0, sort_keys=True).encode())
+        save(self.manifest_path, json.dumps(self.new, indent=0, sort_keys=True).encode())
         self._drop_legacy_cache()
 
     def _drop_legacy_cache(self) -> None:
@@ -238,11 +258,11 @@ class SiteWriter:
         legacy = self.out / LEGACY_CACHE
         if not legacy.is_dir() or legacy.is_symlink() or not inside(legacy, self.root):
             return
-        for name in (MANIFEST, "digests.json"):
+        for name in (MANIFEST, DIGESTS):
             item = legacy / name
             if item.is_file() and not item.is_symlink():
                 item.unlink()
-        aggregates = legacy / "aggregates"
+        aggregates = legacy / AGGREGATES
         if aggregates.is_dir() and not aggregates.is_symlink():
             shutil.rmtree(aggregates, ignore_errors=True)
         try:

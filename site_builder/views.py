@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rundir import contract as c
+from rundir import words
 from rundir.contract import RunInfo
 from site_builder import formats as f
 from site_builder.aggregate import CellResult, RunAggregate
-from site_builder.glossary import STATUS_LABELS, STATUS_NOTES, status_label
 
 _CODES = {
     "fixed_duration": "Fixed duration",
@@ -138,15 +138,15 @@ class RunView:
         ctx, lv = self.decode_contexts, self.levels
         if not ctx:
             return ""
-        ctx_range = f.range_label([f.context_label(ctx[0]), f.context_label(ctx[-1])]
-                                  if len(ctx) > 1 else [f.context_label(ctx[0])])
+        ctx_range = f.range_label([words.context_label(ctx[0]), words.context_label(ctx[-1])]
+                                  if len(ctx) > 1 else [words.context_label(ctx[0])])
         lv_range = f.range_label([str(lv[0]), str(lv[-1])] if len(lv) > 1 else [str(lv[0])])
         return (f"{_plural(len(ctx), 'context')} ({ctx_range}) × "
                 f"{_plural(len(lv), 'concurrency level')} ({lv_range})")
 
     @property
     def prefill_summary(self) -> str:
-        labels = [f.context_label(x) for x in self.prefill_contexts]
+        labels = [words.context_label(x) for x in self.prefill_contexts]
         return "prefill at " + ", ".join(labels) if labels else ""
 
     @property
@@ -225,7 +225,7 @@ class RunView:
     def status_notes(self, cells: list[CellResult]) -> list[str]:
         """The notes explaining each status that appears in cells, in the seeds' order."""
         present = {x.status for x in cells}
-        return [text for status, text in STATUS_NOTES.items() if status in present]
+        return [text for status, text in words.STATUS_NOTES.items() if status in present]
 
     @property
     def any_client_bound(self) -> bool:
@@ -250,7 +250,7 @@ class RunView:
         """The status word shown beside the peak when its cell is not Valid
         (``Requests queued``), as the run page's matrix marks that cell; else empty."""
         pk = self.peak
-        return status_label(pk.status) if pk and pk.status != c.VALID else ""
+        return words.status_label(pk.status) if pk and pk.status != c.VALID else ""
 
     @property
     def measured_date(self) -> str:
@@ -289,7 +289,7 @@ class RunView:
             "peak_context": pk.context if pk else None,
             "peak_concurrency": pk.concurrency if pk else None,
             "peak_status": pk.status if pk else None,
-            "peak_status_label": status_label(pk.status) if pk else None,
+            "peak_status_label": words.status_label(pk.status) if pk else None,
             "prefill_8k_tok_s": pf.total_tok_s if pf else None,
             "page": self.page,
             "cells_json": f"runs/{self.slug}/cells.json",
@@ -305,10 +305,10 @@ class RunView:
                 "run_id": self.run_id,
                 "phase": x.phase,
                 "context": x.context,
-                "context_label": f.context_label(x.context),
+                "context_label": words.context_label(x.context),
                 "concurrency": x.concurrency,
                 "status": x.status,
-                "status_label": STATUS_LABELS.get(x.status, x.status),
+                "status_label": words.status_label(x.status),
                 "reason": x.reason,
                 "client_bound": x.client_bound,
                 "total_tok_s": x.total_tok_s,
@@ -329,7 +329,7 @@ class RunView:
     def compare_data(self) -> dict[str, Any]:
         """The compact per-cell numbers the A/B page needs (loaded as data.js).
 
-        Each value comes with its text already formatted by formats.py, as the
+        Each value comes with its text already formatted (rundir/words.py, formats.py), as the
         run page shows it (prefill prompt tok/s whole, like the prefill list),
         so the page's script never re-implements the number rules."""
         cells = []
@@ -337,9 +337,9 @@ class RunView:
             prefill = x.phase == c.PREFILL
             cells.append([
                 x.phase, x.context, x.concurrency, x.status, x.total_tok_s,
-                x.per_request_tok_s, x.ttft_ms, x.tbt_ms, f.context_label(x.context),
-                status_label(x.status), f.tok_s(x.total_tok_s, whole=prefill),
-                f.tok_s(x.per_request_tok_s), f.ttft(x.ttft_ms), f.tbt(x.tbt_ms)])
+                x.per_request_tok_s, x.ttft_ms, x.tbt_ms, words.context_label(x.context),
+                words.status_label(x.status), words.tok_s(x.total_tok_s, whole=prefill),
+                words.tok_s(x.per_request_tok_s), f.ttft(x.ttft_ms), f.tbt(x.tbt_ms)])
         return {"slug": self.slug, "run_id": self.run_id, "title": self.title,
                 "engine": self.engine_summary, "page": self.page,
                 "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS], "cells": cells}
@@ -355,10 +355,9 @@ COMPARE_TEXT_FIELDS = ["context_label", "status_label", "total_tok_s_text",
 def cell_title(x: CellResult) -> str:
     """``8K context × 16 requests at once`` / ``Prefill at 8K``."""
     if x.phase == c.PREFILL:
-        return f"Prefill at {f.context_label(x.context)} context"
+        return f"Prefill at {words.context_label(x.context)} context"
     word = "request" if x.concurrency == 1 else "requests"
-    return f"{f.context_label(x.context)} context × {x.concurrency} {word} at once"
+    return f"{words.context_label(x.context)} context × {x.concurrency} {word} at once"
 
 
-__all__ = ["RunView", "MatrixRow", "cell_title", "humanize", "model_name", "hardware_label",
-           "status_label"]
+__all__ = ["RunView", "MatrixRow", "cell_title", "humanize", "model_name", "hardware_label"]

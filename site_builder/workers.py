@@ -7,7 +7,9 @@ spread over worker processes (spawned: no fork of a process that may hold
 vl-convert's threads). Small builds (the tests, a rebuild after adding one
 run) stay in-process, since starting a worker costs about half a second.
 Results are put back in the order the in-process build produces them, so
-the report and every page are the same either way.
+the report and every page are the same either way: the build process runs
+the very same `aggregate_one` and `runpages.write_run` when it does a run
+itself.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from rundir.contract import REQUESTS_FILE
+from site_builder import charts, load, runpages
+from site_builder.aggregate import AggregateCache, aggregate_run
+from site_builder.pages import Pages
+from site_builder.render import Renderer
+from site_builder.sitewriter import AGGREGATES, SiteWriter, Tally
 
 JOBS_ENV = "SPEED_MATRIX_JOBS"  # worker processes; 1 keeps everything in-process
 MIN_PARALLEL_BYTES = 48 << 20  # raw chunks to aggregate before workers pay off (~3 real runs)
@@ -86,14 +93,16 @@ class Pool:
             return None
 
 
-def aggregate_one(path: str, digest: str, cache_folder: str) -> tuple[str, Any, Any]:
+def aggregate_one(path: str, digest: str, cache_folder: str,
+                  keep_details: bool = False) -> tuple[str, Any, Any]:
     """Read, validate and aggregate one run, caching its aggregate (details on disk).
 
-    Returns ("ok", info, aggregate without details) or ("error", one line, None).
+    The one way a run is aggregated, in a worker or in the build process.
+    Returns ("ok", info, aggregate) or ("error", one line, None). A worker
+    drops the details (the parent needs cells only, and pages read details
+    from the cache); the build process keeps them (keep_details) to render
+    the run's pages without reading them back.
     """
-    from site_builder import load
-    from site_builder.aggregate import AggregateCache, aggregate_run
-
     src = load.RunSource(Path(path), digest)
     try:
         data = load.load_run(src)
@@ -101,7 +110,8 @@ def aggregate_one(path: str, digest: str, cache_folder: str) -> tuple[str, Any, 
         AggregateCache(Path(cache_folder)).put(agg)
     except Exception as exc:  # one bad run must never stop the others
         return "error", load.one_line(exc, src.path), None
-    agg.details = {}  # the parent needs cells only; pages read details from the cache
+    if not keep_details:
+        agg.details = {}
     return "ok", data.info, agg
 
 
@@ -109,21 +119,14 @@ _STATE: dict[str, Any] = {}
 
 
 def render_one(out: str, cache_dir: str, assets: dict[str, str], version: str, fp: str,
-               run: Any) -> tuple[dict[str, str], int, int]:
-    """Write one run's pages and files; return (manifest entries, written, unchanged)."""
-    from site_builder import charts as ch
-    from site_builder.aggregate import AggregateCache
-    from site_builder.pages import Pages
-    from site_builder.publish import AGGREGATES, _write_run
-    from site_builder.render import Renderer
-    from site_builder.sitewriter import SiteWriter
-
+               run: Any) -> Tally:
+    """Write one run's pages and files; return what was written, for the parent to merge."""
     key = (out, cache_dir, tuple(sorted(assets.items())), version)
     if _STATE.get("key") != key:  # once per worker and build
-        _STATE.update(key=key, pages=Pages(Renderer(), ch.SvgRenderer(), assets, version),
+        _STATE.update(key=key, pages=Pages(Renderer(), charts.SvgRenderer(), assets, version),
                       writer=SiteWriter(Path(out), Path(cache_dir)),
                       cache=AggregateCache(Path(cache_dir) / AGGREGATES))
     writer = _STATE["writer"]
-    writer.new, writer.written, writer.unchanged = {}, 0, 0
-    _write_run(writer, _STATE["pages"], run, fp, Path(run.source_dir), _STATE["cache"])
-    return writer.new, writer.written, writer.unchanged
+    writer.reset()
+    runpages.write_run(writer, _STATE["pages"], run, fp, _STATE["cache"])
+    return writer.tally()

@@ -506,7 +506,8 @@ def make_seed_run(path: Path, text: str, *, run_id: str, info: dict | None = Non
                              info=_merge(seed["info"], info), source_file=f"{run_id}.txt")
 
 
-# The published page of Qwen3.5-4B BF16 on one RTX PRO 6000 (../shared/seeds), verbatim.
+# The published page of Qwen3.5-4B BF16 on one RTX PRO 6000, verbatim (the same text as
+# tests/data/import/seeds/qwen3.5-4b-bf16-rtxpro6000.txt; tests/test_site_seed.py checks).
 QWEN_SEED_TEXT = """Speed test matrix
 Qwen3.5-4B on RTX PRO 6000 Blackwell Server Edition 96GB
 vllm · 0.30.1rc1.dev452+g73a583112 · BF166 contexts (8K–251K) × 8 concurrency levels (1–128) · prefill at 8K, 16K, 32K, 64K, 128K, 251K, 256K

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
+from bench.importer.cli import import_cmd
+from bench.params import Seconds
+from site_builder import cli as site_cli
+from tests.conftest import REPO
 from tests.engines import free_port
 
 
@@ -50,6 +61,7 @@ BAD_FLAGS = [
     ("--ttft-timeout", "nan"), ("--ttft-timeout", "inf"), ("--ttft-timeout", "-1"),
     ("--server-wait", "nan"), ("--server-wait", "-1"), ("--server-wait", "inf"),
     ("--warmup-stable", "nan"), ("--warmup-stable", "-0.5"), ("--warmup-stable", "inf"),
+    ("--warmup-stable", "-5"),  # the issue's case: it was once clamped to 0
     ("--max-output", "0"), ("--max-output", "-1"), ("--max-output", "1.5"),
     ("--max-output", "nan"), ("--max-output", "1e400"), ("--max-output", "2k5"),
     ("--max-output", "9" * 5000),  # int() refuses 4,300+ digits: no traceback either
@@ -110,3 +122,121 @@ def test_help_documents_the_exit_statuses() -> None:
     assert "Exit status:" in text
     for code in ("0 every planned cell", "1 the run stopped", "2 a bad flag", "3 the run finished"):
         assert code in text, code
+
+
+# -- no silent clamping: a value is refused or kept as given ----------------------
+
+
+@pytest.mark.parametrize("zero_ok", [True, False])
+def test_seconds_are_kept_as_given_or_refused(zero_ok) -> None:
+    """Nothing is moved into range: in-range values come back unchanged and
+    every out-of-range one is an error, never the nearest allowed value."""
+    kind = Seconds(zero_ok=zero_ok)
+    for given in ("0.25", "3", "604800"):
+        assert kind.convert(given, None, None) == float(given)
+    assert (kind.convert("0", None, None) == 0.0) if zero_ok else True
+    for bad in ("-5", "-0.0001", "604800.5", *(() if zero_ok else ("0",))):
+        with pytest.raises(Exception) as err:
+            kind.convert(bad, None, None)
+        assert "expected" in str(err.value)
+
+
+# -- `bench import`: one command among the others ----------------------------------
+
+
+def test_import_is_registered_like_run() -> None:
+    assert main.commands["import"] is import_cmd
+    res = CliRunner().invoke(main, ["--help"])
+    assert "import" in res.output and "run" in res.output
+
+
+def test_a_broken_importer_stops_bench_loudly() -> None:
+    """A real import error in the importer is an error, not a command that vanishes."""
+    code = ("import sys; sys.modules['bench.importer.cli'] = None\n"
+            "try:\n    import bench.cli\nexcept ImportError:\n    sys.exit(7)\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 7, (res.returncode, res.stderr)
+
+
+def test_import_without_its_path_is_one_line_exit_2() -> None:
+    res = CliRunner().invoke(main, ["import"])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert lines == ["error: PATH: missing (this argument is required)"], res.stderr
+
+
+# -- build-site: the same one line and exit status 2 for a bad flag ---------------
+
+SITE_BAD_FLAGS = [
+    (["serve", "--port", "abc"], "--port"),
+    (["serve", "--port", "70000"], "--port"),
+    (["serve", "--port", "-1"], "--port"),
+    (["--methodology", "no-such-file.md"], "--methodology"),
+    (["--out"], "--out"),
+    (["serve", "--dir", "site"], "'--dir'"),  # gone: serve previews --out
+    (["--no-such-flag"], "'--no-such-flag'"),
+]
+
+
+@pytest.mark.parametrize("args, flag", SITE_BAD_FLAGS, ids=lambda v: " ".join(v)[:30])
+def test_build_site_bad_flag_is_one_line_exit_2(args, flag, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(site_cli.main, args)
+    assert res.exit_code == 2, (res.exit_code, res.stderr, res.exception)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], res.stderr
+    assert "Usage:" not in res.stderr + res.stdout
+
+
+def test_build_site_bad_flag_through_the_real_cli(cli, tmp_path) -> None:
+    line = _one_line_error(cli("build-site", "serve", "--port", "x", cwd=tmp_path))
+    assert line.startswith("error: --port: ")
+
+
+# -- build-site serve: previews --out ---------------------------------------------
+
+
+def test_serve_previews_the_roots_out(tmp_path, monkeypatch) -> None:
+    served = []
+    monkeypatch.setattr(site_cli.serve_mod, "serve", lambda d, p: served.append((d, p)))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(site_cli.main, ["--out", "elsewhere", "serve", "--port", "0"])
+    assert res.exit_code == 0, res.stderr
+    assert served == [(Path("elsewhere"), 0)]
+
+
+def test_serve_without_a_built_out_is_one_line_exit_2(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(site_cli.serve_mod, "serve", lambda d, p: pytest.fail("served"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "site").mkdir()  # the old default must not be picked instead
+    res = CliRunner().invoke(site_cli.main, ["--out", "nowhere", "serve"])
+    assert res.exit_code == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --out: nowhere: no such folder")
+
+
+def test_serve_answers_from_out_over_http(tmp_path) -> None:
+    """End to end: the real command serves --out's files (not ./site's)."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "which.txt").write_text("default\n")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "which.txt").write_text("mine\n")
+    port = free_port()
+    code = "import sys; from site_builder.cli import main; sys.exit(main())"
+    proc = subprocess.Popen([sys.executable, "-c", code, "--out", "mine", "serve", "--port",
+                             str(port)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        body, deadline = None, time.monotonic() + 60
+        while body is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/which.txt", timeout=5) as r:
+                    body = r.read().decode()
+            except OSError:
+                time.sleep(0.2)
+        assert body == "mine\n", proc.poll()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

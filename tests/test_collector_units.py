@@ -13,7 +13,6 @@ from bench.chunks import parse_events
 from bench.loops import is_looping
 from bench.plan import (
     PlanError,
-    context_label,
     fit_context,
     make_plan,
     parse_contexts,
@@ -22,6 +21,7 @@ from bench.plan import (
 from bench.promtext import parse_metrics
 from bench.redact import REDACTED, redact
 from rundir.contract import COUNT_CHUNKS, COUNT_USAGE_CONTINUOUS, OVER_CAPACITY, PENDING
+from rundir.words import context_label
 
 
 def test_largest_context_rule() -> None:

@@ -2,8 +2,8 @@
 
 No GPU is attached to CI machines, so NVML is replaced by a stand-in module
 and `nvidia-smi` by a script printing the real tool's CSV query format and
-banner. The H200's 143,771 MiB and its banner were read on this workplace's
-H200 machines; the other MiB figures are typical of those cards, not
+banner. The H200's 143,771 MiB and its banner were read from `nvidia-smi` on
+an H200 machine; the other MiB figures are typical of those cards, not
 readings.
 """
 
@@ -24,7 +24,7 @@ MIB = 1 << 20
 
 
 @pytest.mark.parametrize(("name", "mib", "label"), [
-    ("NVIDIA H200", 143771, 141),  # nvidia-smi on this workplace's H200 (device notes)
+    ("NVIDIA H200", 143771, 141),  # as nvidia-smi reported it on an H200
     ("NVIDIA H100 80GB HBM3", 81559, 80),
     ("NVIDIA A100-SXM4-40GB", 40960, 40),
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887, 96),
@@ -42,7 +42,7 @@ def test_table_does_not_catch_longer_names() -> None:
     assert vram_gb("NVIDIA RTX PRO 6000D Blackwell Workstation Edition", 86016 * MIB) == 84
 
 
-# The banner's first lines as `nvidia-smi` printed them on this workplace's H200.
+# The banner's first lines as `nvidia-smi` printed them on an H200.
 BANNER = [
     "Sun Nov 29 22:37:58 2026",
     "+" + "-" * 89 + "+",

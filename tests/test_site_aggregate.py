@@ -2,7 +2,7 @@
 
 The expected values are recomputed here independently, with plain Python
 loops over requests.parquet, straight from the metric definitions in
-DESIGN.md; the builder's vectorised path must agree.
+docs/methodology.md; the builder's vectorised path must agree.
 """
 
 from __future__ import annotations

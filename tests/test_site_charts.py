@@ -10,20 +10,23 @@ site bundles) and read the fallback SVG the builder draws.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import altair as alt
 import pytest
 import vl_convert as vlc
 
 from rundir import contract as c
+from rundir.words import status_label
+from site_builder import chartkit as ck
 from site_builder import charts as ch
 from site_builder import fallback as fb
 from site_builder.aggregate import CellResult
-from site_builder.glossary import status_label
 
 LEVELS = (1, 2, 4, 8, 16)
 
@@ -42,7 +45,7 @@ def _matrix(statuses: dict[tuple[int, int], str], contexts: tuple[int, ...] = (1
 
 def _svg(chart: ch.Chart) -> str:
     """The live spec rendered by vl-convert (the site's Vega-Lite version)."""
-    return vlc.vegalite_to_svg(chart.spec, vl_version=ch.VL_VERSION, allowed_base_urls=[])
+    return vlc.vegalite_to_svg(chart.spec, vl_version=ck.VL_VERSION, allowed_base_urls=[])
 
 
 def _live_lines(svg: str) -> dict[str, str]:
@@ -76,14 +79,14 @@ def test_a_missing_cell_breaks_its_line_live_and_in_the_fallback(status: str) ->
     cells = _matrix({(1024, 4): status})
     for build in (ch.decode_chart, ch.tradeoff_chart):
         chart = _fill(build(cells))
-        one_k, four_k = fb.LINE_COLORS[0], fb.LINE_COLORS[1]
+        one_k, four_k = ck.LINE_COLORS[0], ck.LINE_COLORS[1]
         live = _live_lines(_svg(chart))
         assert _moves(live[one_k]) == 2, (build.__name__, live[one_k])  # 1-2 and 8-16
         assert _moves(live[four_k]) == 1
         drawn = _fallback_lines(chart.svg)
         assert drawn[one_k].count("M") == 2 and drawn[four_k].count("M") == 1, drawn
         # the missing row is in the data with no number, not dropped (so it breaks)
-        rows = [r for r in chart.spec["data"]["values"] if r["Context"] == "1K"]
+        rows = [r for r in chart.spec["datasets"]["cells"] if r["Context"] == "1K"]
         assert [r["total"] is None for r in rows] == [False, False, True, False, False]
 
 
@@ -94,14 +97,14 @@ def test_runs_charts_break_too() -> None:
     b = _matrix({}) + [_cell(x, 1, c.VALID, c.PREFILL) for x in (1024, 4096, 8192, 16384)]
     series = [("run a", a), ("run b", b)]
     decode = _fill(ch.runs_decode_chart(series, 1024, "chart-decode-1024"))
-    assert _moves(_live_lines(_svg(decode))[fb.LINE_COLORS[0]]) == 1  # 1 alone, then 4-16
-    assert _fallback_lines(decode.svg)[fb.LINE_COLORS[0]].count("M") == 2
-    assert _fallback_lines(decode.svg)[fb.LINE_COLORS[1]].count("M") == 1
+    assert _moves(_live_lines(_svg(decode))[ck.LINE_COLORS[0]]) == 1  # 1 alone, then 4-16
+    assert _fallback_lines(decode.svg)[ck.LINE_COLORS[0]].count("M") == 2
+    assert _fallback_lines(decode.svg)[ck.LINE_COLORS[1]].count("M") == 1
     prefill = _fill(ch.runs_context_chart(series, c.PREFILL, "chart-prefill"))
     live = _live_lines(_svg(prefill))
-    assert _moves(live[fb.LINE_COLORS[0]]) == 1 and "M" in live[fb.LINE_COLORS[0]][1:]
-    assert _moves(live[fb.LINE_COLORS[1]]) == 1
-    assert _fallback_lines(prefill.svg)[fb.LINE_COLORS[0]].count("M") == 2
+    assert _moves(live[ck.LINE_COLORS[0]]) == 1 and "M" in live[ck.LINE_COLORS[0]][1:]
+    assert _moves(live[ck.LINE_COLORS[1]]) == 1
+    assert _fallback_lines(prefill.svg)[ck.LINE_COLORS[0]].count("M") == 2
 
 
 # --------------------------------------------------------------------------
@@ -117,13 +120,13 @@ def test_queued_points_are_hollow_live_and_in_the_fallback() -> None:
     queued = [p for p in points if "Status: Requests queued" in p[0]]
     valid = [p for p in points if "Status: Valid" in p[0]]
     assert len(queued) == 1 and len(valid) == 9
-    assert queued[0][2] == "white" and queued[0][3] == fb.LINE_COLORS[0]
+    assert queued[0][2] == "white" and queued[0][3] == ck.LINE_COLORS[0]
     assert "h" in queued[0][1]  # a square
-    assert all(p[2] in fb.LINE_COLORS and "A" in p[1] for p in valid)  # filled circles
-    dots = re.findall(r'<path d="([^"]+)" fill="' + fb.LINE_COLORS[0] + '"/>', chart.svg)
+    assert all(p[2] in ck.LINE_COLORS and "A" in p[1] for p in valid)  # filled circles
+    dots = re.findall(r'<path d="([^"]+)" fill="' + ck.LINE_COLORS[0] + '"/>', chart.svg)
     assert len(dots) == 1 and dots[0].count("M") == len(LEVELS) - 1  # not under the square
     hollow = re.findall(r'<path d="([^"]+)" fill="white" stroke="([^"]+)"', chart.svg)
-    assert [color for _, color in hollow] == [fb.LINE_COLORS[0]]
+    assert [color for _, color in hollow] == [ck.LINE_COLORS[0]]
     assert hollow[0][0].count("M") == 1
     assert ">Requests queued</text>" in chart.svg
     # without queued cells: no hollow marks, no note
@@ -140,7 +143,7 @@ def test_heatmap_gives_each_missing_status_its_own_fill() -> None:
     missing = {(1024, 2): c.LOOPED, (1024, 4): c.OVER_CAPACITY, (1024, 8): c.ERROR,
                (4096, 8): c.PENDING}
     chart = _fill(ch.heatmap_chart(_matrix(missing)))
-    fills = {s: fb.MISSING_FILLS[s] for s in missing.values()}
+    fills = {s: ck.MISSING_FILLS[s] for s in missing.values()}
     assert len(set(fills.values())) == 4
     live = _svg(chart)
     for (ctx, n), status in missing.items():
@@ -149,7 +152,7 @@ def test_heatmap_gives_each_missing_status_its_own_fill() -> None:
         rect = re.search(r'<path aria-label="' + re.escape(label) + r'[^"]*"[^>]*fill="([^"]+)"',
                          live)
         assert rect and rect.group(1) == fills[status], (status, rect and rect.group(1))
-        words = (ch.SHORT_STATUS[status], ch.TINY_STATUS[status])  # wide or narrow cells
+        words = (ck.SHORT_STATUS[status], ck.TINY_STATUS[status])  # wide or narrow cells
         assert any(f">{word}</text>" in live for word in words), status
     cell_fills = re.findall(r'<rect x="\d+" y="\d+" width="64" height="\d+" fill="([^"]+)"',
                             chart.svg)
@@ -157,7 +160,7 @@ def test_heatmap_gives_each_missing_status_its_own_fill() -> None:
     for status, fill in fills.items():
         assert cell_fills.count(fill) == 1, (status, cell_fills)
         assert f">{status_label(status)}</text>" in chart.svg  # its legend entry
-        assert f">{ch.SHORT_STATUS[status]}</text>" in chart.svg  # the cell's own text
+        assert f">{ck.SHORT_STATUS[status]}</text>" in chart.svg  # the cell's own text
     # no blues cell shares a missing fill
     assert not set(fills.values()) & {fb.blues(i / 20) for i in range(21)}
 
@@ -185,7 +188,7 @@ def _contrast_on_white(hex_colour: str) -> float:
 
 
 def test_missing_fills_are_told_apart() -> None:
-    fills = list(fb.MISSING_FILLS.values()) + [fb.NO_NUMBERS_FILL]
+    fills = list(ck.MISSING_FILLS.values()) + [ck.NO_NUMBERS_FILL]
     for a, b in itertools.combinations(fills, 2):
         assert math.dist(_lab(a), _lab(b)) >= 10, (a, b)
 
@@ -196,10 +199,10 @@ def test_missing_fills_are_told_apart() -> None:
 
 
 def test_line_palette_is_distinct_and_readable_on_white() -> None:
-    assert len(fb.LINE_COLORS) == 10
-    for colour in fb.LINE_COLORS:
+    assert len(ck.LINE_COLORS) == 10
+    for colour in ck.LINE_COLORS:
         assert _contrast_on_white(colour) >= 3, colour
-    for a, b in itertools.combinations(fb.LINE_COLORS, 2):
+    for a, b in itertools.combinations(ck.LINE_COLORS, 2):
         assert math.dist(_lab(a), _lab(b)) >= 20, (a, b)
 
 
@@ -207,11 +210,11 @@ def test_ten_contexts_use_the_palette_live_and_in_the_fallback() -> None:
     contexts = tuple(1024 * 2 ** i for i in range(10))
     chart = _fill(ch.decode_chart(_matrix({}, contexts)))
     scale = chart.spec["layer"][0]["encoding"]["color"]["scale"]
-    assert scale["range"] == fb.LINE_COLORS and len(scale["domain"]) == 10
+    assert scale["range"] == ck.LINE_COLORS and len(scale["domain"]) == 10
     assert "scheme" not in scale
-    assert set(_live_lines(_svg(chart))) == set(fb.LINE_COLORS)
+    assert set(_live_lines(_svg(chart))) == set(ck.LINE_COLORS)
     strokes = set(re.findall(r'stroke="(#[0-9a-f]{6})" stroke-width="2" fill="none"', chart.svg))
-    assert strokes == set(fb.LINE_COLORS)
+    assert strokes == set(ck.LINE_COLORS)
     for colour in strokes | set(re.findall(r'<path d="[^"]+" fill="(#[0-9a-f]{6})"/>',
                                            chart.svg)):
         assert _contrast_on_white(colour) >= 3, colour
@@ -300,6 +303,72 @@ def test_every_chart_font_is_at_least_10px_and_fits_its_container() -> None:
     runs = next(x for x in charts if x.id == "chart-d")
     limit = runs.spec["layer"][0]["encoding"]["color"]["legend"]["labelLimit"]
     assert "containerSize()[0]" in limit["expr"]
+
+
+# --------------------------------------------------------------------------
+# 7. authored once: templates compiled once per kind, titles and colours shared
+# --------------------------------------------------------------------------
+
+
+def _titles_and_colours(node: Any) -> tuple[set[str], set[str]]:
+    """Axis titles (x and y encodings) and fixed mark colours of a live spec."""
+    titles: set[str] = set()
+    colours: set[str] = set()
+    if isinstance(node, dict):
+        for channel in ("x", "y"):
+            title = (node.get("encoding") or {}).get(channel, {}).get("title")
+            if isinstance(title, str):
+                titles.add(title)
+        mark = node.get("mark")
+        if isinstance(mark, dict) and isinstance(mark.get("color"), str):
+            colours.add(mark["color"])
+        children = node.values()
+    elif isinstance(node, list):
+        children = node
+    else:
+        return titles, colours
+    for child in children:
+        more_titles, more_colours = _titles_and_colours(child)
+        titles |= more_titles
+        colours |= more_colours
+    return titles, colours
+
+
+def test_live_chart_and_fallback_share_axis_titles_and_colours() -> None:
+    for chart in _all_charts():
+        titles, colours = _titles_and_colours(chart.spec)
+        assert titles, chart.id
+        for title in titles:
+            assert f">{title}</text>" in chart.svg, (chart.id, title)
+        for colour in colours:
+            assert f'"{colour}"' in chart.svg, (chart.id, colour)
+
+
+def test_a_chart_kind_is_compiled_once_and_its_template_never_changes() -> None:
+    one = ch.decode_chart(_matrix({}))
+    compiled = ch._line_template.cache_info().currsize
+    other = ch.decode_chart(_matrix({}, (2048, 8192, 32768)))
+    assert ch._line_template.cache_info().currsize == compiled  # same kind: no new compile
+    assert one.spec is not other.spec
+    assert one.spec["layer"][0]["encoding"]["color"]["scale"]["domain"] == ["1K", "4K"]
+    assert other.spec["layer"][0]["encoding"]["color"]["scale"]["domain"] == ["2K", "8K", "32K"]
+    one.spec["layer"][0]["encoding"]["color"]["scale"]["domain"].append("changed")
+    one.spec["datasets"]["cells"].clear()
+    again = ch.decode_chart(_matrix({}))
+    assert again.spec["layer"][0]["encoding"]["color"]["scale"]["domain"] == ["1K", "4K"]
+    assert len(again.spec["datasets"]["cells"]) == 2 * len(LEVELS)
+    assert "@" not in json.dumps(again.spec)  # every hole filled
+
+
+def test_a_template_refuses_missing_or_unknown_holes() -> None:
+    tpl = ck.template(alt.Chart(alt.Data(name="cells")).mark_bar().encode(
+        x=alt.X(field="a", type="nominal", sort=ck.slots("order"))))
+    assert tpl.holes == {"order"}
+    assert tpl.fill({"cells": []}, order=["b", "a"])["encoding"]["x"]["sort"] == ["b", "a"]
+    with pytest.raises(ValueError, match="order"):
+        tpl.fill({"cells": []})
+    with pytest.raises(ValueError, match="extra"):
+        tpl.fill({"cells": []}, order=[], extra=1)
 
 
 # --------------------------------------------------------------------------

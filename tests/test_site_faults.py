@@ -440,12 +440,12 @@ def test_crafted_digest_cannot_write_outside_the_cache(tmp_path: Path) -> None:
 
 def test_planted_temporary_names_are_never_written_through(tmp_path: Path) -> None:
     """Symlinks planted at the temporary names a write would use: skipped, not followed."""
-    from site_builder import sitewriter
+    from rundir import io as rundir_io
 
     data, out, _cache = _built(tmp_path)
     victim = _victim(tmp_path)
     _run(data, "r2", seed=2)  # so index.html has to be written again
-    start = int(repr(sitewriter._SEQUENCE)[6:-1])  # itertools.count(N) -> N
+    start = int(repr(rundir_io._SEQUENCE)[6:-1])  # itertools.count(N) -> N
     for n in range(start, start + 500):
         (out / f".index.html.{os.getpid()}.{n}.tmp").symlink_to(victim)
     res = _build(data, out)

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from rundir.words import STATUS_NOTES, context_label
 from site_builder import formats as f
-from site_builder.glossary import AVG_ACTIVE_DEFINITION, STATUS_NOTES, TERM_BY_NAME
+from site_builder.glossary import TERM_BY_NAME, definitions, methodology_path
 from site_builder.publish import build_site
 from tests.browser import Node, parse_html
 from tests.test_site_seed import _seed_table
@@ -101,11 +102,11 @@ def test_downloads_carry_the_published_values(tmp_path: Path) -> None:
 
 
 def test_context_labels_have_no_thousands_separator() -> None:
-    assert f.context_label(1019 * 1024) == "1019K"
-    assert f.context_label(1024 * 1024) == "1024K"
-    assert f.context_label(10_000 * 1024) == "10000K"
-    assert f.context_label(257_984) == "251K"
-    assert f.context_label(1023) == "1023"
+    assert context_label(1019 * 1024) == "1019K"
+    assert context_label(1024 * 1024) == "1024K"
+    assert context_label(10_000 * 1024) == "10000K"
+    assert context_label(257_984) == "251K"
+    assert context_label(1023) == "1023"
 
 
 def test_published_date_format() -> None:
@@ -117,7 +118,8 @@ def test_published_date_format() -> None:
 
 def test_average_active_has_one_definition_the_methodology_s() -> None:
     term = TERM_BY_NAME["Average active requests"]
-    assert term.long == AVG_ACTIVE_DEFINITION
+    doc = definitions(methodology_path().read_text(encoding="utf-8"))
+    assert term.long == doc["average-active-requests"]
     for text in (term.short, term.long):
         assert "running gauge" not in text and "running-requests gauge" not in text
     assert "minus the ones waiting" in term.long and "waiting-requests gauge" in term.long

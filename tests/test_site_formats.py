@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from rundir.words import context_label, tok_s
 from site_builder import formats as f
 
 
@@ -32,7 +33,7 @@ from site_builder import formats as f
     ],
 )
 def test_tok_s(value: float, text: str) -> None:
-    assert f.tok_s(value) == text
+    assert tok_s(value) == text
 
 
 @pytest.mark.parametrize(
@@ -41,7 +42,7 @@ def test_tok_s(value: float, text: str) -> None:
      (17600.0, "17.6K"), (32700.0, "32.7K"), (10000.0, "10K"), (9999.6, "10K")],
 )
 def test_tok_s_whole_for_the_prefill_list(value: float, text: str) -> None:
-    assert f.tok_s(value, whole=True) == text
+    assert tok_s(value, whole=True) == text
 
 
 @pytest.mark.parametrize(
@@ -77,7 +78,7 @@ def test_durations_counts_and_averages() -> None:
     assert f.tokens(4096) == "4,096 tokens"
 
 
-@pytest.mark.parametrize("fn", [f.tok_s, f.ttft, f.tbt, f.seconds, f.count, f.average, f.tokens,
+@pytest.mark.parametrize("fn", [tok_s, f.ttft, f.tbt, f.seconds, f.count, f.average, f.tokens,
                                 f.param_seconds])
 def test_missing_is_an_em_dash(fn) -> None:
     assert fn(None) == "—"
@@ -90,7 +91,7 @@ def test_missing_is_an_em_dash(fn) -> None:
      (262144 - 4096 - 64, "251K"), (257024, "251K"), (1024, "1K"), (1500, "1K"), (512, "512")],
 )
 def test_context_labels_are_whole_k_rounded_down(tokens: int, label: str) -> None:
-    assert f.context_label(tokens) == label
+    assert context_label(tokens) == label
 
 
 def test_hardware_strings() -> None:

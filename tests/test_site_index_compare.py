@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from rundir import contract as c
-from site_builder.glossary import STATUS_NOTES, status_label
+from rundir.words import STATUS_NOTES, status_label
 from site_builder.publish import build_site
 from tests.browser import Node, Watcher, launch, parse_html, require_chromium
 from tests.synthetic_runs import make_imported_run

@@ -10,8 +10,9 @@ import yaml
 from click.testing import CliRunner
 
 from rundir import contract as c
+from rundir.slugs import slugify, unique_slugs
 from site_builder.cli import main
-from site_builder.load import find_run_dirs, slugify, unique_slugs
+from site_builder.load import find_run_dirs
 from tests.synthetic_runs import make_measured_run
 
 

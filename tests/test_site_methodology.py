@@ -9,11 +9,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from site_builder.render import _DOC_MD, markdown, templates_dir
+from site_builder.render import _DOC_MD, markdown
 from tests.browser import parse_html, site_pages
 from tests.conftest import REPO, run_cli
 
-DOCS = [REPO / "docs" / "methodology.md", templates_dir() / "methodology.md"]
+DOCS = [REPO / "docs" / "methodology.md"]
 
 # Every anchor docs/methodology.md has offered (as `<a id>` before, `{#id}` or a heading now).
 ANCHORS = {

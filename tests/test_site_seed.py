@@ -16,10 +16,8 @@ from site_builder.publish import build_site
 from tests.browser import Node, parse_html
 from tests.synthetic_runs import QWEN_SEED_TEXT, make_seed_run
 
-_SHARED = Path(__file__).resolve().parents[2] / "shared" / "seeds"
-# The published pages: ../shared/seeds beside the checkout, else the byte-identical
-# copies the importer's tests keep (tests/test_import.py checks they match).
-SEEDS = _SHARED if _SHARED.is_dir() else Path(__file__).parent / "data" / "import" / "seeds"
+# The published pages, kept verbatim beside the importer's tests.
+SEEDS = Path(__file__).parent / "data" / "import" / "seeds"
 OTHER_SEEDS = ["kimi-k2.6-int4-h200x8.txt", "kimi-k2.6-nvfp4-rtxpro6000x8.txt"]
 
 
@@ -119,15 +117,11 @@ def test_qwen_seed_run_page_matches_cell_by_cell(tmp_path: Path) -> None:
 
 def test_embedded_seed_is_the_published_one() -> None:
     path = SEEDS / "qwen3.5-4b-bf16-rtxpro6000.txt"
-    if not path.is_file():
-        pytest.skip("shared seeds not available")
     assert path.read_text(encoding="utf-8") == QWEN_SEED_TEXT
 
 
 @pytest.mark.parametrize("name", OTHER_SEEDS)
 def test_other_seed_pages_match(tmp_path: Path, name: str) -> None:
     path = SEEDS / name
-    if not path.is_file():
-        pytest.skip("shared seeds not available")
     doc, lines = _build(tmp_path, path.read_text(encoding="utf-8"))
     check_page_matches_seed(doc, lines)

@@ -1,4 +1,4 @@
-"""The ``bench import`` command (registered in ``bench/cli.py`` as ``import_cmd``).
+"""The ``bench import`` command (added to the ``bench`` group in ``bench/cli.py``).
 
 Why errors look the way they do: a failed import prints one line,
 ``error: FILE:LINE: what is wrong``, exits non-zero and writes nothing, so it
@@ -11,15 +11,17 @@ from pathlib import Path
 
 import click
 
+from bench.importer.llmbench import import_json_file
+from bench.importer.llmbench_read import JsonImportError, is_json_file
 from bench.importer.parse import PageError
 from bench.importer.write import TargetError, import_file
 from bench.redact import redact
+from rundir.clierrors import EXIT_FAILED, fail
 
 
 def _fail(message: str) -> None:
     """One line; redacted, since a parse error may quote the page's text."""
-    click.echo(f"error: {redact(message)}", err=True)
-    raise click.exceptions.Exit(1)
+    fail(redact(message), EXIT_FAILED)
 
 
 @click.command("import")
@@ -32,14 +34,23 @@ def _fail(message: str) -> None:
     help="Folder that receives the run directory <run_id>/ (not the run directory itself).",
 )
 def import_cmd(path: Path, out: Path) -> None:
-    """Import a published Speed test matrix page saved as text (PATH) as a run directory.
+    """Import PATH as a run directory: a published Speed test matrix page saved
+    as text, or an llm-inference-bench JSON report (benchmark_results.json).
 
-    The run id is derived from the page's content, so importing the same page
-    again is a no-op; a folder holding a different run is never overwritten.
+    The kind is told from the content, not the extension: a file starting with
+    '{' is read as the tool's JSON. The run id is derived from the content, so
+    importing the same file again is a no-op; a folder holding a different run
+    is never overwritten. The JSON is kept, redacted, under the run's raw/.
     Prints the run directory's path.
     """
     try:
-        result = import_file(path, out)
+        if is_json_file(path):
+            result = import_json_file(path, out)
+        else:
+            result = import_file(path, out)
+    except JsonImportError as exc:
+        _fail(f"{path}: {exc}")
+        return
     except PageError as exc:
         _fail(f"{path}:{exc.line}: {exc.message}" if exc.line else f"{path}: {exc.message}")
         return

@@ -18,20 +18,14 @@ from bench.importer import numbers as num
 from rundir.contract import (
     DECODE,
     ERROR,
-    LOOPED,
-    OVER_CAPACITY,
+    PENDING,
     PREFILL,
-    REQUESTS_QUEUED,
     VALID,
 )
+from rundir.words import STATUS_LABELS
 
-STATUS_WORDS = {
-    "Valid": VALID,
-    "Over capacity": OVER_CAPACITY,
-    "Requests queued": REQUESTS_QUEUED,
-    "Looped": LOOPED,
-    "Error": ERROR,
-}
+# The published status words (a page never shows a cell that was not measured).
+STATUS_WORDS = {label: status for status, label in STATUS_LABELS.items() if status != PENDING}
 PHASE_WORDS = {"prefill": PREFILL, "sustained decode": DECODE, "decode": DECODE}
 PREFILL_SUBTITLE = "prompt tok/s by context length"
 _SEPARATOR_RE = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?$")

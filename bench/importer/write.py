@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -31,7 +30,8 @@ from rundir.contract import (
     Imported,
     RunInfo,
 )
-from rundir.io import is_run_dir, read_run, write_run_info, write_table
+from rundir.io import atomic_write_bytes, is_run_dir, read_run, write_run_info, write_table
+from rundir.slugs import slugify
 
 NOTES = (
     "Imported from a published Speed test matrix page: only its published numbers "
@@ -60,10 +60,6 @@ def content_digest(page: PublishedPage) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9.]+", "-", text.casefold())).strip("-.")
-
-
 def run_id_for(page: PublishedPage) -> str:
     """``kimi-k2.6-h200-sxm-x8-vllm-0.29.0-1a2b3c4d``: readable, then content-derived."""
     hw, eng = page.hardware, page.engine
@@ -74,7 +70,9 @@ def run_id_for(page: PublishedPage) -> str:
         eng.name,
         eng.version,
     ]
-    slug = _slug("-".join(p for p in parts if p))[:120].strip("-.") or "imported"
+    # 120, not the site's 80: the ids of pages imported before the slug rule was
+    # shared were cut at 120, and the same page must keep landing on the same id.
+    slug = slugify("-".join(p for p in parts if p), "imported", max_len=120)
     return f"{slug}-{content_digest(page)[:8]}"
 
 
@@ -150,6 +148,21 @@ def write_run(page: PublishedPage, out: Path, source_file: str, sha256: str) -> 
     """
     page = redact_tree(page)
     source_file = redact(source_file)
+    run_id = run_id_for(page)
+    info = run_info(page, run_id, source_file, sha256)
+    return write_run_dir(out, run_id, info, cells_table(page))
+
+
+def write_run_dir(
+    out: Path, run_id: str, info: RunInfo, cells: pa.Table,
+    files: dict[str, bytes] | None = None,
+) -> ImportResult:
+    """Write ``out/<run_id>/`` whole or not at all; the same run again is a no-op.
+
+    Shared by every importer (pages, llm-inference-bench JSON). ``files`` are
+    extra raw files by relative path (e.g. ``raw/source.json``), already
+    redacted by the caller, written inside the temporary folder too.
+    """
     out = Path(out)
     if is_run_dir(out):
         raise TargetError(
@@ -157,9 +170,6 @@ def write_run(page: PublishedPage, out: Path, source_file: str, sha256: str) -> 
         )
     if out.exists() and not out.is_dir():
         raise TargetError(f"{out}: is not a folder")
-    run_id = run_id_for(page)
-    info = run_info(page, run_id, source_file, sha256)
-    cells = cells_table(page)
     target = out / run_id
     if target.exists() or target.is_symlink():
         if not is_run_dir(target):
@@ -173,6 +183,10 @@ def write_run(page: PublishedPage, out: Path, source_file: str, sha256: str) -> 
         tmp.chmod(0o755)  # mkdtemp makes it private; a run directory is for sharing
         write_run_info(tmp, info)
         write_table(tmp, CELLS_FILE, cells)
+        for rel, data in (files or {}).items():
+            dest = tmp / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(dest, data)
         read_run(tmp)  # the contract's own check, before anything has a real name
         try:
             tmp.rename(target)  # atomic; fails if target appeared meanwhile and is not empty

@@ -1,9 +1,10 @@
 /* A/B view of any two runs: change per cell in percent, kept in the address
    (compare.html#a=RUN&b=RUN&m=metric). Data comes from local script files
    (data/index.js and runs/<slug>/data.js) so it works from file:// too.
-   Numbers, context labels and status words arrive already formatted by
-   site_builder (formats.py, glossary.py); only the percent change is
-   formatted here, by the rule of formats.percent_change. */
+   Numbers, context labels and status words arrive already formatted by the
+   build (data.js); only the percent change between the two chosen runs is
+   formatted here, with the constants of formats.percent_change that the
+   build puts in the page (#ab-rules). tests/test_words.py checks both agree. */
 (function () {
   "use strict";
   var index = window.SPEED_MATRIX_INDEX;
@@ -22,7 +23,8 @@
   index.runs.forEach(function (r) { bySlug[r.slug] = r; bySlug[r.run_id] = bySlug[r.run_id] || r; });
   var pending = {};
   var NEAR = 0.05; /* contexts within 5% of each other share a row when labels differ */
-  var DASH = "\u2014";
+  var RULES = JSON.parse(document.getElementById("ab-rules").textContent);
+  var DASH = RULES.missing;
 
   function loadRun(slug) {
     if (window.SPEED_MATRIX_RUNS[slug]) return Promise.resolve(window.SPEED_MATRIX_RUNS[slug]);
@@ -37,13 +39,16 @@
     return pending[slug];
   }
 
-  /* Percent change: the rule of site_builder/formats.py percent_change. */
-  function half(v, d) { var k = Math.pow(10, d); return Math.floor(Math.abs(v) * k + 0.5 + 1e-9) / k * (v < 0 ? -1 : 1); }
+  /* Percent change: formats.percent_change's rule (rundir/words.py round_half_up,
+     then RULES.digits decimals with thousands separators and RULES' signs). */
+  function half(v, d) { var k = Math.pow(10, d); return Math.floor(Math.abs(v) * k + 0.5 + RULES.nudge) / k * (v < 0 ? -1 : 1); }
+  function fixed(v) {
+    return v.toLocaleString("en-US", { minimumFractionDigits: RULES.digits, maximumFractionDigits: RULES.digits });
+  }
   function fmtPct(p) {
-    var r = half(p, 1);
-    if (r === 0) return "0.0%";
-    var text = Math.abs(r).toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
-    return (r > 0 ? "+" : "\u2212") + text + "%";
+    var r = half(p, RULES.digits);
+    if (r === 0) return fixed(0) + "%";
+    return (r > 0 ? RULES.plus : RULES.minus) + fixed(Math.abs(r)) + "%";
   }
   var HIGHER = { total_tok_s: true, per_request_tok_s: true, ttft_ms: false, tbt_ms: false };
 
@@ -149,7 +154,7 @@
     }
     var change = va === 0 ? null : (vb - va) / va * 100;
     var delta = el("span", "delta", change === null ? DASH : fmtPct(change));
-    if (change !== null && half(change, 1) !== 0) {
+    if (change !== null && half(change, RULES.digits) !== 0) {
       var good = HIGHER[metric] ? change > 0 : change < 0;
       delta.classList.add(good ? "better" : "worse");
     }

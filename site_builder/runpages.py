@@ -1,0 +1,78 @@
+"""One run's published files: its pages, cell pages, tables, data script, raw files.
+
+Written the same way by the build process and by a worker process
+(`workers.render_one`), so it lives below both: `publish` and `workers`
+import it, it imports neither.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from site_builder import load
+from site_builder.aggregate import AggregateCache, aggregate_run
+from site_builder.pages import Pages
+from site_builder.render import json_script
+from site_builder.sitewriter import SiteWriter, digest
+from site_builder.views import RunView
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """rows as CSV with a header from the first row's keys ('' when there are none)."""
+    buf = io.StringIO()
+    if rows:
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return buf.getvalue()
+
+
+def json_text(value: Any) -> str:
+    """value as the site's JSON files are written: readable, strict (no NaN)."""
+    return json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _details(cache: AggregateCache, run: RunView, src_dir: Path) -> dict[str, Any]:
+    """A cached run's drill-down details; aggregated again if the cache lost them."""
+    try:
+        return cache.details(run.agg.digest)
+    except (OSError, ValueError):
+        agg = aggregate_run(load.load_run(load.RunSource(src_dir, run.agg.digest)),
+                            run.agg.digest)
+        cache.put(agg)
+        return agg.details
+
+
+def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
+              cache: AggregateCache | None = None) -> None:
+    """Write everything under runs/<slug>/ for one run.
+
+    Pages are keyed by the builder's fingerprint and the run's digest and
+    slugs, so an unchanged run is not rendered again; a cached run's details
+    are read only when its cell pages must be rendered, and freed after.
+    """
+    src_dir = Path(run.source_dir)
+    base = f"runs/{run.slug}"
+    key = digest(f"{fp}|{run.agg.digest}|{run.slug}|{run.model_slug}".encode())
+    if not writer.is_current(f"{base}/index.html", key):
+        writer.write(f"{base}/index.html", pages.run_page(run), key)
+    cell_rels = [f"{base}/cells/{x.key}.html" for x in run.agg.cells if x.has_detail]
+    if not all(writer.is_current(rel, key) for rel in cell_rels):
+        if not run.agg.details and cell_rels and cache is not None:
+            run.agg.details = _details(cache, run, src_dir)  # a cached run: load on demand
+        for name, html in pages.cell_pages(run):
+            writer.write(f"{base}/cells/{name}", html, key)
+    run.agg.details = {}  # written: free the memory (site-wide pages need cells only)
+    records = run.cell_records()
+    writer.write(f"{base}/cells.csv", csv_text(records))
+    writer.write(f"{base}/cells.json", json_text({"run": {**run.record(),
+                                                          "info": run.info.to_dict()},
+                                                  "cells": records}))
+    writer.write(f"{base}/data.js", "(window.SPEED_MATRIX_RUNS = window.SPEED_MATRIX_RUNS || {})"
+                 f"[{json_script(run.slug)}] = {json_script(run.compare_data())};\n")
+    for name, _size in run.raw_files:
+        writer.copy(f"{base}/raw/{name}", src_dir / name, digest(f"{run.agg.digest}|{name}".encode()))

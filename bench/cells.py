@@ -133,9 +133,9 @@ class CellRunner:
         every other stream's reads for 10-30 ms and made cells client-bound
         (seen at 8 streams on an H200)."""
         parser = StreamParser(max_tokens)
-        events = result.events
-        for i in range(0, len(events), PARSE_SLICE):
-            if not parser.feed(events[i:i + PARSE_SLICE]):
+        chunks = result.chunks
+        for i in range(0, len(chunks), PARSE_SLICE):
+            if not parser.feed(chunks[i:i + PARSE_SLICE]):
                 break
             await asyncio.sleep(0)
         return RequestRecord.from_stream(cell.key, rid, purpose, index, result, parser.result(),

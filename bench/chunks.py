@@ -47,7 +47,7 @@ class StreamParser:
     def __init__(self, max_tokens: int | None = None) -> None:
         self.max_tokens = max_tokens
         self.last_cum = 0
-        self.stamps: list[int] = []
+        self.chunk_ns: list[int] = []
         self.usage_cum: list[int | None] = []
         self.has_text: list[bool] = []
         self.content: list[str] = []
@@ -58,11 +58,11 @@ class StreamParser:
         self.final_usage: int | None = None
         self.error: str | None = None
 
-    def feed(self, events: list[tuple[int, bytes]]) -> bool:
-        """Parse the next events; False once an error has ended the stream."""
+    def feed(self, chunks: list[tuple[int, bytes]]) -> bool:
+        """Parse the next (chunk_ns, data) events; False once an error has ended the stream."""
         if self.error is not None:
             return False
-        for ns, payload in events:
+        for chunk_ns, payload in chunks:
             try:
                 obj = json.loads(payload)
             except ValueError:
@@ -79,7 +79,7 @@ class StreamParser:
             if problem:
                 self.error = problem
                 return False
-            self.stamps.append(ns)
+            self.chunk_ns.append(chunk_ns)
             self.usage_cum.append(cum)
             self.has_text.append(text)
         return True
@@ -162,7 +162,7 @@ class StreamParser:
                 cumulative.append(running)
             counting = COUNT_CHUNKS
         return ParsedStream(
-            chunk_ns=self.stamps,
+            chunk_ns=self.chunk_ns,
             chunk_tokens=cumulative,
             counting=counting,
             content="".join(self.content)[-TAIL_CHARS:],
@@ -180,9 +180,9 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
-def parse_events(events: list[tuple[int, bytes]], max_tokens: int | None = None) -> ParsedStream:
+def parse_events(chunks: list[tuple[int, bytes]], max_tokens: int | None = None) -> ParsedStream:
     """A whole stream's events at once into cumulative counts (the collector
     feeds a `StreamParser` in slices instead, and hands its result on)."""
     parser = StreamParser(max_tokens)
-    parser.feed(events)
+    parser.feed(chunks)
     return parser.result()

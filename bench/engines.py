@@ -28,7 +28,7 @@ from bench.answers import (
     text,
     transport,
 )
-from bench.promtext import parse_metrics
+from bench.prometheus_text import parse_metrics
 from bench.redact import redact
 from rundir.contract import (
     METRIC_GENERATION_TOKENS,

@@ -2,7 +2,7 @@
 
 A saturated client stamps late and reads in bursts, which looks exactly like
 a slow server. The stream client feeds every read (kernel stamp to read
-delay) and a small loop timer into `LoopLagMonitor`; `bound_reason()` (pure)
+delay) and a small event-loop timer into `LoopLagMonitor`; `bound_reason()` (pure)
 says whether the delays of a window could have moved a published figure.
 
 The rule (docs/performance.md, "Client-bound detection"). A kernel receive
@@ -16,7 +16,7 @@ client-bound when
    over 1% of the tokens may carry a later token's stamp, which changes the
    per-token gap distribution the cell page draws up to its 99th percentile
    (and shown to 0.1 ms); the wait is the kernel-stamp-to-read delay of the
-   events (reads), or the time-weighted wait a loop stall imposes on a packet
+   events (reads), or the time-weighted wait an event-loop stall imposes on a packet
    arriving during it (a stall hides merges from the read delay: after it,
    the newest packet of each socket is young); or
 2. a stall longer than one TBT spans either edge of the window and the
@@ -76,7 +76,7 @@ class WindowDelays:
 
     read_delays: bucket -> events completed by kernel-stamped reads whose
     newest packet waited that long; stalls: bucket -> [ticks, summed stall
-    ns] of the loop timer (see `LoopLagMonitor.tick`); long_stalls: (end ns,
+    ns] of the event-loop timer (see `LoopLagMonitor.tick`); long_stalls: (end ns,
     length ns) of the longest stalls of at least 1 ms (a few per 0.25 s);
     span_ns: the time these figures cover (the bins overlapping the window;
     0: the window)."""
@@ -184,7 +184,7 @@ def gc_paused() -> Iterator[None]:
 
     Why: a full collection walks every live container, and the streams'
     event lists grow with the window: at 128 streams x 200 tok/s it took
-    8-20 ms of CPU, twice in an 8 s stream (docs/performance.md), a loop stall
+    8-20 ms of CPU, twice in an 8 s stream (docs/performance.md), an event-loop stall
     that merges packets and moves stamps. Reference counting still frees all
     but cycles, which the next collection after the window takes."""
     was = gc.isenabled()
@@ -200,7 +200,7 @@ def gc_paused() -> Iterator[None]:
 class ClientLoad:
     """What the client went through in a window (the figures behind the old
     fixed-threshold flag, kept for `StreamClient.load()`). Read delay: kernel
-    receive stamp to read (kernel-stamped reads only); stall: loop timer
+    receive stamp to read (kernel-stamped reads only); stall: event-loop timer
     lateness."""
 
     reads: int
@@ -230,7 +230,7 @@ class _Bin:
 
 
 class LoopLagMonitor:
-    """Read delays and loop stalls in 0.25 s bins kept for `keep_s`.
+    """Read delays and event-loop stalls in 0.25 s bins kept for `keep_s`.
 
     Why it matters even with kernel stamps: TCP merges packets waiting in a
     socket and keeps the newest stamp, so when the client does not read a
@@ -288,7 +288,7 @@ class LoopLagMonitor:
                 b.delay_hist[key if key < _KEYS else _KEYS - 1] += events
 
     def tick(self, now: int, lag_ns: int) -> None:
-        """The loop timer fired at `now`, `lag_ns` after it was due.
+        """The event-loop timer fired at `now`, `lag_ns` after it was due.
 
         A stall began before the timer was due (else it would have fired):
         on average half a timer period before, so a stall's length is taken

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.chunks import ParsedStream
-from bench.loops import loop_period
+from bench.repetition import detect_repetition
 from bench.stream import StreamResult
 from rundir import decode_checks, metrics
 from rundir.contract import (
@@ -164,10 +164,11 @@ def judge_decode(
 
     `client_check(tbt_ms)`: why the collector itself could not keep up during
     the window (None: it could), given the cell's median time between tokens.
-    A silence in the token stamps of a client-bound cell may be the client's
-    own stall (TCP merges what it did not read under later stamps), so the
-    stall and consistency checks do not blame the server for it: the cell
-    keeps the client-bound flag instead."""
+    A client-bound cell skips the consistency check (TCP merges what the
+    client did not read under later stamps); the stall check tells the
+    client's own silences from the server's by their backlog
+    (rundir.decode_checks.stall_problem), so a frozen server is named even
+    on a busy host."""
     if table is None:
         table = records_table(records)
     verdict = _judge_decode(records, table, concurrency, start_ns, end_ns, server_metrics,
@@ -192,7 +193,7 @@ def _judge_decode(records: list[RequestRecord], table: pa.Table, concurrency: in
         return Verdict(ERROR, count_problem, counting)
     for r in measured:
         for kind, text in (("content", r.content_tail), ("reasoning", r.reasoning_tail)):
-            period = loop_period(text or "")
+            period = detect_repetition(text or "")
             if period:
                 return Verdict(
                     LOOPED, f"{kind} of {r.request_id} repeats a {period}-character period",

@@ -20,7 +20,7 @@ import httpx
 import pyarrow as pa
 
 from bench.engines import ServerInfo
-from bench.promtext import labels_text, parse_metrics
+from bench.prometheus_text import labels_text, parse_metrics
 from rundir.contract import METRIC_RUNNING, METRIC_WAITING, SERVER_METRICS_SCHEMA
 
 

@@ -21,12 +21,12 @@ class StreamResult:
     status: int = 0
     send_ns: int = 0
     end_ns: int = 0
-    events: list[tuple[int, bytes]] = field(default_factory=list)  # (arrival ns, data)
+    chunks: list[tuple[int, bytes]] = field(default_factory=list)  # (chunk_ns, data) per SSE data event
     body: bytes = b""  # non-streaming or error body
     error: str | None = None  # transport-level failure or HTTP error summary
     done: bool = False  # saw `data: [DONE]`
     cancelled: bool = False
-    stamps: str = "loop"  # "kernel": arrival = the kernel's receive time; "loop": read time
+    stamps: str = "read"  # "kernel": arrival = the kernel's receive time; "read": when read
 
 
 class SseStream:
@@ -142,7 +142,7 @@ class SseStream:
         if not events:
             return
         stamp = self.last_stamp = max(stamp, self.last_stamp)  # in order, whatever the offset
-        append = self.r.events.append
+        append = self.r.chunks.append
         for event in events:
             if event.startswith(b"data: ") and b"\n" not in event:
                 payload = event[6:]  # the common case: one `data: ` line

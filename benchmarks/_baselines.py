@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from rundir import contract as c
+from rundir import contract
 from rundir.io import RunData
 
-PUBLISHED = (c.VALID, c.REQUESTS_QUEUED)  # the statuses whose cells have numbers
+PUBLISHED = (contract.VALID, contract.REQUESTS_QUEUED)  # the statuses whose cells have numbers
 DECODE_KEYS = ("output_tokens", "total_tok_s", "per_request_tok_s", "tbt_ms", "ttft_ms",
                "completed", "avg_active")
 PREFILL_KEYS = ("total_tok_s", "ttft_ms", "completed")
@@ -33,7 +33,7 @@ def _as_cells(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """{"phase-context-concurrency": metrics} from one row per cell."""
     out = {}
     for row in rows:
-        keys = PREFILL_KEYS if row["phase"] == c.PREFILL else DECODE_KEYS
+        keys = PREFILL_KEYS if row["phase"] == contract.PREFILL else DECODE_KEYS
         out[f"{row['phase']}-{row['context']}-{row['concurrency']}"] = {k: row[k] for k in keys}
     return out
 
@@ -58,7 +58,7 @@ def pandas_aggregate(data: RunData) -> dict[str, dict[str, Any]]:
                                                   req["send_ns"]))
     req["done"] = req["finish_reason"].notna() & req["error"].isna() & ~req["cancelled"]
     sm = data.server_metrics.to_pandas()
-    waiting = sm[sm["name"] == c.METRIC_WAITING].groupby("t_ns")["value"].sum()
+    waiting = sm[sm["name"] == contract.METRIC_WAITING].groupby("t_ns")["value"].sum()
     keys = ["phase", "context", "concurrency", "purpose"]
     ch = ch.merge(req[["req", *keys]], on="req")
     by_cell = {k: g for k, g in ch.groupby(keys)}
@@ -66,12 +66,12 @@ def pandas_aggregate(data: RunData) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for cell in data.cells.to_pandas().itertuples():
         key = f"{cell.phase}-{cell.context}-{cell.concurrency}"
-        if cell.status not in (c.VALID, c.REQUESTS_QUEUED):
+        if cell.status not in (contract.VALID, contract.REQUESTS_QUEUED):
             continue
-        if cell.phase == c.PREFILL:
-            r = reqs_by_cell.get((cell.phase, cell.context, cell.concurrency, c.PURPOSE_PREFILL))
+        if cell.phase == contract.PREFILL:
+            r = reqs_by_cell.get((cell.phase, cell.context, cell.concurrency, contract.PURPOSE_PREFILL))
             if r is None:
-                r = req[(req["context"] == cell.context) & (req["purpose"] == c.PURPOSE_PREFILL)]
+                r = req[(req["context"] == cell.context) & (req["purpose"] == contract.PURPOSE_PREFILL)]
             r = r[r["error"].isna() & r["first_tok"].notna() & (r["prompt_tokens"] > 0)]
             ttft = r["first_tok"] - r["send_ns"]
             ttft = ttft[ttft > 0]
@@ -80,7 +80,7 @@ def pandas_aggregate(data: RunData) -> dict[str, dict[str, Any]]:
                         "completed": len(ttft)}
             continue
         s, e = int(cell.window_start_ns), int(cell.window_end_ns)
-        k = (cell.phase, cell.context, cell.concurrency, c.PURPOSE_MEASURE)
+        k = (cell.phase, cell.context, cell.concurrency, contract.PURPOSE_MEASURE)
         r, chunks = reqs_by_cell[k], by_cell[k]
         win = chunks[(chunks["chunk_ns"] >= s) & (chunks["chunk_ns"] <= e)]
         output = int(win["tokens"].sum())
@@ -143,18 +143,18 @@ def polars_aggregate(data: RunData) -> dict[str, dict[str, Any]]:
     cells = pl.from_arrow(data.cells).filter(pl.col("status").is_in(PUBLISHED))
 
     prefill = (
-        req.filter(pl.col("purpose") == c.PURPOSE_PREFILL, pl.col("error").is_null(),
+        req.filter(pl.col("purpose") == contract.PURPOSE_PREFILL, pl.col("error").is_null(),
                    pl.col("first_tok").is_not_null(), pl.col("prompt_tokens") > 0,
                    pl.col("ttft_ns") > 0)
-        .join(cells.filter(pl.col("phase") == c.PREFILL).select(keys), on=keys)
+        .join(cells.filter(pl.col("phase") == contract.PREFILL).select(keys), on=keys)
         .group_by(keys)
         .agg(total_tok_s=(pl.col("prompt_tokens") / (pl.col("ttft_ns") / 1e9)).median(),
              ttft_ms=(pl.col("ttft_ns") / 1e6).median(), completed=pl.len())
     )
 
-    windows = cells.filter(pl.col("phase") == c.DECODE).select(
+    windows = cells.filter(pl.col("phase") == contract.DECODE).select(
         *keys, s=pl.col("window_start_ns"), e=pl.col("window_end_ns"))
-    measured = req.filter(pl.col("purpose") == c.PURPOSE_MEASURE).join(windows, on=keys)
+    measured = req.filter(pl.col("purpose") == contract.PURPOSE_MEASURE).join(windows, on=keys)
     inside = (chunks.join(measured.select("request_id", *keys, "s", "e"), on="request_id")
               .filter(pl.col("chunk_ns").is_between(pl.col("s"), pl.col("e"))))
     output = inside.group_by(keys).agg(output_tokens=pl.col("tokens").sum())
@@ -181,7 +181,7 @@ def polars_aggregate(data: RunData) -> dict[str, dict[str, Any]]:
     # Average active streams: in flight minus the server's waiting gauge, on a
     # 1 ms grid, where the gauge was sampled by the window's end; else the
     # streams' time from first token to end inside the window.
-    waiting = (pl.from_arrow(data.server_metrics).filter(pl.col("name") == c.METRIC_WAITING)
+    waiting = (pl.from_arrow(data.server_metrics).filter(pl.col("name") == contract.METRIC_WAITING)
                .group_by("t_ns").agg(held=pl.col("value").sum()).sort("t_ns"))
     first_gauge = waiting["t_ns"].min() if waiting.height else None
     events = (

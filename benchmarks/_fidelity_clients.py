@@ -64,8 +64,8 @@ async def _hog(block_ms: float, every_ms: float, stop: asyncio.Event) -> None:
 def _median_tbt_ms(results: list) -> float | None:
     """The cell's time between tokens as the builder takes it: median over
     streams of (last - first) / (events - 1)."""
-    per = [(r.events[-1][0] - r.events[0][0]) / (len(r.events) - 1) / 1e6
-           for r in results if len(r.events) >= 2]
+    per = [(r.chunks[-1][0] - r.chunks[0][0]) / (len(r.chunks) - 1) / 1e6
+           for r in results if len(r.chunks) >= 2]
     return float(np.median(per)) if per else None
 
 
@@ -82,7 +82,7 @@ async def client_ours(port: int, c: int, n: int, ctx: ssl.SSLContext | None,
     if hogging is not None:
         await hogging
     end = mono()
-    stamps = [e[0] for r in rs for e in r.events]
+    stamps = [e[0] for r in rs for e in r.chunks]
     w0, w1 = (min(stamps), max(stamps)) if stamps else (end, end)
     # the monitor's 0.25 s bins wholly inside the stream: the connections (and
     # TLS handshakes) before it are not what a cell's window sees
@@ -92,7 +92,7 @@ async def client_ours(port: int, c: int, n: int, ctx: ssl.SSLContext | None,
     tbt = _median_tbt_ms(rs)
     delays = client.monitor.delays(w0, w1)
     stall_p99, read_p99 = delays.stall_wait_quantile(), delays.read_delay_quantile()
-    return {"events": [e for r in rs for e in r.events], "end": end,
+    return {"events": [e for r in rs for e in r.chunks], "end": end,
             "errors": [r.error for r in rs if r.error],
             "stamps": sorted({r.stamps for r in rs}), "tbt_ms": tbt,
             "bound_reason": client.client_bound_reason(w0, w1, tbt),

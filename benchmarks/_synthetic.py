@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rundir import contract as c
+from rundir import contract
 from rundir.io import write_run_info, write_table
 from tests.synthetic_runs import MS, T0, S, _cell_row, _merge, _rows_table, run_info
 
@@ -54,7 +54,7 @@ class _Table:
 
     def table(self) -> pa.Table:
         cols: dict[str, Any] = {}
-        for f in c.REQUESTS_SCHEMA:
+        for f in contract.REQUESTS_SCHEMA:
             if f.name in ("chunk_ns", "chunk_tokens", "request_id"):
                 continue
             vals: list[Any] = []
@@ -69,8 +69,8 @@ class _Table:
         cols["chunk_tokens"] = pa.ListArray.from_arrays(
             pa.array(offsets), pa.array(np.concatenate([p["_cum"] for p in self.parts])))
         cols["request_id"] = pa.array([f"r{i:07d}" for i in range(self.n)])
-        return pa.table({f.name: cols[f.name] for f in c.REQUESTS_SCHEMA},
-                        schema=c.REQUESTS_SCHEMA)
+        return pa.table({f.name: cols[f.name] for f in contract.REQUESTS_SCHEMA},
+                        schema=contract.REQUESTS_SCHEMA)
 
 
 def _streams(rng: np.random.Generator, conc: int, start: int, we: int, rate: float,
@@ -145,23 +145,23 @@ def make_large_run(
         first = send + ttfts
         ns = np.stack([first - MS // 2, first], axis=1).ravel()
         cum = np.tile(np.array([0, 1], dtype=np.int64), prefill_repeats)
-        tab.add(prefill_repeats, np.full(prefill_repeats, 2), ns, cum, phase=c.PREFILL,
-                context=ctx, concurrency=1, purpose=c.PURPOSE_PREFILL, stream_index=0,
+        tab.add(prefill_repeats, np.full(prefill_repeats, 2), ns, cum, phase=contract.PREFILL,
+                context=ctx, concurrency=1, purpose=contract.PURPOSE_PREFILL, stream_index=0,
                 send_ns=send, end_ns=first + MS, prompt_tokens=ctx, cached_tokens=0,
                 finish_reason="length", cancelled=False)
         intervals.append((send, first + MS))
-        cells.append(_cell_row(c.PREFILL, ctx, 1, c.VALID, window_start_ns=int(now),
+        cells.append(_cell_row(contract.PREFILL, ctx, 1, contract.VALID, window_start_ns=int(now),
                                window_end_ns=int(first[-1] + 20 * MS),
-                               token_counting=c.COUNT_USAGE_CONTINUOUS))
+                               token_counting=contract.COUNT_USAGE_CONTINUOUS))
         now = int(first[-1] + 20 * MS)
-    special = {(contexts[0], concurrency[-1]): c.REQUESTS_QUEUED,
-               (contexts[1], concurrency[2]): c.LOOPED, (contexts[2], concurrency[1]): c.ERROR}
+    special = {(contexts[0], concurrency[-1]): contract.REQUESTS_QUEUED,
+               (contexts[1], concurrency[2]): contract.LOOPED, (contexts[2], concurrency[1]): contract.ERROR}
     queued: list[tuple[int, int]] = []
     for ctx in contexts:
         for conc in concurrency:
-            status = special.get((ctx, conc), c.VALID)
+            status = special.get((ctx, conc), contract.VALID)
             if kv_budget_tokens is not None and conc * (ctx + max_output_tokens) > kv_budget_tokens:
-                cells.append(_cell_row(c.DECODE, ctx, conc, c.OVER_CAPACITY,
+                cells.append(_cell_row(contract.DECODE, ctx, conc, contract.OVER_CAPACITY,
                                        reason=f"needs {conc * (ctx + max_output_tokens):,} KV "
                                               f"tokens, the server holds {kv_budget_tokens:,}"))
                 continue
@@ -169,8 +169,8 @@ def make_large_run(
             ttft_s = 0.02 + ctx / 4e6 + 0.003 * conc
             fill_send = now + np.arange(conc, dtype=np.int64) * MS
             tab.add(conc, np.ones(conc, dtype=np.int64), fill_send + 29 * MS,
-                    np.ones(conc, dtype=np.int64), phase=c.DECODE, context=ctx,
-                    concurrency=conc, purpose=c.PURPOSE_PREFIX_FILL,
+                    np.ones(conc, dtype=np.int64), phase=contract.DECODE, context=ctx,
+                    concurrency=conc, purpose=contract.PURPOSE_PREFIX_FILL,
                     stream_index=np.arange(conc), send_ns=fill_send, end_ns=fill_send + 30 * MS,
                     prompt_tokens=ctx, cached_tokens=0, finish_reason="length", cancelled=False)
             intervals.append((fill_send, fill_send + 30 * MS))
@@ -179,24 +179,24 @@ def make_large_run(
             we = ws + int(duration_s * S)
             s = _streams(rng, conc, start, we, rate, ttft_s, max_output_tokens, tokens_per_chunk)
             m = len(s["lengths"])
-            err = (s["slot"] == 0) & (status == c.ERROR)
+            err = (s["slot"] == 0) & (status == contract.ERROR)
             done = s["done"] & ~err
-            tail = ("the same line again. " * 20) if status == c.LOOPED else "…end of a story."
-            tab.add(m, s["lengths"], s["ns"], s["cum"], phase=c.DECODE, context=ctx,
-                    concurrency=conc, purpose=c.PURPOSE_MEASURE, stream_index=s["slot"],
+            tail = ("the same line again. " * 20) if status == contract.LOOPED else "…end of a story."
+            tab.add(m, s["lengths"], s["ns"], s["cum"], phase=contract.DECODE, context=ctx,
+                    concurrency=conc, purpose=contract.PURPOSE_MEASURE, stream_index=s["slot"],
                     send_ns=s["send"], end_ns=s["end"], prompt_tokens=ctx,
                     cached_tokens=ctx - ctx % 256,
                     finish_reason=np.where(done, "length", None),
                     error=np.where(err, "stream closed: server returned HTTP 500", None),
                     cancelled=~done & ~err, content_tail=tail)
             intervals.append((s["send"], s["end"]))
-            if status == c.REQUESTS_QUEUED:
+            if status == contract.REQUESTS_QUEUED:
                 queued.append((ws, we))
-            reason = {c.LOOPED: "the same 40 tokens repeated 12 times",
-                      c.ERROR: "stream closed: server returned HTTP 500"}.get(status)
-            cells.append(_cell_row(c.DECODE, ctx, conc, status, reason=reason,
+            reason = {contract.LOOPED: "the same 40 tokens repeated 12 times",
+                      contract.ERROR: "stream closed: server returned HTTP 500"}.get(status)
+            cells.append(_cell_row(contract.DECODE, ctx, conc, status, reason=reason,
                                    window_start_ns=ws, window_end_ns=we, warmup_s=warmup_s,
-                                   token_counting=c.COUNT_USAGE_CONTINUOUS))
+                                   token_counting=contract.COUNT_USAGE_CONTINUOUS))
             now = we + 200 * MS
     requests = tab.table()
     params = {"contexts": contexts, "concurrency": concurrency, "prefill_contexts": contexts,
@@ -206,9 +206,9 @@ def make_large_run(
                                                         "source": "synthetic"}}, info)
     path.mkdir(parents=True, exist_ok=True)
     write_run_info(path, run_info(run_id, info=extra))
-    write_table(path, c.CELLS_FILE, _rows_table(cells, c.CELLS_SCHEMA))
-    write_table(path, c.REQUESTS_FILE, requests)
-    write_table(path, c.SERVER_METRICS_FILE, _gauges(intervals, T0, now, queued))
+    write_table(path, contract.CELLS_FILE, _rows_table(cells, contract.CELLS_SCHEMA))
+    write_table(path, contract.REQUESTS_FILE, requests)
+    write_table(path, contract.SERVER_METRICS_FILE, _gauges(intervals, T0, now, queued))
     return int(pa.compute.sum(pa.compute.list_value_length(requests.column("chunk_ns"))).as_py())
 
 
@@ -228,11 +228,11 @@ def _gauges(intervals: list[tuple[np.ndarray, np.ndarray]], t_from: int, t_to: i
     n = len(t)
     return pa.table({
         "t_ns": np.concatenate([t, t, t]),
-        "name": [c.METRIC_RUNNING] * (2 * n) + [c.METRIC_WAITING] * n,
+        "name": [contract.METRIC_RUNNING] * (2 * n) + [contract.METRIC_WAITING] * n,
         "source": ["vllm:num_requests_running"] * (2 * n) + ["vllm:num_requests_waiting"] * n,
         "labels": ['engine="0"'] * n + ['engine="1"'] * n + ['engine="0"'] * n,
         "value": np.concatenate([running - half, half, waiting]).astype(np.float64),
-    }, schema=c.SERVER_METRICS_SCHEMA)
+    }, schema=contract.SERVER_METRICS_SCHEMA)
 
 
 def run_identity(i: int) -> dict[str, Any]:

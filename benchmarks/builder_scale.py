@@ -56,7 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from benchmarks._baselines import BASELINES  # noqa: E402
 from benchmarks._synthetic import make_large_run, run_identity  # noqa: E402
-from rundir import contract as c  # noqa: E402
+from rundir import contract  # noqa: E402
 from rundir.io import RunData, read_run  # noqa: E402
 from site_builder.aggregate import aggregate_run  # noqa: E402
 from site_builder.sitewriter import default_cache_dir  # noqa: E402
@@ -91,7 +91,7 @@ def ours(data: RunData) -> dict[str, dict[str, Any]]:
     for x in agg.cells:
         if not x.has_numbers:
             continue
-        if x.phase == c.PREFILL:
+        if x.phase == contract.PREFILL:
             out[x.key] = {"total_tok_s": x.total_tok_s, "ttft_ms": x.ttft_ms,
                           "completed": x.completed}
         else:

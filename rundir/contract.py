@@ -114,6 +114,9 @@ class Model:
     repository_id: str | None = None
     revision: str | None = None
     max_model_len: int | None = None
+    # The base model the site groups runs by (rundir/families.py); optional, added
+    # within schema v1 (older run.yaml without it derive it from the name).
+    family: str | None = None
 
 
 @dataclass
@@ -173,7 +176,12 @@ class RunInfo:
     imported: Imported | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The run as run.yaml holds it. `model.family` appears only when set, so a run
+        without one reads as it did before the field existed (older readers refuse it)."""
+        data = dataclasses.asdict(self)
+        if data["model"].get("family") is None:
+            del data["model"]["family"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, where: str = RUN_YAML) -> RunInfo:

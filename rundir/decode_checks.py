@@ -17,13 +17,19 @@ STALL_MIN_NS = 1_000_000_000  # a silence this long is never normal token spacin
 STALL_WINDOW_SHARE = 0.05  # ... nor one this large a share of the window
 STALL_GAP_MULTIPLE = 10  # ... nor this many times the cell's usual spacing
 CONSISTENCY_TOLERANCE = 0.25  # |total − per-request × producing| / (per-request × producing)
+# A silence the collector caused (it stopped reading) ends in a backlog: the tokens
+# the server kept sending waited in the socket and arrive together. One ended by at
+# least this share of what the window's rate would have delivered in the silence,
+# within BACKLOG_SPAN of its end, was not the server's.
+BACKLOG_SHARE = 0.5
+BACKLOG_SPAN_NS = 100_000_000  # (or 10 × the median gap, when that is longer)
 
 
 def token_gaps_ns(chunks: Chunks, start_ns: int, end_ns: int) -> np.ndarray:
     """Gaps between consecutive token arrivals in the window, any stream,
     counting from the window's start and to its end."""
     w = window_scan(chunks, start_ns, end_ns)
-    points = np.concatenate(([start_ns], np.sort(w.ns), [end_ns])).astype(np.int64)
+    points = np.concatenate(([start_ns], np.sort(w.chunk_ns), [end_ns])).astype(np.int64)
     return np.diff(points)
 
 
@@ -34,19 +40,38 @@ def stall_limit_ns(duration_ns: int, gaps_ns: np.ndarray) -> int:
     return int(max(STALL_MIN_NS, STALL_WINDOW_SHARE * duration_ns, STALL_GAP_MULTIPLE * typical))
 
 
+def ends_in_backlog(chunks: Chunks, silence_start_ns: int, silence_ns: int,
+                    rate_tok_per_ns: float, span_ns: int) -> bool:
+    """Whether the tokens arriving right after a silence (any stream, inside
+    or after the window) make up the backlog a server that kept sending would
+    leave: at least BACKLOG_SHARE of silence × the window's rate."""
+    arrivals = chunks.chunk_ns
+    after = arrivals[arrivals >= silence_start_ns + silence_ns]
+    if not len(after):
+        return False
+    first = int(after.min())
+    burst = (arrivals >= first) & (arrivals <= first + span_ns)
+    return float(chunks.tokens[burst].sum()) >= BACKLOG_SHARE * silence_ns * rate_tok_per_ns
+
+
 def stall_problem(chunks: Chunks, start_ns: int, end_ns: int) -> str | None:
-    """A stretch of the window in which no token reached any stream."""
+    """A stretch of the window in which no token reached any stream, unless
+    it ends in the backlog of a collector that stopped reading (its own stall,
+    which the client-bound flag reports)."""
     gaps = token_gaps_ns(chunks, start_ns, end_ns)
     if len(gaps) < 2:
         return None  # no token at all: the caller says so in its own words
-    longest = int(gaps.max())
     limit = stall_limit_ns(end_ns - start_ns, gaps)
-    if longest <= limit:
+    starts = start_ns + np.concatenate(([0], np.cumsum(gaps)[:-1]))
+    rate = window_scan(chunks, start_ns, end_ns).output_tokens / max(1, end_ns - start_ns)
+    span = int(max(BACKLOG_SPAN_NS, STALL_GAP_MULTIPLE * float(np.median(gaps))))
+    stalls = [(int(gaps[i]), int(starts[i])) for i in np.flatnonzero(gaps > limit)
+              if not ends_in_backlog(chunks, int(starts[i]), int(gaps[i]), rate, span)]
+    if not stalls:
         return None
-    at = float(np.argmax(gaps))
-    offset_s = float(np.concatenate(([0], np.cumsum(gaps)))[int(at)]) / 1e9
+    longest, at = max(stalls)
     return (f"the server stalled: no token reached any stream for {longest / 1e9:.1f} s "
-            f"inside the window (from {offset_s:.1f} s; limit {limit / 1e9:.1f} s)")
+            f"inside the window (from {(at - start_ns) / 1e9:.1f} s; limit {limit / 1e9:.1f} s)")
 
 
 def consistency_problem(m: DecodeMetrics) -> str | None:
@@ -71,10 +96,12 @@ def decode_problems(chunks: Chunks, start_ns: int, end_ns: int, m: DecodeMetrics
                     client_bound: bool = False) -> list[str]:
     """Every reason the cell's figures cannot be published as measured.
 
-    A client-bound cell (the collector could not keep up) is left to that
-    flag: a collector that stops reading makes TCP merge what waited under
-    later stamps, a silence and a skew the server did not cause."""
-    if client_bound:
-        return []
-    found = [stall_problem(chunks, start_ns, end_ns), consistency_problem(m)]
+    The stall check always runs: a silence the collector caused ends in a
+    backlog and is not counted (stall_problem), so a server that froze is
+    named even when the busy host also flagged the cell client-bound. The
+    consistency check is left to that flag: a collector that cannot keep up
+    makes TCP merge what waited under later stamps, a skew the server did
+    not cause."""
+    found = [stall_problem(chunks, start_ns, end_ns),
+             None if client_bound else consistency_problem(m)]
     return [p for p in found if p]

@@ -58,11 +58,11 @@ class Chunks:
     for the shared values through the functions below.
     """
 
-    __slots__ = ("ns", "tokens", "cum", "send_ns", "end_ns", "n_requests", "_offsets", "_memo")
+    __slots__ = ("chunk_ns", "tokens", "cum", "send_ns", "end_ns", "n_requests", "_offsets", "_memo")
 
-    def __init__(self, ns: np.ndarray, tokens: np.ndarray, cum: np.ndarray,
+    def __init__(self, chunk_ns: np.ndarray, tokens: np.ndarray, cum: np.ndarray,
                  send_ns: np.ndarray, end_ns: np.ndarray, offsets: np.ndarray) -> None:
-        self.ns = ns  # arrival time per chunk
+        self.chunk_ns = chunk_ns  # arrival time per chunk
         self.tokens = tokens  # tokens carried by each chunk (increments)
         self.cum = cum  # cumulative tokens after each chunk
         self.send_ns = send_ns  # per request
@@ -81,24 +81,25 @@ class Chunks:
             pc.fill_null(requests.column("end_ns"), -1).to_numpy(zero_copy_only=False),
             dtype=np.int64,
         )
-        ns_parts = _list_parts(requests.column("chunk_ns"))
+        chunk_ns_parts = _list_parts(requests.column("chunk_ns"))
         tok_parts = _list_parts(requests.column("chunk_tokens"))
-        if ns_parts is not None and tok_parts is not None and np.array_equal(
-                ns_parts[1], tok_parts[1]):
-            ns, offsets = ns_parts
+        if chunk_ns_parts is not None and tok_parts is not None and np.array_equal(
+                chunk_ns_parts[1], tok_parts[1]):
+            chunk_ns, offsets = chunk_ns_parts
             cum = tok_parts[0]
         else:  # nulls somewhere: flatten (null lists hold no chunks)
-            ns_col = requests.column("chunk_ns").combine_chunks()
+            chunk_ns_col = requests.column("chunk_ns").combine_chunks()
             tok_col = requests.column("chunk_tokens").combine_chunks()
-            ns = np.asarray(pc.list_flatten(ns_col).to_numpy(zero_copy_only=False), dtype=np.int64)
+            chunk_ns = np.asarray(pc.list_flatten(chunk_ns_col).to_numpy(zero_copy_only=False),
+                                  dtype=np.int64)
             cum = np.asarray(pc.list_flatten(tok_col).to_numpy(zero_copy_only=False),
                              dtype=np.int64)
             lengths = np.asarray(
-                pc.fill_null(pc.list_value_length(ns_col), 0).to_numpy(zero_copy_only=False),
+                pc.fill_null(pc.list_value_length(chunk_ns_col), 0).to_numpy(zero_copy_only=False),
                 dtype=np.int64,
             )
             offsets = np.concatenate(([0], np.cumsum(lengths)))
-        return cls(ns, _increments(cum, offsets), cum, send, end, offsets)
+        return cls(chunk_ns, _increments(cum, offsets), cum, send, end, offsets)
 
     def starts(self) -> np.ndarray:
         """Chunk offsets of the requests (n_requests + 1 entries)."""
@@ -120,12 +121,12 @@ class Chunks:
         lo, hi = int(rows[0]), int(rows[-1]) + 1
         if hi - lo == len(rows):  # contiguous: views
             a, b = int(off[lo]), int(off[hi])
-            return Chunks(self.ns[a:b], self.tokens[a:b], self.cum[a:b],
+            return Chunks(self.chunk_ns[a:b], self.tokens[a:b], self.cum[a:b],
                           self.send_ns[lo:hi], self.end_ns[lo:hi], off[lo:hi + 1] - a)
         lengths = off[rows + 1] - off[rows]
         sub_off = np.concatenate(([0], np.cumsum(lengths)))
         take = np.repeat(off[rows] - sub_off[:-1], lengths) + np.arange(sub_off[-1])
-        return Chunks(self.ns[take], self.tokens[take], self.cum[take],
+        return Chunks(self.chunk_ns[take], self.tokens[take], self.cum[take],
                       self.send_ns[rows], self.end_ns[rows], sub_off)
 
 
@@ -163,14 +164,14 @@ def _first_token(chunks: Chunks) -> np.ndarray:
             inside = at < off[1:][todo]
             hit = np.zeros(len(todo), dtype=bool)
             hit[inside] = tok[at[inside]] > 0
-            out[todo[hit]] = chunks.ns[at[hit]]
+            out[todo[hit]] = chunks.chunk_ns[at[hit]]
             todo = todo[~hit & inside]  # requests with no chunk left are settled (-1)
         if len(todo):  # the rest: binary search among the token-carrying chunks
             pos = np.flatnonzero(tok > 0)
             i = np.searchsorted(pos, off[:-1][todo])
             ic = np.minimum(i, max(len(pos) - 1, 0))
             has = (i < len(pos)) & (pos[ic] < off[1:][todo]) if len(pos) else i < 0
-            out[todo[has]] = chunks.ns[pos[ic[has]]]
+            out[todo[has]] = chunks.chunk_ns[pos[ic[has]]]
         return out
 
     return chunks._memoised(_FIRST_TOKEN, compute)
@@ -188,7 +189,7 @@ def _last_chunk_ns(chunks: Chunks) -> np.ndarray:
     off = chunks.starts()
     out = np.full(chunks.n_requests, -1, dtype=np.int64)
     nonempty = off[1:] > off[:-1]
-    out[nonempty] = chunks.ns[off[1:][nonempty] - 1]
+    out[nonempty] = chunks.chunk_ns[off[1:][nonempty] - 1]
     return out
 
 
@@ -211,7 +212,7 @@ class Window:
 
     output_tokens: int  # tokens of every chunk inside the window
     pos: np.ndarray  # chunk indices of the in-window chunks with tokens > 0
-    ns: np.ndarray  # their arrival times
+    chunk_ns: np.ndarray  # their arrival times
     tokens: np.ndarray  # their token counts
     lo: np.ndarray  # per request: its first entry in pos (lo == hi: it has none)
     hi: np.ndarray
@@ -221,15 +222,15 @@ def window_scan(chunks: Chunks, start_ns: int, end_ns: int) -> Window:
     """The chunks inside [start_ns, end_ns], grouped by request (memoised per window)."""
 
     def compute() -> Window:
-        ns, tok = chunks.ns, chunks.tokens
-        inwin = np.greater_equal(ns, start_ns)
-        inwin &= np.less_equal(ns, end_ns)
+        chunk_ns, tok = chunks.chunk_ns, chunks.tokens
+        inwin = np.greater_equal(chunk_ns, start_ns)
+        inwin &= np.less_equal(chunk_ns, end_ns)
         output = int(tok.sum(where=inwin))
         has_tok = np.greater(tok, 0)
         has_tok &= inwin
         pos = np.flatnonzero(has_tok)
         off = chunks.starts()
-        return Window(output, pos, ns[pos], tok[pos], np.searchsorted(pos, off[:-1]),
+        return Window(output, pos, chunk_ns[pos], tok[pos], np.searchsorted(pos, off[:-1]),
                       np.searchsorted(pos, off[1:]))
 
     return chunks._memoised((_WINDOW, int(start_ns), int(end_ns)), compute)
@@ -262,7 +263,7 @@ def decode_metrics(chunks: Chunks, start_ns: int, end_ns: int, completed_mask: n
         first, last = w.lo[has], w.hi[has] - 1
         sums = np.add.reduceat(w.tokens, first)
         after_first = sums - w.tokens[first]
-        span = (w.ns[last] - w.ns[first]).astype(np.float64)
+        span = (w.chunk_ns[last] - w.chunk_ns[first]).astype(np.float64)
         ok = (span > 0) & (after_first > 0)
         rates = after_first[ok] / (span[ok] / 1e9)
         gaps_ms = (span[ok] / 1e6) / after_first[ok]

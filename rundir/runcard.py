@@ -1,7 +1,8 @@
 """The run card: what a person tells `bench run` about the box (`--run-card FILE`).
 
 A run card is a YAML file with any of `hardware`, `engine`, `model` (the
-same maps as in run.yaml), `launch_command`, `notes` and `submitter`. It is
+same maps as in run.yaml; `model.family` names the base model the site groups
+the run under, see rundir/families.py), `launch_command`, `notes` and `submitter`. It is
 validated by the contract itself, field by field, before anything is
 measured: a nested typo (`hardware.gpu_cout`), a wrong type (`hardware: 5`,
 `gpu_count: eight`) or a non-finite number would otherwise surface only

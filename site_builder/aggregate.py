@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir import contract as c
+from rundir import contract
 from rundir.decode_checks import decode_problems
 from rundir.io import RunData, atomic_write_text
 from rundir.metrics import (
@@ -36,7 +36,7 @@ from site_builder import drilldown
 
 CACHE_FORMAT = 2
 # Statuses whose cells get numbers on the pages.
-NUMBER_STATUSES = (c.VALID, c.REQUESTS_QUEUED)
+NUMBER_STATUSES = (contract.VALID, contract.REQUESTS_QUEUED)
 
 
 @dataclass
@@ -108,14 +108,14 @@ class RunAggregate:
         return cls(data["run_id"], data["source"], data["digest"], cells, data["details"])
 
     def decode(self) -> list[CellResult]:
-        return [x for x in self.cells if x.phase == c.DECODE]
+        return [x for x in self.cells if x.phase == contract.DECODE]
 
     def prefill(self) -> list[CellResult]:
-        return [x for x in self.cells if x.phase == c.PREFILL]
+        return [x for x in self.cells if x.phase == contract.PREFILL]
 
 
 def _sort_key(cell: CellResult) -> tuple[int, int, int]:
-    return (0 if cell.phase == c.PREFILL else 1, cell.context, cell.concurrency)
+    return (0 if cell.phase == contract.PREFILL else 1, cell.context, cell.concurrency)
 
 
 def _num(value: Any) -> float | None:
@@ -233,7 +233,7 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
         if problems:
             # The raw data refutes the stored status (an older collector, a hand-made
             # run): publish what the collector now would, an Error naming why.
-            cell.status = c.ERROR
+            cell.status = contract.ERROR
             cell.reason = "; ".join(filter(None, [cell.reason, *problems]))
         else:
             cell.total_tok_s = m.total_tok_s
@@ -248,7 +248,7 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
     if len(requests):
         details[cell.key] = drilldown.decode_detail(
             requests, chunks, start, end, done=done, running=running, waiting=waiting,
-            with_tails=cell.status in (c.LOOPED, c.ERROR),
+            with_tails=cell.status in (contract.LOOPED, contract.ERROR),
         )
         cell.has_detail = True
 
@@ -295,8 +295,8 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
     """
     requests = data.requests
     groups = _group_requests(requests)
-    running = summed_gauge(data.server_metrics, c.METRIC_RUNNING)
-    waiting = summed_gauge(data.server_metrics, c.METRIC_WAITING)
+    running = summed_gauge(data.server_metrics, contract.METRIC_RUNNING)
+    waiting = summed_gauge(data.server_metrics, contract.METRIC_WAITING)
     chunks = Chunks.from_table(requests)
     done = completed_mask(requests)
     small = requests.drop_columns([n for n in _LIST_COLUMNS if n in requests.column_names])
@@ -306,15 +306,15 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
     for row in data.cells.to_pylist():
         cell = _base_cell(row)
         key = (cell.phase, cell.context, cell.concurrency)
-        if cell.phase == c.DECODE:
-            idx = groups.get((*key, c.PURPOSE_MEASURE), empty)
+        if cell.phase == contract.DECODE:
+            idx = groups.get((*key, contract.PURPOSE_MEASURE), empty)
             _decode_cell(cell, row, _rows(small, idx), chunks.subset(idx), done[idx], running,
                          waiting, details)
         else:
-            idx = groups.get((*key, c.PURPOSE_PREFILL))
+            idx = groups.get((*key, contract.PURPOSE_PREFILL))
             if idx is None:  # samples taken during another cell (e.g. decode warm-up)
                 found = [v for k, v in groups.items()
-                         if k[1] == cell.context and k[3] == c.PURPOSE_PREFILL]
+                         if k[1] == cell.context and k[3] == contract.PURPOSE_PREFILL]
                 idx = np.sort(np.concatenate(found)) if found else empty
             _prefill_cell(cell, _rows(small, idx), chunks.subset(idx), details)
         out.append(cell)
@@ -336,10 +336,10 @@ def aggregate_run(data: RunData, digest: str = "") -> RunAggregate:
 _CODE_FILES = (
     Path(__file__).with_name("aggregate.py"),
     Path(__file__).with_name("drilldown.py"),
-    Path(c.__file__),
-    Path(c.__file__).with_name("metrics.py"),
-    Path(c.__file__).with_name("checks.py"),  # a stricter reader must re-judge cached runs
-    Path(c.__file__).with_name("decode_checks.py"),
+    Path(contract.__file__),
+    Path(contract.__file__).with_name("metrics.py"),
+    Path(contract.__file__).with_name("checks.py"),  # a stricter reader must re-judge cached runs
+    Path(contract.__file__).with_name("decode_checks.py"),
 )
 
 

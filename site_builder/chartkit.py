@@ -24,9 +24,8 @@ from typing import Any
 import altair as alt
 import vl_convert as vlc
 
-from rundir import contract as c
-from rundir import words
-from site_builder import formats as f
+from rundir import contract, words
+from site_builder import formats
 from site_builder.aggregate import CellResult
 
 
@@ -70,8 +69,8 @@ LINE_COLORS = ["#1f77b4", "#d95f02", "#2ca02c", "#d62728", "#7b4fb0", "#8c564b",
 HEATMAP_SCHEME = "blues"
 BLUES = ["#cfe1f2", "#93c4de", "#4a98c9", "#1764ab", "#0b3d80"]
 # Heatmap fills of cells without numbers, one per status (each also has its text).
-MISSING_FILLS = {c.OVER_CAPACITY: "#f4c7c3", c.LOOPED: "#f7dca4", c.ERROR: "#dcc3e8",
-                 c.PENDING: "#d0d0d0"}
+MISSING_FILLS = {contract.OVER_CAPACITY: "#f4c7c3", contract.LOOPED: "#f7dca4", contract.ERROR: "#dcc3e8",
+                 contract.PENDING: "#d0d0d0"}
 NO_NUMBERS_FILL = "#f6f8fa"
 NO_NUMBERS = "No numbers"
 QUEUED_LABEL = "Requests queued"
@@ -82,9 +81,10 @@ TIMELINE_STYLE = {"server (waiting)": ("#d95f02", 3.5, "6 3"),
                   "client (streaming)": ("#1f77b4", 2.0, "")}
 # Heatmap cell text in narrow cells (a phone): whole numbers, shorter words.
 NARROW_CELL = 58
-TINY_STATUS = {c.OVER_CAPACITY: "cap.", c.LOOPED: "loop", c.ERROR: "err.", c.PENDING: "—"}
-SHORT_STATUS = {c.OVER_CAPACITY: "over cap.", c.LOOPED: "looped", c.ERROR: "error",
-                c.PENDING: "not run"}
+TINY_STATUS = {contract.OVER_CAPACITY: "cap.", contract.LOOPED: "loop", contract.ERROR: "err.",
+               contract.PENDING: "—"}
+SHORT_STATUS = {contract.OVER_CAPACITY: "over cap.", contract.LOOPED: "looped", contract.ERROR: "error",
+                contract.PENDING: "not run"}
 
 
 @dataclass(frozen=True)
@@ -144,9 +144,9 @@ def cell_rows(cells: list[CellResult], label: str | None = None) -> list[dict[st
                 "ttft": x.ttft_ms,
                 "Total tok/s": words.tok_s(x.total_tok_s),
                 "Per request tok/s": words.tok_s(x.per_request_tok_s),
-                "TTFT": f.ttft(x.ttft_ms),
-                "Time between tokens": f.tbt(x.tbt_ms),
-                "point": QUEUED_LABEL if x.status == c.REQUESTS_QUEUED else "Valid",
+                "TTFT": formats.ttft(x.ttft_ms),
+                "Time between tokens": formats.tbt(x.tbt_ms),
+                "point": QUEUED_LABEL if x.status == contract.REQUESTS_QUEUED else "Valid",
             }
         )
     return rows

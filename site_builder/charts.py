@@ -20,11 +20,8 @@ from typing import Any
 
 import altair as alt
 
-from rundir import contract as c
-from rundir import words
-from site_builder import chartkit as ck
-from site_builder import fallback as fb
-from site_builder import formats as f
+from rundir import contract, words
+from site_builder import chartkit, fallback, formats
 from site_builder.aggregate import CellResult
 from site_builder.chartkit import (
     HEIGHT,
@@ -36,12 +33,12 @@ from site_builder.chartkit import (
     Template,
     bundle_js,
     bundle_name,
+    nominal,
     slot,
     slots,
     template,
 )
 from site_builder.chartkit import make as _make
-from site_builder.chartkit import nominal as _n
 
 __all__ = ["Chart", "SvgRenderer", "bundle_js", "bundle_name"]
 CELLS = alt.Data(name="cells")
@@ -59,11 +56,11 @@ DECODE_TIP = ("Context", "Requests at once", "Total tok/s", "Per request tok/s",
 _DECODE_KEYS = (*DECODE_TIP, "concurrency", "total")
 # kind: (look, x axis, colour field, order field)
 _LINES: dict[str, tuple[Look, str, str, str]] = {
-    "decode": (ck.DECODE, "log2", "Context", "concurrency"),
-    "tradeoff": (ck.TRADEOFF, "per_request", "Context", "concurrency"),
-    "runs_decode": (ck.RUNS_DECODE, "log2", "run", "concurrency"),
-    "runs_prefill": (ck.RUNS_PREFILL, "context", "run", "context"),
-    "runs_single": (ck.RUNS_SINGLE, "context", "run", "context"),
+    "decode": (chartkit.DECODE, "log2", "Context", "concurrency"),
+    "tradeoff": (chartkit.TRADEOFF, "per_request", "Context", "concurrency"),
+    "runs_decode": (chartkit.RUNS_DECODE, "log2", "run", "concurrency"),
+    "runs_prefill": (chartkit.RUNS_PREFILL, "context", "run", "context"),
+    "runs_single": (chartkit.RUNS_SINGLE, "context", "run", "context"),
 }
 
 
@@ -80,9 +77,9 @@ def _x_axis(kind: str, look: Look) -> alt.X:
 
 def _tooltip(kind: str, look: Look) -> list[alt.Tooltip]:
     if kind in ("runs_prefill", "runs_single"):
-        return [_n("run", "Run"), _n("Context"), _n("Total tok/s", look.y), _n("TTFT")]
-    tips = [_n(name) for name in DECODE_TIP]
-    return [_n("run", "Run"), *tips] if kind == "runs_decode" else tips
+        return [nominal("run", "Run"), nominal("Context"), nominal("Total tok/s", look.y), nominal("TTFT")]
+    tips = [nominal(name) for name in DECODE_TIP]
+    return [nominal("run", "Run"), *tips] if kind == "runs_decode" else tips
 
 
 @functools.cache
@@ -90,7 +87,7 @@ def _line_template(kind: str, queued: bool) -> Template:
     """Lines broken at missing cells (null y), with a point per measured cell:
     filled for Valid, a hollow square for Requests queued (the caption says so)."""
     look, x, field, order = _LINES[kind]
-    color = ck.color(field, look, **({"legend": RUN_LEGEND} if field == "run" else {}))
+    color = chartkit.color(field, look, **({"legend": RUN_LEGEND} if field == "run" else {}))
     base = alt.Chart()
     point: dict[str, Any] = {"tooltip": _tooltip(kind, look)}
     if not queued:
@@ -114,10 +111,10 @@ def _line_template(kind: str, queued: bool) -> Template:
 
 def _line_spec(kind: str, rows: list[dict[str, Any]], keys: tuple[str, ...], lines: list[str],
                **holes: Any) -> dict[str, Any]:
-    queued = ck.any_queued(rows)
-    data = ck.slim(rows, (*keys, "point") if queued else keys)
+    queued = chartkit.any_queued(rows)
+    data = chartkit.slim(rows, (*keys, "point") if queued else keys)
     return _line_template(kind, queued).fill(
-        {"cells": data}, lines=lines, colors=ck.line_colors(len(lines)), **holes)
+        {"cells": data}, lines=lines, colors=chartkit.line_colors(len(lines)), **holes)
 
 
 def _log2_holes(levels: list[int]) -> dict[str, Any]:
@@ -134,21 +131,21 @@ def _plotted(cells: list[CellResult], *, per_request: bool = False) -> list[Cell
 def _context_lines(cells: list[CellResult], kind: str, chart_id: str, title: str, caption: str,
                    **holes: Any) -> Chart:
     look, x, _, _ = _LINES[kind]
-    labels = ck.context_labels(cells)
-    rows = ck.cell_rows(cells)
+    labels = chartkit.context_labels(cells)
+    rows = chartkit.cell_rows(cells)
     keys = _DECODE_KEYS + (("per_request",) if x == "per_request" else ())
     spec = _line_spec(kind, rows, keys, labels, **holes)
     levels = holes.get("x_values") or []
-    return _make(chart_id, title, caption + ck.queued_note(rows), spec, lambda: fb.lines(
-        title, ck.line_series(rows, "Context", "concurrency" if x == "log2" else x, labels),
-        ck.line_colors(len(labels)), look, x_ticks=[(float(v), str(v)) for v in levels],
+    return _make(chart_id, title, caption + chartkit.queued_note(rows), spec, lambda: fallback.lines(
+        title, chartkit.line_series(rows, "Context", "concurrency" if x == "log2" else x, labels),
+        chartkit.line_colors(len(labels)), look, x_ticks=[(float(v), str(v)) for v in levels],
         x_log2=x == "log2"))
 
 
 def decode_chart(cells: list[CellResult], chart_id: str = "chart-decode") -> Chart | None:
     """Total tok/s against concurrency, one line per context (log2 axis); a cell
     without numbers breaks its context's line."""
-    data = _plotted([x for x in cells if x.phase == c.DECODE])
+    data = _plotted([x for x in cells if x.phase == contract.DECODE])
     if not data:
         return None
     levels = sorted({x.concurrency for x in data if x.has_numbers and x.total_tok_s is not None})
@@ -159,7 +156,7 @@ def decode_chart(cells: list[CellResult], chart_id: str = "chart-decode") -> Cha
 
 def tradeoff_chart(cells: list[CellResult], chart_id: str = "chart-tradeoff") -> Chart | None:
     """What one stream gets (per-request tok/s) against what the server delivers."""
-    data = _plotted([x for x in cells if x.phase == c.DECODE], per_request=True)
+    data = _plotted([x for x in cells if x.phase == contract.DECODE], per_request=True)
     if not data:
         return None
     return _context_lines(data, "tradeoff", chart_id, "Per-request speed against total throughput",
@@ -172,7 +169,7 @@ def runs_decode_chart(series: list[tuple[str, list[CellResult]]], context: int,
     where a run's cell has no numbers)."""
     rows = []
     for label, cells in series:
-        rows += ck.cell_rows(_plotted([x for x in cells if x.phase == c.DECODE
+        rows += chartkit.cell_rows(_plotted([x for x in cells if x.phase == contract.DECODE
                                 and x.context == context]), label)
     if not rows:
         return None
@@ -181,10 +178,10 @@ def runs_decode_chart(series: list[tuple[str, list[CellResult]]], context: int,
     spec = _line_spec("runs_decode", rows, ("run", *_DECODE_KEYS), runs, **_log2_holes(levels))
     ctx = words.context_label(context)
     title = f"Throughput at {ctx} context"
-    lines = ck.line_series(rows, "run", "concurrency")
+    lines = chartkit.line_series(rows, "run", "concurrency")
     return _make(chart_id, title, f"Total tok/s against requests at once at {ctx}, one line per "
-                 f"run{ck.queued_note(rows)}", spec,
-                 lambda: fb.lines(title, lines, ck.line_colors(len(lines)), ck.RUNS_DECODE,
+                 f"run{chartkit.queued_note(rows)}", spec,
+                 lambda: fallback.lines(title, lines, chartkit.line_colors(len(lines)), chartkit.RUNS_DECODE,
                                   x_ticks=[(float(v), str(v)) for v in levels], x_log2=True,
                                   legend_below=True))
 
@@ -194,20 +191,20 @@ def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
     """Prefill tok/s, or single-stream decode tok/s, by context, one line per run."""
     rows = []
     for label, cells in series:
-        pick = [x for x in cells if x.phase == phase and (phase == c.PREFILL or x.concurrency == 1)]
+        pick = [x for x in cells if x.phase == phase and (phase == contract.PREFILL or x.concurrency == 1)]
         if any(x.has_numbers and x.total_tok_s is not None for x in pick):
-            rows += ck.cell_rows(pick, label)
+            rows += chartkit.cell_rows(pick, label)
     if not rows:
         return None
     labels = [words.context_label(v) for v in sorted({r["context"] for r in rows
                                                       if r["total"] is not None})]
     rows = [r for r in rows if r["Context"] in labels]
-    kind = "runs_prefill" if phase == c.PREFILL else "runs_single"
+    kind = "runs_prefill" if phase == contract.PREFILL else "runs_single"
     look = _LINES[kind][0]
     runs = sorted({r["run"] for r in rows})
     spec = _line_spec(kind, rows, ("run", "Context", "total", "Total tok/s", "TTFT", "context"),
                       runs, labels=labels)
-    if phase == c.PREFILL:
+    if phase == contract.PREFILL:
         title, caption = "Prefill by run", "Prompt tok/s by context, one line per run"
     else:
         title = "Single-stream decode by run"
@@ -216,9 +213,9 @@ def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
     for r in rows:
         r["x"] = pos[r["Context"]]
         r["concurrency"] = r["context"]  # _series orders points by this
-    lines = ck.line_series(rows, "run", "x")
-    return _make(chart_id, title, caption + ck.queued_note(rows), spec, lambda: fb.lines(
-        title, lines, ck.line_colors(len(lines)), look, x_ticks=[(pos[x], x) for x in labels],
+    lines = chartkit.line_series(rows, "run", "x")
+    return _make(chart_id, title, caption + chartkit.queued_note(rows), spec, lambda: fallback.lines(
+        title, lines, chartkit.line_colors(len(lines)), look, x_ticks=[(pos[x], x) for x in labels],
         x_log2=False, legend_below=True, x_domain=(0.0, float(len(labels)))))
 
 
@@ -229,18 +226,18 @@ def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
 
 @functools.cache
 def _prefill_template() -> Template:
-    look = ck.PREFILL
+    look = chartkit.PREFILL
     return template(alt.Chart(CELLS).mark_bar(color=look.color, size=28).encode(
         x=alt.X(field="Context", type="nominal", title=look.x, sort=slots("labels"),
                 axis=alt.Axis(labelAngle=0)),
         y=alt.Y(field="total", type="quantitative", title=look.y, axis=SI),
-        tooltip=[_n("Context"), _n("Total tok/s", look.y), _n("TTFT")],
+        tooltip=[nominal("Context"), nominal("Total tok/s", look.y), nominal("TTFT")],
     ).properties(width=WIDTH, height=HEIGHT))
 
 
 def prefill_chart(cells: list[CellResult], chart_id: str = "chart-prefill") -> Chart | None:
     """Prompt tok/s of a cold request at each context length."""
-    rows = [r for r in ck.cell_rows([x for x in cells if x.phase == c.PREFILL and x.has_numbers])
+    rows = [r for r in chartkit.cell_rows([x for x in cells if x.phase == contract.PREFILL and x.has_numbers])
             if r["total"] is not None]
     if not rows:
         return None
@@ -248,26 +245,26 @@ def prefill_chart(cells: list[CellResult], chart_id: str = "chart-prefill") -> C
     labels = [r["Context"] for r in rows]
     title = "Prefill"
     spec = _prefill_template().fill(
-        {"cells": ck.slim(rows, ("Context", "total", "Total tok/s", "TTFT"))}, labels=labels)
+        {"cells": chartkit.slim(rows, ("Context", "total", "Total tok/s", "TTFT"))}, labels=labels)
     return _make(chart_id, title, "Prompt tok/s of a cold request by context length", spec,
-                 lambda: fb.bars(title, labels, [r["total"] for r in rows], ck.PREFILL))
+                 lambda: fallback.bars(title, labels, [r["total"] for r in rows], chartkit.PREFILL))
 
 
 @functools.cache
 def _heatmap_template(missing: bool) -> Template:
     """Cells shaded by total tok/s; with `missing`, a layer below fills each cell
     without numbers by its status."""
-    look = ck.HEATMAP
+    look = chartkit.HEATMAP
     base = alt.Chart().encode(
         x=alt.X(field="Requests at once", type="nominal", title=look.x, sort=slots("levels"),
                 axis=alt.Axis(labelAngle=0)),
         y=alt.Y(field="Context", type="nominal", title=look.y, sort=slots("labels")),
-        tooltip=[_n(k) for k in ("Context", "Requests at once", "Status", "Total tok/s", "TTFT")])
+        tooltip=[nominal(k) for k in ("Context", "Requests at once", "Status", "Total tok/s", "TTFT")])
     bottom = {"orient": "bottom", "direction": "horizontal"}
     layers = [
         base.mark_rect(stroke="white", strokeWidth=1).transform_filter("datum.total != null")
         .encode(color=alt.Color(field="total", type="quantitative", title=look.legend,
-                                scale=alt.Scale(scheme=ck.HEATMAP_SCHEME),
+                                scale=alt.Scale(scheme=chartkit.HEATMAP_SCHEME),
                                 legend=alt.Legend(format="~s", **bottom))),
         base.mark_text(fontSize=10).encode(
             text=alt.Text(field="label", type="nominal",
@@ -278,7 +275,7 @@ def _heatmap_template(missing: bool) -> Template:
     if missing:
         layers.insert(0, base.mark_rect(stroke="white", strokeWidth=1)
                       .transform_filter("datum.missing != null")
-                      .encode(fill=alt.Fill(field="missing", type="nominal", title=ck.NO_NUMBERS,
+                      .encode(fill=alt.Fill(field="missing", type="nominal", title=chartkit.NO_NUMBERS,
                                             scale=alt.Scale(domain=slots("missing_names"),
                                                             range=slots("missing_fills")),
                                             legend=alt.Legend(**{**bottom,
@@ -286,38 +283,38 @@ def _heatmap_template(missing: bool) -> Template:
     # a fixed height, not a step: Vega-Lite warns about a container width with one
     return template(alt.layer(*layers, data=CELLS).properties(
         width=WIDTH, height=HEIGHT,
-        autosize=alt.AutoSizeParams(**{**ck.AUTOSIZE, "type": "fit-x"})))
+        autosize=alt.AutoSizeParams(**{**chartkit.AUTOSIZE, "type": "fit-x"})))
 
 
 def heatmap_chart(cells: list[CellResult], chart_id: str = "chart-heatmap") -> Chart | None:
     """The decode matrix as a heatmap of total tok/s; each status without numbers
     has its own labelled fill."""
-    data = [x for x in cells if x.phase == c.DECODE]
+    data = [x for x in cells if x.phase == contract.DECODE]
     if not any(x.has_numbers and x.total_tok_s is not None for x in data):
         return None
-    rows = ck.cell_rows(data)
+    rows = chartkit.cell_rows(data)
     peak = max(r["total"] or 0 for r in rows) or 1
     for r in rows:
         has = r["total"] is not None
-        r["label"] = r["Total tok/s"] if has else ck.SHORT_STATUS.get(r["status"], "—")
+        r["label"] = r["Total tok/s"] if has else chartkit.SHORT_STATUS.get(r["status"], "—")
         r["tiny"] = (words.tok_s(r["total"], whole=True) if has
-                     else ck.TINY_STATUS.get(r["status"], "—"))
+                     else chartkit.TINY_STATUS.get(r["status"], "—"))
         r["shade"] = r["total"] / peak if has else 0
         r["missing"] = None if has else (words.status_label(r["status"]) if r["status"]
-                                         in ck.MISSING_FILLS else ck.NO_NUMBERS)
-    labels = ck.context_labels(data)
+                                         in chartkit.MISSING_FILLS else chartkit.NO_NUMBERS)
+    labels = chartkit.context_labels(data)
     levels = [str(v) for v in sorted({x.concurrency for x in data})]
     present = {r["status"] for r in rows if r["missing"]}
-    missing = [(words.status_label(s), fill) for s, fill in ck.MISSING_FILLS.items()
+    missing = [(words.status_label(s), fill) for s, fill in chartkit.MISSING_FILLS.items()
                if s in present]
-    if any(r["missing"] == ck.NO_NUMBERS for r in rows):
-        missing.append((ck.NO_NUMBERS, ck.NO_NUMBERS_FILL))
+    if any(r["missing"] == chartkit.NO_NUMBERS for r in rows):
+        missing.append((chartkit.NO_NUMBERS, chartkit.NO_NUMBERS_FILL))
     holes: dict[str, Any] = {"labels": labels, "levels": levels,
-                             "narrow": f"width < {ck.NARROW_CELL * len(levels)}"}
+                             "narrow": f"width < {chartkit.NARROW_CELL * len(levels)}"}
     if missing:
         holes |= {"missing_names": [m for m, _ in missing],
                   "missing_fills": [v for _, v in missing]}
-    spec = _heatmap_template(bool(missing)).fill({"cells": ck.slim(rows, (
+    spec = _heatmap_template(bool(missing)).fill({"cells": chartkit.slim(rows, (
         "Context", "Requests at once", "Status", "Total tok/s", "TTFT", "total", "label", "tiny",
         "shade", "missing"))}, **holes)
     spec["height"] = max(24, min(40, 360 // max(1, len(labels)))) * len(labels)
@@ -326,7 +323,7 @@ def heatmap_chart(cells: list[CellResult], chart_id: str = "chart-heatmap") -> C
                  r["shade"] if r["total"] is not None else r["status"], r["label"]) for r in rows]
     return _make(chart_id, title, "Total tok/s by context and requests at once; cells without "
                  "numbers are coloured by status", spec,
-                 lambda: fb.heatmap(title, labels, levels, cells_xy, ck.HEATMAP, legend=missing))
+                 lambda: fallback.heatmap(title, labels, levels, cells_xy, chartkit.HEATMAP, legend=missing))
 
 
 # --------------------------------------------------------------------------
@@ -336,7 +333,7 @@ def heatmap_chart(cells: list[CellResult], chart_id: str = "chart-heatmap") -> C
 
 @functools.cache
 def _ttft_template() -> Template:
-    look = ck.TTFT
+    look = chartkit.TTFT
     return template(alt.Chart(CELLS).mark_bar(color=look.color).encode(
         x=alt.X(field="ttft", type="quantitative", title=look.x, bin=alt.Bin(maxbins=30),
                 axis=alt.Axis(format="~r")),
@@ -354,22 +351,22 @@ def ttft_histogram(values_ms: list[float], chart_id: str = "chart-ttft") -> Char
     spec = _ttft_template().fill({"cells": [{"ttft": v} for v in values_ms]})
     title = "TTFT distribution"
     return _make(chart_id, title, "Time to first token of each request", spec,
-                 lambda: fb.histogram(title, fb.value_bins(values_ms), ck.TTFT))
+                 lambda: fallback.histogram(title, fallback.value_bins(values_ms), chartkit.TTFT))
 
 
 @functools.cache
 def _tbt_template(median: bool) -> Template:
-    look = ck.TBT
+    look = chartkit.TBT
     bars = alt.Chart(alt.Data(name="bins")).mark_bar(color=look.color).encode(
         x=alt.X(field="lo", type="quantitative", title=look.x, bin="binned"),
         x2=alt.X2(field="hi"), y=alt.Y(field="tokens", type="quantitative", title=look.y),
-        tooltip=[_n("Gap"), _n("Tokens")])
+        tooltip=[nominal("Gap"), nominal("Tokens")])
     chart: Any = bars
     if median:
         chart = alt.layer(bars, alt.Chart(alt.Data(name="median")).mark_rule(
-            color=ck.TBT_MEDIAN, strokeDash=[4, 3], strokeWidth=2).encode(
+            color=chartkit.TBT_MEDIAN, strokeDash=[4, 3], strokeWidth=2).encode(
             x=alt.X(field="m", type="quantitative"),
-            tooltip=[_n("Median", "Median per request")]))
+            tooltip=[nominal("Median", "Median per request")]))
     return template(chart.properties(width=WIDTH, height=200))
 
 
@@ -380,32 +377,33 @@ def tbt_histogram(tbt: dict[str, Any], median_ms: float | None,
     if not counts:
         return None
     rows = [{"lo": edges[i], "hi": edges[i + 1], "tokens": counts[i],
-             "Gap": f"{f.tbt(edges[i])} – {f.tbt(edges[i + 1])}", "Tokens": f.count(counts[i])}
+             "Gap": f"{formats.tbt(edges[i])} – {formats.tbt(edges[i + 1])}",
+             "Tokens": formats.count(counts[i])}
             for i in range(len(counts))]
     data = {"bins": rows}
     if median_ms is not None:
-        data["median"] = [{"m": median_ms, "Median": f.tbt(median_ms)}]
+        data["median"] = [{"m": median_ms, "Median": formats.tbt(median_ms)}]
     spec = _tbt_template(median_ms is not None).fill(data)
     caption = "Gap before each generated token inside the window; dashed: the cell's median"
     if tbt.get("overflow"):
-        caption += f" ({f.count(tbt['overflow'])} slower tokens beyond the axis)"
+        caption += f" ({formats.count(tbt['overflow'])} slower tokens beyond the axis)"
     title = "Time between tokens distribution"
     bins = [(edges[i], edges[i + 1], counts[i]) for i in range(len(counts))]
     return _make(chart_id, title, caption, spec,
-                 lambda: fb.histogram(title, bins, ck.TBT, rule=median_ms))
+                 lambda: fallback.histogram(title, bins, chartkit.TBT, rule=median_ms))
 
 
 @functools.cache
 def _timeline_template(who: tuple[str, ...]) -> Template:
     """Output tok/s bars above the requests running; one line per source in `who`,
     drawn in that order (waiting first, so running stays visible on top of it)."""
-    tokens, active = ck.TIMELINE_TOKENS, ck.TIMELINE_ACTIVE
+    tokens, active = chartkit.TIMELINE_TOKENS, chartkit.TIMELINE_ACTIVE
     tok = alt.Chart(alt.Data(name="bins")).mark_bar(color=tokens.color, opacity=0.85).encode(
         x=alt.X(field="t", type="quantitative", title=tokens.x, bin="binned"),
         x2=alt.X2(field="t2"), y=alt.Y(field="tok_s", type="quantitative", title=tokens.y),
-        tooltip=[_n("Time"), _n("Output tok/s")],
-    ).properties(width=ck.FIXED_WIDTH, height=160)
-    style = [ck.TIMELINE_STYLE[w] for w in who]
+        tooltip=[nominal("Time"), nominal("Output tok/s")],
+    ).properties(width=chartkit.FIXED_WIDTH, height=160)
+    style = [chartkit.TIMELINE_STYLE[w] for w in who]
     legend = alt.Legend(orient="bottom")
     color = alt.Color(field="who", type="nominal", title=None, legend=legend, scale=alt.Scale(
         domain=list(who), range=[s[0] for s in style]))
@@ -416,10 +414,10 @@ def _timeline_template(who: tuple[str, ...]) -> Template:
              .encode(x=alt.X(field="t", type="quantitative", title=active.x),
                      y=alt.Y(field="v", type="quantitative", title=active.y),
                      color=color, strokeDash=dash,
-                     tooltip=[_n("who", "Source"), _n("Time"), _n("Requests")])
+                     tooltip=[nominal("who", "Source"), nominal("Time"), nominal("Requests")])
              for w, s in zip(who, style, strict=True)]
     running = alt.layer(*lines, data=alt.Data(name="activity")).properties(
-        width=ck.FIXED_WIDTH, height=110)
+        width=chartkit.FIXED_WIDTH, height=110)
     return template(alt.vconcat(tok, running, spacing=12))
 
 
@@ -446,7 +444,7 @@ def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> 
         act = [{"t": t, "v": v, "who": "server (waiting)"}
                for t, v in zip(waiting["t_s"], waiting["value"], strict=True)] + act
     for r in act:
-        r["Requests"] = f.average(r["v"])
+        r["Requests"] = formats.average(r["v"])
         r["Time"] = f"{r['t']:.2f} s"
     who = tuple(dict.fromkeys(r["who"] for r in act))
     spec = _timeline_template(who).fill({"bins": rows, "activity": act})
@@ -454,7 +452,7 @@ def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> 
     lines = [(w, [(float(r["t"]), float(r["v"])) for r in act if r["who"] == w]) for w in who]
     bins = [(r["t"], r["t2"], r["tok_s"]) for r in rows]
     return _make(chart_id, title, "Output tokens per second across the window, and the "
-                 "requests running at the same time", spec, lambda: fb.timeline(title, bins, lines))
+                 "requests running at the same time", spec, lambda: fallback.timeline(title, bins, lines))
 
 
 # --------------------------------------------------------------------------
@@ -471,5 +469,5 @@ class SvgRenderer:
         out = [ch for ch in charts if ch is not None]
         for ch in out:
             svg = ch.draw()
-            ch.svg = "" if fb.UNSAFE.search(svg) else svg
+            ch.svg = "" if fallback.UNSAFE.search(svg) else svg
         return out

@@ -1,6 +1,6 @@
 """`build-site`: build the static site from run directories, or preview it.
 
-    build-site --data data --out site [--skip-invalid] [--cache DIR]
+    build-site --data data --out site [--skip-invalid] [--cache DIR] [--prices prices.yaml]
     build-site [--out site] serve [--port 8000]
 
 Exit status: 0 when every run was published (or bad ones were skipped with
@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
-from site_builder import load, publish
+from site_builder import load, prices, publish
 from site_builder import serve as serve_mod
 from site_builder.sitewriter import SiteError
 
@@ -43,18 +43,27 @@ def _err(message: str) -> None:
               type=click.Path(file_okay=False, path_type=Path),
               help="The build cache (never published; must be outside --out) "
                    "[default: .OUT-build-cache beside --out].")
+@click.option("--prices", "prices_file", default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="YAML price table (dollars per GPU-hour by GPU name, with date and source; "
+                   "see docs/prices.example.yaml): adds $ per 1M output tokens. No table, no cost.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display and no summary.")
 @click.version_option(publish.version(), prog_name="build-site")
 @click.pass_context
 def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
-         methodology: Path | None, cache_dir: Path | None, quiet: bool) -> None:
+         methodology: Path | None, cache_dir: Path | None, prices_file: Path | None,
+         quiet: bool) -> None:
     """Build the Speed test matrix site from the run directories under --data."""
     if ctx.invoked_subcommand is not None:
         return
     try:
+        table = prices.load_prices(prices_file) if prices_file is not None else None
+    except prices.PriceError as exc:
+        fail(f"--prices: {exc}", EXIT_USAGE)
+    try:
         report = publish.build_site(data_dir, out_dir, methodology=methodology,
                                     progress=not quiet and sys.stderr.isatty(),
-                                    cache_dir=cache_dir)
+                                    cache_dir=cache_dir, prices=table)
     except (load.LoadError, SiteError) as exc:
         _err(" ".join(str(exc).split()))
         ctx.exit(1)

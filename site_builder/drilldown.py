@@ -42,7 +42,7 @@ def token_gaps_ms(chunks: Chunks, start_ns: int, end_ns: int) -> tuple[np.ndarra
     w = window_scan(chunks, start_ns, end_ns)
     if len(w.pos) < 2:
         return np.zeros(0), np.zeros(0)
-    gaps = np.diff(w.ns)
+    gaps = np.diff(w.chunk_ns)
     weights = w.tokens[1:]
     new_request = w.lo[w.hi > w.lo][1:]  # entries that start another request
     if len(new_request):
@@ -172,11 +172,11 @@ def _timeline(chunks: Chunks, start_ns: int, end_ns: int) -> dict[str, list[floa
     n_bins = int(np.clip(round(duration / 0.5e9), 10, 120))
     edges = np.linspace(start_ns, end_ns, n_bins + 1)
     if has_negative_tokens(chunks):
-        inwin = (chunks.ns >= start_ns) & (chunks.ns <= end_ns)
-        toks, _ = np.histogram(chunks.ns[inwin], bins=edges, weights=chunks.tokens[inwin])
+        inwin = (chunks.chunk_ns >= start_ns) & (chunks.chunk_ns <= end_ns)
+        toks, _ = np.histogram(chunks.chunk_ns[inwin], bins=edges, weights=chunks.tokens[inwin])
     else:  # chunks without tokens add nothing: bin the token-carrying ones only
         w = window_scan(chunks, start_ns, end_ns)
-        toks = _time_bins(w.ns, w.tokens, start_ns, end_ns, edges)
+        toks = _time_bins(w.chunk_ns, w.tokens, start_ns, end_ns, edges)
     width_s = duration / n_bins / 1e9
     centers = (edges[:-1] + edges[1:]) / 2
     first = first_token_ns(chunks)
@@ -184,7 +184,7 @@ def _timeline(chunks: Chunks, start_ns: int, end_ns: int) -> dict[str, list[floa
     off = chunks.starts()
     nonempty = off[1:] > off[:-1]
     if nonempty.any():
-        last_chunk[nonempty] = np.maximum(np.maximum.reduceat(chunks.ns, off[:-1][nonempty]), -1)
+        last_chunk[nonempty] = np.maximum(np.maximum.reduceat(chunks.chunk_ns, off[:-1][nonempty]), -1)
     stop = np.where(chunks.end_ns >= 0, chunks.end_ns, last_chunk)
     ok = first >= 0
     started = first[ok][None, :] <= centers[:, None]

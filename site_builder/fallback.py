@@ -20,7 +20,7 @@ from html import escape
 
 import numpy as np
 
-from site_builder import chartkit as ck
+from site_builder import chartkit
 from site_builder.chartkit import QUEUED_LABEL, Look, Point
 
 FONT = "system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
@@ -39,7 +39,7 @@ def _mix(stops: list[str], t: float) -> str:
 
 def blues(t: float) -> str:
     """The heatmap shade at t in [0, 1] (the live chart's "blues" scheme, approximated)."""
-    return _mix(ck.BLUES, t)
+    return _mix(chartkit.BLUES, t)
 
 
 def si(v: float) -> str:
@@ -273,7 +273,7 @@ def heatmap(label: str, rows: list[str], cols: list[str],
     for ri, ci, shade, text in cells:
         x, y = x0 + ci * cw, y0 + ri * ch
         if isinstance(shade, str):
-            fill, ink = ck.MISSING_FILLS.get(shade, ck.NO_NUMBERS_FILL), INK
+            fill, ink = chartkit.MISSING_FILLS.get(shade, chartkit.NO_NUMBERS_FILL), INK
         else:
             fill, ink = blues(shade), "white" if shade > 0.55 else INK
         c.parts.append(f'<rect x="{x}" y="{y}" width="{cw}" height="{ch}" fill="{fill}" '
@@ -317,7 +317,7 @@ def _bins_into(c: Canvas, y0: float, height: float, bins: list[tuple[float, floa
                 f"H{px(lo):.1f}Z" for lo, hi, v in bins if v > 0)
     c.parts.append(f'<path d="{d}" fill="{look.color}"/>')
     if rule is not None:
-        c.parts.append(f'<path d="M{px(rule):.1f} {p.y0:.1f}V{p.y(0):.1f}" stroke="{ck.TBT_MEDIAN}" '
+        c.parts.append(f'<path d="M{px(rule):.1f} {p.y0:.1f}V{p.y(0):.1f}" stroke="{chartkit.TBT_MEDIAN}" '
                        f'stroke-width="2" stroke-dasharray="4 3"/>')
     n = int(round((end - start) / step))
     p.x_axis([(px(start + i * step), plain(start + i * step)) for i in range(n + 1)], look.x)
@@ -346,9 +346,9 @@ def timeline(label: str, bins: list[tuple[float, float, float]],
     styled by chartkit's TIMELINE_STYLE and drawn in the given order)."""
     below = 10 + 160 + 45 + 12
     c = Canvas(530, below + 110 + 45 + 22 + 15 * len(series), label)
-    _bins_into(c, 10, 160, bins, ck.TIMELINE_TOKENS, integer=False)
-    styles = [ck.TIMELINE_STYLE.get(name, (MUTED, 2.0, "")) for name, _ in series]
-    _lines_into(c, below, 110, series, [s[0] for s in styles], ck.TIMELINE_ACTIVE, x_ticks=[],
+    _bins_into(c, 10, 160, bins, chartkit.TIMELINE_TOKENS, integer=False)
+    styles = [chartkit.TIMELINE_STYLE.get(name, (MUTED, 2.0, "")) for name, _ in series]
+    _lines_into(c, below, 110, series, [s[0] for s in styles], chartkit.TIMELINE_ACTIVE, x_ticks=[],
                 x_log2=False, legend_below=True, step=True, y_si=False,
                 styles=[s[1:] for s in styles])
     return c.svg()

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rundir import contract as c
+from rundir import contract
 
 
 def methodology_path() -> Path:
@@ -84,7 +84,7 @@ def imported_note(fmt: str | None) -> str:
                    if (fmt or "").startswith(prefix)), "a published page")
     return IMPORTED_NOTE.format(source=source)
 
-PHASE_LABELS = {c.PREFILL: "Prefill", c.DECODE: "Sustained decode"}
+PHASE_LABELS = {contract.PREFILL: "Prefill", contract.DECODE: "Sustained decode"}
 
 
 @dataclass(frozen=True)
@@ -153,10 +153,10 @@ TERMS: list[Term] = _terms()
 
 # Under a cell page's counts: how they add up, per phase.
 COUNTS_NOTES: dict[str, str] = {
-    c.DECODE: "Requests sent = finished normally + cancelled at window end + failed "
+    contract.DECODE: "Requests sent = finished normally + cancelled at window end + failed "
     "(+ rejected or ended without a finish reason, when any). Completed requests are the "
     "requests finished normally that ended inside the window.",
-    c.PREFILL: "Requests sent = finished normally + rejected + failed (+ ended without a "
+    contract.PREFILL: "Requests sent = finished normally + rejected + failed (+ ended without a "
     "finish reason, when any). Completed requests are the samples used: finished normally "
     "with a timed first token.",
 }

@@ -7,14 +7,12 @@ each page says. Pages never read run files: they get RunViews.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from rundir import contract as c
-from rundir import words
-from site_builder import charts as ch
-from site_builder import formats as f
+from rundir import contract, words
+from site_builder import charts, explorecharts, formats, oppoint
 from site_builder.aggregate import CellResult
 from site_builder.glossary import (
     CACHE_NOTE,
@@ -27,11 +25,11 @@ from site_builder.glossary import (
     imported_note,
 )
 from site_builder.render import Renderer, markdown
-from site_builder.views import RunView, cell_title
+from site_builder.views import FamilyGroup, RunView, cell_title
 
 TOKEN_COUNTING = {
-    c.COUNT_USAGE_CONTINUOUS: "server's cumulative usage on every chunk",
-    c.COUNT_CHUNKS: "one token per content chunk (fallback)",
+    contract.COUNT_USAGE_CONTINUOUS: "server's cumulative usage on every chunk",
+    contract.COUNT_CHUNKS: "one token per content chunk (fallback)",
 }
 AVG_SOURCE = {"server": "requests in flight − server's waiting gauge",
               "client": "client's streams receiving tokens",
@@ -57,19 +55,6 @@ COMPARE_METRICS = [
 ]
 
 
-@dataclass
-class ModelGroup:
-    """All runs of one model (by display name), for its comparison page."""
-
-    name: str
-    slug: str
-    runs: list[RunView] = field(default_factory=list)
-
-    @property
-    def all_cells(self) -> list[CellResult]:
-        return [x for r in self.runs for row in r.matrix for x in row.cells]
-
-
 def _filesize(n: int | None) -> str:
     if n is None:
         return words.MISSING
@@ -93,34 +78,34 @@ def _count_rows(x: CellResult, d: dict[str, Any]) -> list[tuple[str, str, str]]:
     o = d.get("outcomes") or {}
     if not o:
         return []
-    scope = "every sample" if x.phase == c.PREFILL else "warm-up and window"
-    rows = [("Requests sent", scope, f.count(o.get("total")))]
+    scope = "every sample" if x.phase == contract.PREFILL else "warm-up and window"
+    rows = [("Requests sent", scope, formats.count(o.get("total")))]
     by = o.get("finish_reasons", {})
-    reasons = ", ".join(f"{k}: {f.count(v)}" for k, v in by.items())
-    finished = f.count(o.get("finished")) + (f" ({reasons})" if reasons else "")
+    reasons = ", ".join(f"{k}: {formats.count(v)}" for k, v in by.items())
+    finished = formats.count(o.get("finished")) + (f" ({reasons})" if reasons else "")
     rows.append(("Finished normally", "any time", finished))
-    if x.phase == c.DECODE and x.completed is not None:
+    if x.phase == contract.DECODE and x.completed is not None:
         rows.append(("Completed requests", "of those, ended inside the window",
-                     f.count(x.completed)))
-    if x.phase == c.DECODE or o.get("cancelled"):
-        rows.append(("Cancelled at window end", "", f.count(o.get("cancelled"))))
-    if x.phase == c.PREFILL or o.get("rejected"):
-        rows.append(("Rejected samples", "prefix-cache hits", f.count(o.get("rejected"))))
-    rows.append(("Failed requests", "ended with an error", f.count(o.get("errors"))))
+                     formats.count(x.completed)))
+    if x.phase == contract.DECODE or o.get("cancelled"):
+        rows.append(("Cancelled at window end", "", formats.count(o.get("cancelled"))))
+    if x.phase == contract.PREFILL or o.get("rejected"):
+        rows.append(("Rejected samples", "prefix-cache hits", formats.count(o.get("rejected"))))
+    rows.append(("Failed requests", "ended with an error", formats.count(o.get("errors"))))
     if o.get("unfinished"):
-        rows.append(("Ended without a finish reason", "", f.count(o.get("unfinished"))))
-    if x.phase == c.PREFILL and d.get("used") is not None:
-        rows.append(("Samples used", "in the published figures", f.count(d.get("used"))))
+        rows.append(("Ended without a finish reason", "", formats.count(o.get("unfinished"))))
+    if x.phase == contract.PREFILL and d.get("used") is not None:
+        rows.append(("Samples used", "in the published figures", formats.count(d.get("used"))))
     if d.get("kind") == "decode":
         rows.append(("Produced a first token", "TTFT distribution",
-                     f.count(len(d.get("ttft_ms") or []))))
+                     formats.count(len(d.get("ttft_ms") or []))))
     return rows
 
 
 class Pages:
     """Renders every kind of page with one Renderer and one SVG renderer."""
 
-    def __init__(self, renderer: Renderer, svg: ch.SvgRenderer, assets: dict[str, str],
+    def __init__(self, renderer: Renderer, svg: charts.SvgRenderer, assets: dict[str, str],
                  version: str) -> None:
         self.r = renderer
         self.svg = svg
@@ -134,9 +119,10 @@ class Pages:
     # ---- run ------------------------------------------------------------
     def run_page(self, run: RunView) -> str:
         cells = run.agg.cells
-        charts = self.svg.fill([ch.prefill_chart(cells), ch.decode_chart(cells),
-                                ch.tradeoff_chart(cells), ch.heatmap_chart(cells)])
-        return self.r.render("run.html", depth=2, run=run, charts=charts, nav="runs")
+        page_charts = self.svg.fill([charts.prefill_chart(cells), charts.decode_chart(cells),
+                                charts.tradeoff_chart(cells), charts.heatmap_chart(cells)])
+        return self.r.render("run.html", depth=2, run=run, charts=page_charts, nav="runs",
+                             costs=oppoint.cost_rows(run))
 
     def cell_pages(self, run: RunView) -> Iterator[tuple[str, str]]:
         """(file name, html) of every drill-down page of a measured run."""
@@ -149,25 +135,25 @@ class Pages:
 
     def cell_page(self, run: RunView, cell: CellResult, detail: dict[str, Any],
                   prev: CellResult | None, nxt: CellResult | None) -> str:
-        charts: list[ch.Chart] = []
+        page_charts: list[charts.Chart] = []
         if detail["kind"] == "decode":
-            ttft = ch.ttft_histogram(detail["ttft_ms"])
+            ttft = charts.ttft_histogram(detail["ttft_ms"])
             if ttft is not None:  # say which requests it holds (the Produced a first token row)
                 ttft = replace(ttft, caption=(
-                    f"Time to first token of each of the {f.count(len(detail['ttft_ms']))} "
+                    f"Time to first token of each of the {formats.count(len(detail['ttft_ms']))} "
                     "requests that produced a token (warm-up and window, any outcome); "
                     "the cell's TTFT is their median."))
-            charts = self.svg.fill([
+            page_charts = self.svg.fill([
                 ttft,
-                ch.tbt_histogram(detail["tbt"], cell.tbt_ms),
-                ch.timeline_chart(detail),
+                charts.tbt_histogram(detail["tbt"], cell.tbt_ms),
+                charts.timeline_chart(detail),
             ])
         metrics = self._cell_metrics(cell) if cell.has_numbers else []
         note = words.STATUS_NOTES.get(cell.status)
         if cell.client_bound:
             note = f"{note} {CLIENT_BOUND_NOTE}" if note else CLIENT_BOUND_NOTE
         return self.r.render(
-            "cell.html", depth=3, run=run, cell=cell, title=cell_title(cell), charts=charts,
+            "cell.html", depth=3, run=run, cell=cell, title=cell_title(cell), charts=page_charts,
             metrics=metrics, note=note, window_rows=self._window_rows(run, cell, detail),
             samples=detail.get("samples") or [], samples_used=detail.get("used"),
             sample_use=SAMPLE_USE, counts_note=COUNTS_NOTES.get(cell.phase, ""),
@@ -179,19 +165,19 @@ class Pages:
 
     def _cell_metrics(self, x: CellResult) -> list[tuple[str, str, str]]:
         """(term, what it counts, value) of the cell's published numbers."""
-        if x.phase == c.PREFILL:
+        if x.phase == contract.PREFILL:
             return [("Prompt tok/s", "median of the samples used", words.tok_s(x.total_tok_s)),
-                    ("TTFT", "median of the samples used", f.ttft(x.ttft_ms)),
-                    ("Completed requests", "cold samples used", f.count(x.completed))]
+                    ("TTFT", "median of the samples used", formats.ttft(x.ttft_ms)),
+                    ("Completed requests", "cold samples used", formats.count(x.completed))]
         return [
             ("Total tok/s", "", words.tok_s(x.total_tok_s)),
             ("Per request tok/s", "", words.tok_s(x.per_request_tok_s)),
-            ("TTFT", "median over the requests", f.ttft(x.ttft_ms)),
-            ("Time between tokens", "", f.tbt(x.tbt_ms)),
-            ("Average active requests", "", f.average(x.avg_active)),
-            ("Completed requests", "ended inside the window", f.count(x.completed)),
-            ("Output tokens", "inside the window", f.count(x.output_tokens)),
-            ("Measured for", "", f.seconds(x.measured_s)),
+            ("TTFT", "median over the requests", formats.ttft(x.ttft_ms)),
+            ("Time between tokens", "", formats.tbt(x.tbt_ms)),
+            ("Average active requests", "", formats.average(x.avg_active)),
+            ("Completed requests", "ended inside the window", formats.count(x.completed)),
+            ("Output tokens", "inside the window", formats.count(x.output_tokens)),
+            ("Measured for", "", formats.seconds(x.measured_s)),
         ]
 
     def _window_rows(self, run: RunView, x: CellResult,
@@ -204,9 +190,9 @@ class Pages:
             wall = clock.wall_anchor_ns + (win[0] - clock.monotonic_anchor_ns)
             when = datetime.fromtimestamp(wall / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
             rows += [("Window start", "", when),
-                     ("Window length", "", f.seconds((win[1] - win[0]) / 1e9))]
+                     ("Window length", "", formats.seconds((win[1] - win[0]) / 1e9))]
         if x.warmup_s is not None:
-            rows.append(("Warm-up", "", f.seconds(x.warmup_s)))
+            rows.append(("Warm-up", "", formats.seconds(x.warmup_s)))
         if x.token_counting:
             how = TOKEN_COUNTING.get(x.token_counting, x.token_counting)
             rows.append(("Tokens counted by", "", how))
@@ -215,7 +201,7 @@ class Pages:
         return rows + _count_rows(x, d)
 
     # ---- site-wide ------------------------------------------------------
-    def index_page(self, runs: list[RunView], models: list[ModelGroup]) -> str:
+    def index_page(self, runs: list[RunView], models: list[FamilyGroup]) -> str:
         def options(key: str) -> list[str]:
             return sorted({v for r in runs if (v := r.record()[key])}, key=str.lower)
 
@@ -223,9 +209,11 @@ class Pages:
                    ("gpu", "GPU", options("gpu")), ("engine", "Engine", options("engine")),
                    ("quantization", "Quantization", options("quantization"))]
         return self.r.render("index.html", depth=0, runs=runs, models=models, filters=filters,
-                             columns=INDEX_COLUMNS, peak_notes=_peak_notes(runs), nav="runs")
+                             columns=INDEX_COLUMNS, peak_notes=_peak_notes(runs), nav="runs",
+                             oppoint=oppoint.page_context(runs, index=True),
+                             family_points={m.slug: oppoint.default_point(m.runs) for m in models})
 
-    def model_page(self, model: ModelGroup) -> str:
+    def model_page(self, model: FamilyGroup) -> str:
         series = [(r.short_label, r.agg.cells) for r in model.runs]
         shared = None
         ctx_sets = [set(r.decode_contexts) for r in model.runs if r.decode_contexts]
@@ -234,19 +222,25 @@ class Pages:
             shared = max(common) if common else None
         smallest = min((min(s) for s in ctx_sets), default=None)
         wanted = [x for x in dict.fromkeys([smallest, shared]) if x is not None]
-        charts = [ch.runs_decode_chart(series, x, f"chart-decode-{x}") for x in wanted]
-        charts += [ch.runs_context_chart(series, c.DECODE, "chart-single"),
-                   ch.runs_context_chart(series, c.PREFILL, "chart-prefill")]
-        return self.r.render("model.html", depth=1, model=model, charts=self.svg.fill(charts),
-                             peak_notes=_peak_notes(model.runs), nav="runs")
+        page_charts = [charts.runs_decode_chart(series, x, f"chart-decode-{x}") for x in wanted]
+        page_charts += [charts.runs_context_chart(series, contract.DECODE, "chart-single"),
+                   charts.runs_context_chart(series, contract.PREFILL, "chart-prefill")]
+        return self.r.render("model.html", depth=1, model=model, charts=self.svg.fill(page_charts),
+                             peak_notes=_peak_notes(model.runs), nav="runs",
+                             oppoint=oppoint.page_context(model.runs, index=False))
 
     def compare_page(self, runs: list[RunView]) -> str:
         return self.r.render("compare.html", depth=0, runs=runs, metrics=COMPARE_METRICS,
                              nav="compare")
 
+    def explore_page(self, data: dict[str, Any]) -> str:
+        """The explorer: its controls, and the default view's picture for readers without JS."""
+        return self.r.render("explore.html", depth=0, families=data["families"], nav="explore",
+                             **explorecharts.default_picture(data))
+
     def downloads_page(self, runs: list[RunView]) -> str:
         return self.r.render("downloads.html", depth=0, runs=runs,
-                             schema_version=c.SCHEMA_VERSION, nav="downloads")
+                             schema_version=contract.SCHEMA_VERSION, nav="downloads")
 
     def methodology_page(self, text: str) -> str:
         return self.r.render("methodology.html", depth=0, body=markdown(text, notes=False),

@@ -35,11 +35,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rundir.contract import RUN_YAML, ContractError
 from rundir.slugs import unique_slugs
-from site_builder import charts as ch
-from site_builder import load, runpages, workers
+from site_builder import chartkit, charts, explore, explorecharts, load, runpages, workers
 from site_builder.aggregate import AggregateCache, code_salt
 from site_builder.glossary import body_without_glossary, methodology_path
-from site_builder.pages import ModelGroup, Pages
+from site_builder.pages import Pages
+from site_builder.prices import PriceTable
 from site_builder.render import Renderer, json_script
 from site_builder.sitewriter import (
     AGGREGATES,
@@ -50,12 +50,13 @@ from site_builder.sitewriter import (
     digest,
     save,
 )
-from site_builder.views import RunView
+from site_builder.views import FamilyGroup, RunView, family_groups
 
 STATIC = "static"
 # What a build writes at the top of --out: a --data folder there would be overwritten.
 BUILDER_NAMES = ("runs", "models", STATIC, "data", "index.html", "compare.html",
-                 "downloads.html", "methodology.html", "index.json", "index.csv", ".cache")
+                 "explore.html", "downloads.html", "methodology.html", "index.json", "index.csv",
+                 ".cache")
 
 
 def version() -> str:
@@ -91,7 +92,8 @@ def write_assets(writer: SiteWriter, folder: Path) -> dict[str, str]:
     """Copy static files under content-hashed names; vendor the Vega bundle once."""
     static = folder / STATIC
     names = {"css": "style.css", "site_js": "site.js", "table_js": "table.js",
-             "compare_js": "compare.js", "favicon": "favicon.svg"}
+             "compare_js": "compare.js", "oppoint_js": "oppoint.js",
+             "explore_js": "explore.js", "favicon": "favicon.svg"}
     assets = {}
     for key, name in names.items():
         data = (static / name).read_bytes()
@@ -99,11 +101,11 @@ def write_assets(writer: SiteWriter, folder: Path) -> dict[str, str]:
         rel = f"{STATIC}/{stem}.{digest(data)[:10]}.{ext}"
         writer.write(rel, data)
         assets[key] = rel
-    bundle = f"{STATIC}/{ch.bundle_name()}"
+    bundle = f"{STATIC}/{charts.bundle_name()}"
     if (writer.out / bundle).is_file():
         writer.keep(bundle)
     else:
-        writer.write(bundle, ch.bundle_js())
+        writer.write(bundle, charts.bundle_js())
     assets["vega"] = bundle
     return assets
 
@@ -185,21 +187,6 @@ def _views(loaded: list[tuple[load.RunSource, Any, Any]], report: BuildReport) -
     return views
 
 
-def _models(views: list[RunView]) -> list[ModelGroup]:
-    groups: dict[str, list[RunView]] = {}
-    for v in views:
-        groups.setdefault(v.model.lower(), []).append(v)
-    names = sorted(groups)
-    slugs = unique_slugs([groups[n][0].model for n in names], fallback="model")
-    out = []
-    for name, slug in zip(names, slugs, strict=True):
-        runs = sorted(groups[name], key=lambda r: (r.hardware.lower(), r.run_id))
-        for r in runs:
-            r.model_slug = slug
-        out.append(ModelGroup(runs[0].model, slug, runs))
-    return out
-
-
 def check_folders(data: Path, out: Path, cache_dir: Path) -> None:
     """Refuse folder layouts where a build would publish or delete what it must not:
     --out at or inside --data (the site would be read back as data, or data
@@ -273,29 +260,29 @@ def _sources(data_dir: Path, out: Path, cache_dir: Path) -> tuple[dict, list[loa
 def _start_bundle(out: Path) -> threading.Thread | None:
     """Start building the Vega bundle when --out lacks it: vl-convert takes seconds
     and releases the GIL, so it runs alongside the aggregation instead of after it."""
-    if (out / STATIC / ch.bundle_name()).is_file():
+    if (out / STATIC / charts.bundle_name()).is_file():
         return None
-    bundle = threading.Thread(target=ch.bundle_js, daemon=True)
+    bundle = threading.Thread(target=charts.bundle_js, daemon=True)
     bundle.start()
     return bundle
 
 
-def _published_only(views: list[RunView], models: list[ModelGroup],
-                    done: list[RunView]) -> tuple[list[RunView], list[ModelGroup]]:
+def _published_only(views: list[RunView], models: list[FamilyGroup],
+                    done: list[RunView]) -> tuple[list[RunView], list[FamilyGroup]]:
     """Runs and models less the runs that failed to render. Slugs stay as they
     were given (pages already written link to them)."""
     if len(done) == len(views):
         return views, models
-    kept = [ModelGroup(m.name, m.slug, [r for r in m.runs if r in done]) for m in models]
+    kept = [FamilyGroup(m.name, m.slug, [r for r in m.runs if r in done]) for m in models]
     return done, [m for m in kept if m.runs]
 
 
 def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
-                models: list[ModelGroup], fp: str, text: str, bar: Progress) -> None:
+                models: list[FamilyGroup], fp: str, text: str, bar: Progress) -> None:
     """The pages and files that cover every run: model pages (keyed, so only a
-    model whose runs changed is rendered again), index, compare, downloads,
-    methodology and the index data."""
-    task = bar.add_task("Site pages", total=len(models) + 6)
+    model whose runs changed is rendered again), index, compare, explorer,
+    downloads, methodology, the index data and the explorer's."""
+    task = bar.add_task("Site pages", total=len(models) + 8)
     for m in models:
         rel = f"models/{m.slug}.html"
         key = digest("|".join([fp, m.slug, *(f"{r.agg.digest}:{r.slug}" for r in m.runs)])
@@ -312,7 +299,12 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
     writer.write("index.json", runpages.json_text(index))
     writer.write("index.csv", runpages.csv_text(records))
     writer.write("data/index.js", f"window.SPEED_MATRIX_INDEX = {json_script(index)};\n")
-    bar.advance(task, 6)
+    data = explore.explore_data(views)
+    data |= {"templates": explorecharts.templates(cost=bool(data["prices"])),
+             "colors": chartkit.LINE_COLORS}
+    writer.write("explore.html", pages.explore_page(data))
+    writer.write("data/explore.js", f"window.SPEED_MATRIX_EXPLORE = {json_script(data)};\n")
+    bar.advance(task, 8)
 
 
 def _publish(views: list[RunView], writer: SiteWriter, cache: AggregateCache,
@@ -321,14 +313,16 @@ def _publish(views: list[RunView], writer: SiteWriter, cache: AggregateCache,
     """Write the site for the loaded runs: assets, each run's pages (in workers
     when there is a pool), then the site-wide pages over the runs that rendered.
     False when no run could be rendered (nothing site-wide is written then)."""
-    models = _models(views)
+    models = family_groups(views)
     if bundle is not None:
         bundle.join()
     renderer = Renderer()
     assets = write_assets(writer, renderer.folder)
     text = methodology_text(methodology)
     fp = _fingerprint(renderer, assets, text)
-    pages = Pages(renderer, ch.SvgRenderer(), assets, version())
+    priced = "|".join(f"{v.slug}={v.price.note}" for v in views if v.price is not None)
+    fp = digest(f"{fp}|{priced}".encode()) if priced else fp  # a new price: pages again
+    pages = Pages(renderer, charts.SvgRenderer(), assets, version())
     done = _render_runs(views, writer, pages, fp, cache, pool, assets, report, bar)
     views, models = _published_only(views, models, done)
     if not views:
@@ -361,6 +355,7 @@ def build_site(
     methodology: Path | None = None,
     jobs: int | None = None,
     cache_dir: Path | None = None,
+    prices: PriceTable | None = None,
 ) -> BuildReport:
     """Build (or update) the site in out_dir from the runs under data_dir.
 
@@ -371,7 +366,8 @@ def build_site(
     output cannot be written. `jobs` caps the worker processes (default:
     workers.default_jobs(); used only for builds with enough raw data to
     aggregate). The cache (default: sitewriter.default_cache_dir) is never
-    inside out_dir.
+    inside out_dir. `prices` (build-site --prices) gives each run its GPU's price,
+    hence a cost; without it no page shows a cost.
     """
     out = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(out)
@@ -385,6 +381,8 @@ def build_site(
     pool = workers.Pool(jobs) if jobs > 1 and workers.worth_it(todo) else None
     with pool or nullcontext(), _progress(progress) as bar:
         views = _views(_load_all(sources, cache, report, bar, pool), report)
+        for v in views:
+            v.price = prices.for_gpu(v.info.hardware.gpu_name) if prices else None
         if not views or not _publish(views, writer, cache, pool, bundle, methodology,
                                      report, bar):
             return report

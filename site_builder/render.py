@@ -21,7 +21,7 @@ from markupsafe import Markup, escape
 
 from rundir import words
 from rundir.slugs import slugify
-from site_builder import formats as f
+from site_builder import formats
 from site_builder.glossary import TERM_BY_NAME, TERMS
 
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
@@ -164,20 +164,20 @@ class Renderer:
         self.env.filters.update(
             tok_s=words.tok_s,
             tok_s_whole=lambda v: words.tok_s(v, whole=True),
-            ttft=f.ttft,
-            tbt=f.tbt,
-            seconds=f.seconds,
-            count=f.count,
-            average=f.average,
+            ttft=formats.ttft,
+            tbt=formats.tbt,
+            seconds=formats.seconds,
+            count=formats.count,
+            average=formats.average,
             ctx=words.context_label,
-            pct=f.percent_change,
-            utc=f.utc_datetime,
+            pct=formats.percent_change,
+            utc=formats.utc_datetime,
             status=words.status_label,
             json_script=json_script,
             markdown=markdown,
         )
         self.env.globals.update(term=_term_link, TERMS=TERMS, MISSING=words.MISSING,
-                                FORMAT_RULES=f.js_rules())
+                                FORMAT_RULES=formats.js_rules())
         self.env.globals.update(globals_ or {})
 
     def render(self, template: str, *, depth: int, **context: Any) -> str:

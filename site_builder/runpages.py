@@ -57,7 +57,7 @@ def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
     """
     src_dir = Path(run.source_dir)
     base = f"runs/{run.slug}"
-    key = digest(f"{fp}|{run.agg.digest}|{run.slug}|{run.model_slug}".encode())
+    key = digest(f"{fp}|{run.agg.digest}|{run.slug}|{run.family_slug}".encode())
     if not writer.is_current(f"{base}/index.html", key):
         writer.write(f"{base}/index.html", pages.run_page(run), key)
     cell_rels = [f"{base}/cells/{x.key}.html" for x in run.agg.cells if x.has_detail]

@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rundir import contract as c
-from rundir import words
+from rundir import contract, slugs, words
 from rundir.contract import RunInfo
-from site_builder import formats as f
+from rundir.families import family_of
+from site_builder import formats
 from site_builder.aggregate import CellResult, RunAggregate
+from site_builder.prices import Price
 
 _CODES = {
     "fixed_duration": "Fixed duration",
@@ -54,7 +55,7 @@ def hardware_label(info: RunInfo) -> str:
     name = h.gpu_name or h.cpu or h.type or "unknown hardware"
     parts = [name]
     if h.gpu_name and h.vram_gb_per_gpu:
-        parts.append(f.vram_gb(h.vram_gb_per_gpu))
+        parts.append(formats.vram_gb(h.vram_gb_per_gpu))
     if h.gpu_name and h.gpu_count and h.gpu_count > 1:
         parts.append(f"×{h.gpu_count}")
     return " ".join(parts)
@@ -77,9 +78,9 @@ class RunView:
     info: RunInfo
     agg: RunAggregate
     slug: str
-    model_slug: str = ""
     source_dir: str = ""
     raw_files: list[tuple[str, int]] = field(default_factory=list)  # (name, bytes)
+    price: Price | None = None  # its GPU's price (build-site --prices), else no cost
 
     # ---- identity -------------------------------------------------------
     @property
@@ -88,7 +89,7 @@ class RunView:
 
     @property
     def imported(self) -> bool:
-        return self.info.source == c.SOURCE_IMPORTED
+        return self.info.source == contract.SOURCE_IMPORTED
 
     @property
     def model(self) -> str:
@@ -99,14 +100,29 @@ class RunView:
         return hardware_label(self.info)
 
     @property
+    def family(self) -> str:
+        """The base model the run belongs to (rundir/families.py): model pages group by it."""
+        return family_of(self.model, self.info.engine.quantization, self.info.model.family)[0]
+
+    @property
+    def family_slug(self) -> str:
+        """The family's slug: runs whose families share it share `models/<slug>.html`."""
+        return slugs.slugify(self.family, "model")
+
+    @property
+    def variant(self) -> str:
+        """The quantization / format the family was run in (``NVFP4``); empty when not stated."""
+        return family_of(self.model, self.info.engine.quantization, self.info.model.family)[1]
+
+    @property
     def title(self) -> str:
         return f"{self.model} on {self.hardware}"
 
     @property
     def short_label(self) -> str:
-        """A legend label for comparison charts: hardware, engine, quantization."""
+        """A legend label for comparison charts: hardware, engine, variant (quantization)."""
         e = self.info.engine
-        bits = [self.hardware, " ".join(x for x in (e.name, e.version) if x), e.quantization or ""]
+        bits = [self.hardware, " ".join(x for x in (e.name, e.version) if x), self.variant]
         return " · ".join(b for b in bits if b)
 
     @property
@@ -138,9 +154,9 @@ class RunView:
         ctx, lv = self.decode_contexts, self.levels
         if not ctx:
             return ""
-        ctx_range = f.range_label([words.context_label(ctx[0]), words.context_label(ctx[-1])]
+        ctx_range = formats.range_label([words.context_label(ctx[0]), words.context_label(ctx[-1])]
                                   if len(ctx) > 1 else [words.context_label(ctx[0])])
-        lv_range = f.range_label([str(lv[0]), str(lv[-1])] if len(lv) > 1 else [str(lv[0])])
+        lv_range = formats.range_label([str(lv[0]), str(lv[-1])] if len(lv) > 1 else [str(lv[0])])
         return (f"{_plural(len(ctx), 'context')} ({ctx_range}) × "
                 f"{_plural(len(lv), 'concurrency level')} ({lv_range})")
 
@@ -159,7 +175,7 @@ class RunView:
         elif label:
             parts.append(label)
         if self.info.measured_at:
-            parts.append("Measured " + f.published_datetime(self.info.measured_at))
+            parts.append("Measured " + formats.published_datetime(self.info.measured_at))
         return " · ".join(parts)
 
     # ---- fact blocks ----------------------------------------------------
@@ -170,7 +186,7 @@ class RunView:
         if h.gpu_count and h.gpu_count > 1:
             rows.append(("GPU count", str(h.gpu_count)))
         if h.vram_gb_per_gpu:
-            rows.append(("VRAM", f.vram_block(h.vram_gb_per_gpu, h.gpu_count)))
+            rows.append(("VRAM", formats.vram_block(h.vram_gb_per_gpu, h.gpu_count)))
         rows += [("CPU", h.cpu), ("OS", h.os), ("Driver", h.driver), ("CUDA", h.cuda)]
         return [(k, v) for k, v in rows if v]
 
@@ -195,18 +211,18 @@ class RunView:
             ("Benchmark tool", tool),
             ("Decode test", humanize(p.decode_test)),
             ("Prefill mode", humanize(p.prefill_mode)),
-            ("Time per measurement", f.param_seconds(p.duration_s) if p.duration_s else None),
-            ("Max output", f.tokens(p.max_output_tokens) if p.max_output_tokens else None),
-            ("Max model length", f.tokens(m.max_model_len) if m.max_model_len else None),
+            ("Time per measurement", formats.param_seconds(p.duration_s) if p.duration_s else None),
+            ("Max output", formats.tokens(p.max_output_tokens) if p.max_output_tokens else None),
+            ("Max model length", formats.tokens(m.max_model_len) if m.max_model_len else None),
         ]
         if kv.tokens:
             how = f" ({kv.source})" if kv.source else ""
-            rows.append(("KV cache", f.tokens(kv.tokens) + how))
+            rows.append(("KV cache", formats.tokens(kv.tokens) + how))
         return [(k, v) for k, v in rows if v]
 
     # ---- tables ---------------------------------------------------------
     def _placeholder(self, ctx: int, conc: int) -> CellResult:
-        return CellResult(phase=c.DECODE, context=ctx, concurrency=conc, status=c.PENDING)
+        return CellResult(phase=contract.DECODE, context=ctx, concurrency=conc, status=contract.PENDING)
 
     @property
     def matrix(self) -> list[MatrixRow]:
@@ -250,12 +266,12 @@ class RunView:
         """The status word shown beside the peak when its cell is not Valid
         (``Requests queued``), as the run page's matrix marks that cell; else empty."""
         pk = self.peak
-        return words.status_label(pk.status) if pk and pk.status != c.VALID else ""
+        return words.status_label(pk.status) if pk and pk.status != contract.VALID else ""
 
     @property
     def measured_date(self) -> str:
         """The day measured, for table columns: ``Sep 27, 2026`` (the byline's style)."""
-        return f.published_date(self.info.measured_at) if self.info.measured_at else ""
+        return formats.published_date(self.info.measured_at) if self.info.measured_at else ""
 
     @property
     def prefill_8k(self) -> CellResult | None:
@@ -272,7 +288,9 @@ class RunView:
             "slug": self.slug,
             "title": self.title,
             "model": self.model,
-            "model_slug": self.model_slug,
+            "family": self.family,
+            "family_slug": self.family_slug,
+            "variant": self.variant or None,
             "gpu": h.gpu_name or h.cpu or h.type,
             "gpu_count": h.gpu_count,
             "vram_gb_per_gpu": h.vram_gb_per_gpu,
@@ -334,12 +352,12 @@ class RunView:
         so the page's script never re-implements the number rules."""
         cells = []
         for x in self.agg.cells:
-            prefill = x.phase == c.PREFILL
+            prefill = x.phase == contract.PREFILL
             cells.append([
                 x.phase, x.context, x.concurrency, x.status, x.total_tok_s,
                 x.per_request_tok_s, x.ttft_ms, x.tbt_ms, words.context_label(x.context),
                 words.status_label(x.status), words.tok_s(x.total_tok_s, whole=prefill),
-                words.tok_s(x.per_request_tok_s), f.ttft(x.ttft_ms), f.tbt(x.tbt_ms)])
+                words.tok_s(x.per_request_tok_s), formats.ttft(x.ttft_ms), formats.tbt(x.tbt_ms)])
         return {"slug": self.slug, "run_id": self.run_id, "title": self.title,
                 "engine": self.engine_summary, "page": self.page,
                 "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS], "cells": cells}
@@ -354,10 +372,46 @@ COMPARE_TEXT_FIELDS = ["context_label", "status_label", "total_tok_s_text",
 
 def cell_title(x: CellResult) -> str:
     """``8K context × 16 requests at once`` / ``Prefill at 8K``."""
-    if x.phase == c.PREFILL:
+    if x.phase == contract.PREFILL:
         return f"Prefill at {words.context_label(x.context)} context"
     word = "request" if x.concurrency == 1 else "requests"
     return f"{words.context_label(x.context)} context × {x.concurrency} {word} at once"
 
 
-__all__ = ["RunView", "MatrixRow", "cell_title", "humanize", "model_name", "hardware_label"]
+@dataclass
+class FamilyGroup:
+    """All runs of one model family (rundir/families.py), for its page `models/<slug>.html`."""
+
+    name: str
+    slug: str
+    runs: list[RunView] = field(default_factory=list)
+
+    @property
+    def all_cells(self) -> list[CellResult]:
+        return [x for r in self.runs for row in r.matrix for x in row.cells]
+
+    @property
+    def variants(self) -> list[str]:
+        """The family's variants in the runs' order, each once (empty ones left out)."""
+        return list(dict.fromkeys(r.variant for r in self.runs if r.variant))
+
+
+def family_groups(runs: list[RunView]) -> list[FamilyGroup]:
+    """Runs grouped by family slug (so case and separators never split a family),
+    families in slug order, runs by hardware then variant. The family's name is
+    the one most of its runs give, explicit `model.family` names first."""
+    groups: dict[str, list[RunView]] = {}
+    for r in runs:
+        groups.setdefault(r.family_slug, []).append(r)
+    out = []
+    for slug in sorted(groups):
+        members = sorted(groups[slug], key=lambda r: (r.hardware.lower(), r.variant.lower(),
+                                                      r.run_id))
+        names = ([r.family for r in members if (r.info.model.family or "").strip()]
+                 or [r.family for r in members])
+        out.append(FamilyGroup(max(names, key=names.count), slug, members))
+    return out
+
+
+__all__ = ["RunView", "MatrixRow", "FamilyGroup", "cell_title", "family_groups", "humanize",
+           "model_name", "hardware_label"]

@@ -1,14 +1,17 @@
-"""Shared fixtures: real engines (tests/engines.py) and the CLI runner."""
+"""Shared fixtures: real engines (tests/engines.py), the CLI runner, the browser."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.browser import launch, require_chromium
 from tests.engines import llama_server, vllm_server  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,3 +33,16 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium, one per test module (closed with the module, so a module
+    that drives Playwright itself never meets a second live instance)."""
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()

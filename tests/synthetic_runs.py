@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rundir import contract as c
+from rundir import contract
 from rundir.contract import RunInfo
 from rundir.io import write_run_info, write_table
 
@@ -43,10 +43,10 @@ def _merge(base: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]
     return out
 
 
-def run_info(run_id: str, *, source: str = c.SOURCE_MEASURED, info: dict | None = None) -> RunInfo:
+def run_info(run_id: str, *, source: str = contract.SOURCE_MEASURED, info: dict | None = None) -> RunInfo:
     """A complete run.yaml for a synthetic run; `info` overrides any field (nested)."""
     base: dict[str, Any] = {
-        "schema_version": c.SCHEMA_VERSION,
+        "schema_version": contract.SCHEMA_VERSION,
         "run_id": run_id,
         "source": source,
         "measured_at": "2025-11-29T07:06:40Z",
@@ -141,7 +141,7 @@ class _Sim:
             send = self.t
             ttft = int(ctx / prefill_tok_s * S * self.rng.uniform(0.97, 1.03))
             first = send + ttft
-            self._req(phase=c.PREFILL, context=ctx, concurrency=1, purpose=c.PURPOSE_PREFILL,
+            self._req(phase=contract.PREFILL, context=ctx, concurrency=1, purpose=contract.PURPOSE_PREFILL,
                       send_ns=send, end_ns=first + MS, prompt_tokens=ctx, cached_tokens=0,
                       finish_reason="length", chunk_ns=[first - MS // 2, first],
                       chunk_tokens=[0, 1])
@@ -152,8 +152,8 @@ class _Sim:
         # Prefix fill: one cold request per stream slot warms the prompt cache.
         for i in range(conc):
             send = self.t + i * MS
-            self._req(phase=c.DECODE, context=ctx, concurrency=conc, stream_index=i,
-                      purpose=c.PURPOSE_PREFIX_FILL, send_ns=send, end_ns=send + 30 * MS,
+            self._req(phase=contract.DECODE, context=ctx, concurrency=conc, stream_index=i,
+                      purpose=contract.PURPOSE_PREFIX_FILL, send_ns=send, end_ns=send + 30 * MS,
                       prompt_tokens=ctx, cached_tokens=0, finish_reason="length",
                       chunk_ns=[send + 29 * MS], chunk_tokens=[1])
         start_streams = self.t + 50 * MS
@@ -184,12 +184,12 @@ class _Sim:
             cum.append(total)
         done = total >= self.max_output
         error = None
-        if status == c.ERROR and slot == 0:
+        if status == contract.ERROR and slot == 0:
             error, done = self.error_text, False
         end = ns[-1] + MS if done else cutoff
-        tail = ("the same line again. " * 20) if status == c.LOOPED else "…end of a story."
-        self._req(phase=c.DECODE, context=ctx, concurrency=conc, stream_index=slot,
-                  purpose=c.PURPOSE_MEASURE, send_ns=send, end_ns=end, prompt_tokens=ctx,
+        tail = ("the same line again. " * 20) if status == contract.LOOPED else "…end of a story."
+        self._req(phase=contract.DECODE, context=ctx, concurrency=conc, stream_index=slot,
+                  purpose=contract.PURPOSE_MEASURE, send_ns=send, end_ns=end, prompt_tokens=ctx,
                   cached_tokens=ctx - ctx % 256, finish_reason="length" if done else None,
                   error=error, cancelled=not done and error is None, chunk_ns=ns,
                   chunk_tokens=cum, content_tail=tail)
@@ -208,9 +208,9 @@ def _gauge_rows(intervals: Iterable[tuple[int, int]], t_from: int, t_to: int,
                 running, waiting = running - 1, 1.0
         half = running // 2
         for labels, value in (('engine="0"', running - half), ('engine="1"', half)):
-            rows.append({"t_ns": t, "name": c.METRIC_RUNNING, "source": "vllm:num_requests_running",
+            rows.append({"t_ns": t, "name": contract.METRIC_RUNNING, "source": "vllm:num_requests_running",
                          "labels": labels, "value": float(value)})
-        rows.append({"t_ns": t, "name": c.METRIC_WAITING, "source": "vllm:num_requests_waiting",
+        rows.append({"t_ns": t, "name": contract.METRIC_WAITING, "source": "vllm:num_requests_waiting",
                      "labels": 'engine="0"', "value": waiting})
     return rows
 
@@ -255,34 +255,34 @@ def make_measured_run(
     for ctx in prefill_contexts:
         start = sim.t
         sim.prefill(ctx, prefill_repeats, prefill_tok_s * (1 - ctx / 2_000_000))
-        cells.append(_cell_row(c.PREFILL, ctx, 1, c.VALID, window_start_ns=start,
-                               window_end_ns=sim.t, token_counting=c.COUNT_USAGE_CONTINUOUS))
+        cells.append(_cell_row(contract.PREFILL, ctx, 1, contract.VALID, window_start_ns=start,
+                               window_end_ns=sim.t, token_counting=contract.COUNT_USAGE_CONTINUOUS))
     queued: list[tuple[int, int]] = []
     for ctx in contexts:
         for conc in concurrency:
-            status = statuses.get((ctx, conc), c.VALID)
+            status = statuses.get((ctx, conc), contract.VALID)
             fits = kv_budget_tokens is None or conc * (ctx + max_output_tokens) <= kv_budget_tokens
             if not fits and (ctx, conc) not in statuses:
-                status = c.OVER_CAPACITY
-            if status in (c.OVER_CAPACITY, c.PENDING):
+                status = contract.OVER_CAPACITY
+            if status in (contract.OVER_CAPACITY, contract.PENDING):
                 reason = None
-                if status == c.OVER_CAPACITY and kv_budget_tokens:
+                if status == contract.OVER_CAPACITY and kv_budget_tokens:
                     reason = (f"needs {conc * (ctx + max_output_tokens):,} KV tokens, "
                               f"the server holds {kv_budget_tokens:,}")
                 reason = (reasons or {}).get((ctx, conc), reason)
-                cells.append(_cell_row(c.DECODE, ctx, conc, status, reason=reason))
+                cells.append(_cell_row(contract.DECODE, ctx, conc, status, reason=reason))
                 continue
             rate = tokens_per_s / (1 + 0.04 * (conc - 1)) / (1 + ctx / 65536)
             ttft_s = 0.02 + ctx / 4e6 + 0.003 * conc
             ws, we = sim.decode(ctx, conc, rate, warmup_s, duration_s, ttft_s, status)
-            if status == c.REQUESTS_QUEUED:
+            if status == contract.REQUESTS_QUEUED:
                 queued.append((ws, we))
-            reason = {c.LOOPED: "the same 40 tokens repeated 12 times",
-                      c.ERROR: error_text}.get(status)
+            reason = {contract.LOOPED: "the same 40 tokens repeated 12 times",
+                      contract.ERROR: error_text}.get(status)
             reason = (reasons or {}).get((ctx, conc), reason)
-            cells.append(_cell_row(c.DECODE, ctx, conc, status, reason=reason,
+            cells.append(_cell_row(contract.DECODE, ctx, conc, status, reason=reason,
                                    window_start_ns=ws, window_end_ns=we, warmup_s=warmup_s,
-                                   token_counting=c.COUNT_USAGE_CONTINUOUS,
+                                   token_counting=contract.COUNT_USAGE_CONTINUOUS,
                                    client_bound=(ctx, conc) in (client_bound or set())))
     params = {"contexts": list(contexts), "concurrency": list(concurrency),
               "prefill_contexts": prefill_contexts, "duration_s": duration_s,
@@ -291,11 +291,11 @@ def make_measured_run(
                    "source": "synthetic" if kv_budget_tokens else None}}, info)
     path.mkdir(parents=True, exist_ok=True)
     write_run_info(path, run_info(run_id, info=extra))
-    write_table(path, c.CELLS_FILE, _rows_table(cells, c.CELLS_SCHEMA))
-    write_table(path, c.REQUESTS_FILE, _rows_table(sim.requests, c.REQUESTS_SCHEMA))
+    write_table(path, contract.CELLS_FILE, _rows_table(cells, contract.CELLS_SCHEMA))
+    write_table(path, contract.REQUESTS_FILE, _rows_table(sim.requests, contract.REQUESTS_SCHEMA))
     if server_metrics:
         rows = _gauge_rows(sim.intervals, T0, sim.t, queued)
-        write_table(path, c.SERVER_METRICS_FILE, _rows_table(rows, c.SERVER_METRICS_SCHEMA))
+        write_table(path, contract.SERVER_METRICS_FILE, _rows_table(rows, contract.SERVER_METRICS_SCHEMA))
     return path
 
 
@@ -329,15 +329,15 @@ def make_imported_run(
     rows = []
     for cell in cells:
         row = _cell_row(cell["phase"], int(cell["context"]), int(cell["concurrency"]),
-                        cell.get("status", c.VALID), reason=cell.get("reason"))
+                        cell.get("status", contract.VALID), reason=cell.get("reason"))
         for ours, pub in PUB_FIELDS.items():
             row[pub] = cell.get(ours)
         rows.append(row)
-    decode = [r for r in rows if r["phase"] == c.DECODE]
+    decode = [r for r in rows if r["phase"] == contract.DECODE]
     params = {
         "contexts": sorted({r["context"] for r in decode}),
         "concurrency": sorted({r["concurrency"] for r in decode}),
-        "prefill_contexts": sorted({r["context"] for r in rows if r["phase"] == c.PREFILL}),
+        "prefill_contexts": sorted({r["context"] for r in rows if r["phase"] == contract.PREFILL}),
         "duration_s": 30.0,
         "max_output_tokens": 4096,
     }
@@ -345,8 +345,8 @@ def make_imported_run(
                     "imported": {"source_file": source_file, "source_sha256": None,
                                  "format": "seed-text"}}, info)
     path.mkdir(parents=True, exist_ok=True)
-    write_run_info(path, run_info(run_id, source=c.SOURCE_IMPORTED, info=extra))
-    write_table(path, c.CELLS_FILE, _rows_table(rows, c.CELLS_SCHEMA))
+    write_run_info(path, run_info(run_id, source=contract.SOURCE_IMPORTED, info=extra))
+    write_table(path, contract.CELLS_FILE, _rows_table(rows, contract.CELLS_SCHEMA))
     return path
 
 
@@ -391,7 +391,7 @@ def make_xss_run(path: Path, *, run_id: str = "xss <script>window.__pwned=1</scr
     }
     return make_measured_run(
         path, run_id=run_id, contexts=[1024], concurrency=[1, 2], duration_s=0.5, seed=5,
-        statuses={(1024, 2): c.ERROR}, reasons={(1024, 2): f"boom {PWN_IMG}"},
+        statuses={(1024, 2): contract.ERROR}, reasons={(1024, 2): f"boom {PWN_IMG}"},
         error_text=f"HTTP 500 {PWN_SCRIPT}", info=payload,
     )
 
@@ -402,7 +402,7 @@ def make_sample_data(root: Path) -> Path:
     make_measured_run(
         data / "synth-a", run_id="synth-a", contexts=[1024, 4096, 16384],
         concurrency=[1, 2, 4, 8], duration_s=0.6, seed=1, kv_budget_tokens=40_000,
-        statuses={(1024, 8): c.REQUESTS_QUEUED, (4096, 8): c.LOOPED},
+        statuses={(1024, 8): contract.REQUESTS_QUEUED, (4096, 8): contract.LOOPED},
         client_bound={(1024, 4)},
         info={"notes": "Measured on a **quiet** box.\n\n## Setup\n\nSee the "
                        "[methodology](../../methodology.html#term-ttft)."},
@@ -422,9 +422,9 @@ def make_sample_data(root: Path) -> Path:
 # published seed pages (saved as text from a browser) -> imported runs
 # --------------------------------------------------------------------------
 
-STATUS_CODES = {"Valid": c.VALID, "Over capacity": c.OVER_CAPACITY,
-                "Requests queued": c.REQUESTS_QUEUED, "Looped": c.LOOPED, "Error": c.ERROR,
-                "Not measured": c.PENDING}
+STATUS_CODES = {"Valid": contract.VALID, "Over capacity": contract.OVER_CAPACITY,
+                "Requests queued": contract.REQUESTS_QUEUED, "Looped": contract.LOOPED, "Error": contract.ERROR,
+                "Not measured": contract.PENDING}
 SEED_COLUMNS = ["phase", "context", "concurrency", "status", "total_tok_s", "per_request_tok_s",
                 "ttft_ms", "tbt_ms", "avg_active", "completed", "output_tokens", "measured_s"]
 
@@ -487,7 +487,7 @@ def parse_seed(text: str) -> dict[str, Any]:
             continue
         fields = [x.strip() for x in line.strip().strip("|").split("|")]
         cell: dict[str, Any] = dict(zip(SEED_COLUMNS, fields, strict=True))
-        cell["phase"] = c.PREFILL if cell["phase"] == "Prefill" else c.DECODE
+        cell["phase"] = contract.PREFILL if cell["phase"] == "Prefill" else contract.DECODE
         cell["context"] = context_tokens(cell["context"])
         cell["concurrency"] = int(cell["concurrency"])
         cell["status"] = STATUS_CODES[cell["status"]]

@@ -33,7 +33,7 @@ def long_stream(n: int) -> StreamResult:
               for i in range(n)]
     events.append((1000 + n, json.dumps({"choices": [], "usage": {
         "completion_tokens": n, "prompt_tokens": 7}}).encode()))
-    return StreamResult(status=200, send_ns=1, end_ns=2000 + n, events=events, done=True)
+    return StreamResult(status=200, send_ns=1, end_ns=2000 + n, chunks=events, done=True)
 
 
 def test_a_finished_stream_is_parsed_without_holding_the_loop() -> None:
@@ -59,7 +59,7 @@ def test_a_finished_stream_is_parsed_without_holding_the_loop() -> None:
         return rec
 
     rec = asyncio.run(main())
-    whole = parse_events(result.events)
+    whole = parse_events(result.chunks)
     assert rec.chunk_tokens == whole.chunk_tokens and rec.chunk_ns == whole.chunk_ns
     assert rec.tokens == 4096 and rec.prompt_tokens == 7 and rec.error is None
     assert ticks_while_parsing >= 4096 // 128 - 1  # the loop ran between slices
@@ -67,7 +67,7 @@ def test_a_finished_stream_is_parsed_without_holding_the_loop() -> None:
 
 def test_an_error_inside_the_stream_is_found_when_sliced() -> None:
     result = long_stream(1000)
-    result.events[700] = (5000, b'{"error": {"message": "engine died"}}')
+    result.chunks[700] = (5000, b'{"error": {"message": "engine died"}}')
     rec = asyncio.run(runner()._record(Cell(DECODE, 1024, 8), "r1", PURPOSE_MEASURE, 0, result, 4096))
     assert rec.error == "server error mid-stream: engine died"
     assert rec.tokens == 700

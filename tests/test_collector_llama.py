@@ -143,6 +143,7 @@ def _independent_decode(run, cell: dict) -> tuple[float, float]:
 def test_page_numbers_equal_an_independent_recomputation(thin_run: Path, tmp_path: Path) -> None:
     import re
 
+    from rundir import words
     from site_builder import formats
     from tests.conftest import run_cli
 
@@ -162,7 +163,7 @@ def test_page_numbers_equal_an_independent_recomputation(thin_run: Path, tmp_pat
             continue
         total, ttft = _independent_decode(run, cell)
         row = rows[("Sustained decode", "1K", str(cell["concurrency"]))]
-        assert row[4] == formats.tok_s(total)
+        assert row[4] == words.tok_s(total)
         assert row[6] == formats.ttft(ttft)
         checked += 1
     assert checked == 2

@@ -10,7 +10,6 @@ import pytest
 
 from bench.answers import BadAnswer, integer, show, transport
 from bench.chunks import parse_events
-from bench.loops import is_looping
 from bench.plan import (
     PlanError,
     fit_context,
@@ -18,8 +17,9 @@ from bench.plan import (
     parse_contexts,
     parse_tokens,
 )
-from bench.promtext import parse_metrics
+from bench.prometheus_text import parse_metrics
 from bench.redact import REDACTED, redact
+from bench.repetition import is_repeating
 from rundir.contract import COUNT_CHUNKS, COUNT_USAGE_CONTINUOUS, OVER_CAPACITY, PENDING
 from rundir.words import context_label
 
@@ -105,10 +105,10 @@ def test_malformed_event_is_an_error() -> None:
 def test_loop_detector() -> None:
     rng = random.Random(1)
     prose = " ".join(rng.choice(["the", "cat", "sat", "on", "a", "mat", "today"]) for _ in range(800))
-    assert not is_looping(prose)
-    assert is_looping(prose[:500] + "I will repeat this. " * 30)
-    assert is_looping("a" * 300)
-    assert not is_looping("short")
+    assert not is_repeating(prose)
+    assert is_repeating(prose[:500] + "I will repeat this. " * 30)
+    assert is_repeating("a" * 300)
+    assert not is_repeating("short")
 
 
 @pytest.mark.parametrize("text", [
@@ -134,7 +134,7 @@ def test_redaction_leaves_ordinary_words_alone() -> None:
     assert redact(text) == text
 
 
-# ---- server answers (bench.answers, bench.promtext) ----------------------------
+# ---- server answers (bench.answers, bench.prometheus_text) ----------------------------
 
 
 @pytest.mark.parametrize("value", [True, False, "5", "", -1, 1.5, float("nan"), float("inf"),

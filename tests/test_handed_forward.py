@@ -118,7 +118,7 @@ def test_a_record_is_made_from_the_parsed_stream_without_parsing_again() -> None
     parsed = ParsedStream(chunk_ns=[10, 20], chunk_tokens=[1, 2], counting=COUNT_USAGE_CONTINUOUS,
                           content="ab", reasoning="", finish_reason="length", prompt_tokens=5,
                           cached_tokens=None, final_usage_tokens=2, error=None)
-    result = StreamResult(status=200, send_ns=1, end_ns=30, events=[(10, b"{not json")], done=True)
+    result = StreamResult(status=200, send_ns=1, end_ns=30, chunks=[(10, b"{not json")], done=True)
     rec = RequestRecord.from_stream(CELL.key, "r1", PURPOSE_MEASURE, 0, result, parsed, str.upper)
     assert rec.error is None and rec.chunk_ns == [10, 20] and rec.tokens == 2
     assert rec.content_tail == "ab" and rec.finish_reason == "length"

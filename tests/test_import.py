@@ -18,8 +18,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from bench.importer import PageError, PublishedCell, parse_page
-from bench.importer import numbers as num
+from bench.importer import PageError, PublishedCell, numbers, parse_page
 from bench.importer.cli import import_cmd
 from bench.importer.write import import_file, run_id_for
 from rundir.contract import RUN_YAML
@@ -508,28 +507,28 @@ def test_shipped_sample_data_validates() -> None:
 
 
 def test_numbers() -> None:
-    assert num.parse_number("6,216.0") == 6216.0
-    assert num.parse_number("17.6K") == 17600.0
-    assert num.parse_number("10K") == 10000.0
-    assert num.parse_ms("1,317 ms") == 1317.0
-    assert num.parse_ms("4.8 ms") == 4.8
-    assert num.parse_seconds("30.0 s") == 30.0
-    assert num.parse_count("1,648") == 1648
-    assert num.parse_tokens("4,096 tokens") == 4096
-    assert num.parse_context("251K") == 257024
-    assert num.parse_context("1019K") == 1019 * 1024
-    assert num.parse_context("1024K") == 1048576
-    assert num.parse_vram("1128 GB (8 × 141 GB)") == (1128.0, 8, 141.0)
-    assert num.parse_vram("96 GB") == (96.0, None, 96.0)
-    assert num.parse_tool("llm-inference-bench v0.7.6") == ("llm-inference-bench", "0.7.6")
-    with pytest.raises(num.NumberError):
-        num.parse_vram("1000 GB (8 × 141 GB)")
-    assert num.is_missing("—")
+    assert numbers.parse_number("6,216.0") == 6216.0
+    assert numbers.parse_number("17.6K") == 17600.0
+    assert numbers.parse_number("10K") == 10000.0
+    assert numbers.parse_ms("1,317 ms") == 1317.0
+    assert numbers.parse_ms("4.8 ms") == 4.8
+    assert numbers.parse_seconds("30.0 s") == 30.0
+    assert numbers.parse_count("1,648") == 1648
+    assert numbers.parse_tokens("4,096 tokens") == 4096
+    assert numbers.parse_context("251K") == 257024
+    assert numbers.parse_context("1019K") == 1019 * 1024
+    assert numbers.parse_context("1024K") == 1048576
+    assert numbers.parse_vram("1128 GB (8 × 141 GB)") == (1128.0, 8, 141.0)
+    assert numbers.parse_vram("96 GB") == (96.0, None, 96.0)
+    assert numbers.parse_tool("llm-inference-bench v0.7.6") == ("llm-inference-bench", "0.7.6")
+    with pytest.raises(numbers.NumberError):
+        numbers.parse_vram("1000 GB (8 × 141 GB)")
+    assert numbers.is_missing("—")
     for bad in ("1,82", "01", "1.2.3", "", "K", "12 345"):
-        with pytest.raises(num.NumberError):
-            num.parse_number(bad)
-    assert ("1,829.9", "305") in num.glued_splits("1,829.9305")
-    assert ("05",) not in [s[1:] for s in num.glued_splits("1,829.9305")]
-    assert num.glued_splits("55.0 85") == [("55.0", "85")]
-    assert num.shown_agrees("8,820", 8820.0) and not num.shown_agrees("8,820", 8821.0)
-    assert num.shown_agrees("17.6K", 17600.0) and num.shown_agrees("1,317 ms", 1317.0)
+        with pytest.raises(numbers.NumberError):
+            numbers.parse_number(bad)
+    assert ("1,829.9", "305") in numbers.glued_splits("1,829.9305")
+    assert ("05",) not in [s[1:] for s in numbers.glued_splits("1,829.9305")]
+    assert numbers.glued_splits("55.0 85") == [("55.0", "85")]
+    assert numbers.shown_agrees("8,820", 8820.0) and not numbers.shown_agrees("8,820", 8821.0)
+    assert numbers.shown_agrees("17.6K", 17600.0) and numbers.shown_agrees("1,317 ms", 1317.0)

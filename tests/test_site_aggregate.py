@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from rundir import contract as c
+from rundir import contract
 from rundir.io import read_run
 from site_builder.aggregate import AggregateCache, RunAggregate, aggregate_run
 from site_builder.publish import build_site
@@ -61,7 +61,7 @@ def _expected_decode(requests: list[dict], ws: int, we: int, gauge: list[dict]) 
     # sets, held until the next scrape), on a 1 ms grid.
     waiting_by_t: dict[int, float] = {}
     for g in gauge:
-        if g["name"] == c.METRIC_WAITING:
+        if g["name"] == contract.METRIC_WAITING:
             waiting_by_t[g["t_ns"]] = waiting_by_t.get(g["t_ns"], 0.0) + g["value"]
     wtimes = sorted(waiting_by_t)
     spans = []
@@ -95,20 +95,21 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_measured_run(
         path, run_id="agg", contexts=[1024, 8192], concurrency=[1, 3, 8], tokens_per_s=80,
         seed=7, duration_s=1.5, max_output_tokens=40, tokens_per_chunk=3, prefill_repeats=3,
-        kv_budget_tokens=40_000, statuses={(1024, 8): c.REQUESTS_QUEUED, (8192, 3): c.LOOPED},
+        kv_budget_tokens=40_000, statuses={(1024, 8): contract.REQUESTS_QUEUED, (8192, 3): contract.LOOPED},
     )
 
 
 def test_decode_cells_match_an_independent_recomputation(measured: Path) -> None:
     agg = aggregate_run(read_run(measured))
-    requests = _rows(measured, c.REQUESTS_FILE)
-    gauge = _rows(measured, c.SERVER_METRICS_FILE)
+    requests = _rows(measured, contract.REQUESTS_FILE)
+    gauge = _rows(measured, contract.SERVER_METRICS_FILE)
     checked = 0
-    for cell in _rows(measured, c.CELLS_FILE):
-        if cell["phase"] != c.DECODE or cell["status"] not in (c.VALID, c.REQUESTS_QUEUED):
+    for cell in _rows(measured, contract.CELLS_FILE):
+        if (cell["phase"] != contract.DECODE
+                or cell["status"] not in (contract.VALID, contract.REQUESTS_QUEUED)):
             continue
         key = (cell["phase"], cell["context"], cell["concurrency"])
-        reqs = [r for r in requests if r["purpose"] == c.PURPOSE_MEASURE
+        reqs = [r for r in requests if r["purpose"] == contract.PURPOSE_MEASURE
                 and (r["phase"], r["context"], r["concurrency"]) == key]
         want = _expected_decode(reqs, cell["window_start_ns"], cell["window_end_ns"], gauge)
         got = next(x for x in agg.cells if (x.phase, x.context, x.concurrency) == key)
@@ -125,24 +126,24 @@ def test_decode_cells_match_an_independent_recomputation(measured: Path) -> None
     assert checked == 4  # 1024×{1,3,8 queued}, 8192×1 (8192×3 looped, 8192×8 over capacity)
     # Requests queued: the server ran fewer streams than asked for.
     queued = next(x for x in agg.cells if x.key == "decode-1024-8")
-    assert queued.status == c.REQUESTS_QUEUED and queued.avg_active < 8
+    assert queued.status == contract.REQUESTS_QUEUED and queued.avg_active < 8
 
 
 def test_cells_without_numbers_keep_their_status(measured: Path) -> None:
     agg = aggregate_run(read_run(measured))
     looped = next(x for x in agg.cells if x.key == "decode-8192-3")
     over = next(x for x in agg.cells if x.key == "decode-8192-8")
-    assert looped.status == c.LOOPED and looped.total_tok_s is None and looped.has_detail
+    assert looped.status == contract.LOOPED and looped.total_tok_s is None and looped.has_detail
     assert agg.details[looped.key]["tails"]  # the repeated text is kept as evidence
-    assert over.status == c.OVER_CAPACITY and over.total_tok_s is None and not over.has_detail
+    assert over.status == contract.OVER_CAPACITY and over.total_tok_s is None and not over.has_detail
     assert "KV tokens" in (over.reason or "")
 
 
 def test_prefill_cells_are_medians_of_cold_samples(measured: Path) -> None:
     agg = aggregate_run(read_run(measured))
-    requests = _rows(measured, c.REQUESTS_FILE)
+    requests = _rows(measured, contract.REQUESTS_FILE)
     for ctx in (1024, 8192):
-        samples = [r for r in requests if r["purpose"] == c.PURPOSE_PREFILL
+        samples = [r for r in requests if r["purpose"] == contract.PURPOSE_PREFILL
                    and r["context"] == ctx]
         ttfts, rates = [], []
         for r in samples:
@@ -162,8 +163,8 @@ def test_without_server_metrics_average_active_comes_from_the_client(tmp_path: P
                              concurrency=[4], seed=3, duration_s=1.0, server_metrics=False)
     agg = aggregate_run(read_run(path))
     cell = next(x for x in agg.cells if x.key == "decode-2048-4")
-    row = next(r for r in _rows(path, c.CELLS_FILE) if r["phase"] == c.DECODE)
-    reqs = [r for r in _rows(path, c.REQUESTS_FILE) if r["purpose"] == c.PURPOSE_MEASURE]
+    row = next(r for r in _rows(path, contract.CELLS_FILE) if r["phase"] == contract.DECODE)
+    reqs = [r for r in _rows(path, contract.REQUESTS_FILE) if r["purpose"] == contract.PURPOSE_MEASURE]
     want = _expected_decode(reqs, row["window_start_ns"], row["window_end_ns"], [])
     assert cell.avg_active_source == "client"
     assert cell.avg_active == pytest.approx(want["avg_active_client"])
@@ -172,12 +173,12 @@ def test_without_server_metrics_average_active_comes_from_the_client(tmp_path: P
 
 def test_imported_runs_take_published_numbers_as_they_are(tmp_path: Path) -> None:
     path = make_imported_run(tmp_path / "imp", run_id="imp", cells=[
-        {"phase": c.PREFILL, "context": 8192, "concurrency": 1, "status": c.VALID,
+        {"phase": contract.PREFILL, "context": 8192, "concurrency": 1, "status": contract.VALID,
          "total_tok_s": 32700.0, "ttft_ms": 250.0, "completed": 1},
-        {"phase": c.DECODE, "context": 8192, "concurrency": 128, "status": c.REQUESTS_QUEUED,
+        {"phase": contract.DECODE, "context": 8192, "concurrency": 128, "status": contract.REQUESTS_QUEUED,
          "total_tok_s": 2777.1, "per_request_tok_s": 23.1, "ttft_ms": 2079.0, "tbt_ms": 43.3,
          "avg_active": 127.4, "completed": 0, "output_tokens": 83240, "measured_s": 30.0},
-        {"phase": c.DECODE, "context": 16384, "concurrency": 128, "status": c.OVER_CAPACITY},
+        {"phase": contract.DECODE, "context": 16384, "concurrency": 128, "status": contract.OVER_CAPACITY},
     ])
     agg = aggregate_run(read_run(path))
     assert [x.key for x in agg.cells] == ["prefill-8192-1", "decode-8192-128", "decode-16384-128"]

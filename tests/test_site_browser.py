@@ -16,7 +16,7 @@ import pytest
 
 from site_builder.publish import build_site
 from site_builder.serve import serve_in_thread
-from tests.browser import Watcher, launch, require_chromium, site_pages, wait_for_charts
+from tests.browser import Watcher, require_chromium, site_pages, wait_for_charts
 from tests.synthetic_runs import make_sample_data
 
 pytestmark = pytest.mark.browser
@@ -32,17 +32,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     report = build_site(make_sample_data(root / "data"), root / "site")
     assert report.errors == []
     return root / "site"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

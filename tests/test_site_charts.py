@@ -21,17 +21,15 @@ import altair as alt
 import pytest
 import vl_convert as vlc
 
-from rundir import contract as c
+from rundir import contract
 from rundir.words import status_label
-from site_builder import chartkit as ck
-from site_builder import charts as ch
-from site_builder import fallback as fb
+from site_builder import chartkit, charts, fallback
 from site_builder.aggregate import CellResult
 
 LEVELS = (1, 2, 4, 8, 16)
 
 
-def _cell(context: int, n: int, status: str = c.VALID, phase: str = c.DECODE) -> CellResult:
+def _cell(context: int, n: int, status: str = contract.VALID, phase: str = contract.DECODE) -> CellResult:
     """A cell with numbers whatever its status (an imported Looped or Over capacity row
     keeps its published ones): the chart must still not plot them."""
     return CellResult(phase, context, n, status, total_tok_s=40.0 * n * (1 + context / 8192),
@@ -40,12 +38,12 @@ def _cell(context: int, n: int, status: str = c.VALID, phase: str = c.DECODE) ->
 
 def _matrix(statuses: dict[tuple[int, int], str], contexts: tuple[int, ...] = (1024, 4096),
             ) -> list[CellResult]:
-    return [_cell(x, n, statuses.get((x, n), c.VALID)) for x in contexts for n in LEVELS]
+    return [_cell(x, n, statuses.get((x, n), contract.VALID)) for x in contexts for n in LEVELS]
 
 
-def _svg(chart: ch.Chart) -> str:
+def _svg(chart: charts.Chart) -> str:
     """The live spec rendered by vl-convert (the site's Vega-Lite version)."""
-    return vlc.vegalite_to_svg(chart.spec, vl_version=ck.VL_VERSION, allowed_base_urls=[])
+    return vlc.vegalite_to_svg(chart.spec, vl_version=chartkit.VL_VERSION, allowed_base_urls=[])
 
 
 def _live_lines(svg: str) -> dict[str, str]:
@@ -65,8 +63,8 @@ def _moves(d: str) -> int:
     return len([p for p in re.split(r"(?=M)", d) if "L" in p or "H" in p])
 
 
-def _fill(chart: ch.Chart) -> ch.Chart:
-    return ch.SvgRenderer().fill([chart])[0]
+def _fill(chart: charts.Chart) -> charts.Chart:
+    return charts.SvgRenderer().fill([chart])[0]
 
 
 # --------------------------------------------------------------------------
@@ -74,12 +72,13 @@ def _fill(chart: ch.Chart) -> ch.Chart:
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", [c.LOOPED, c.ERROR, c.OVER_CAPACITY, c.PENDING])
+@pytest.mark.parametrize("status", [contract.LOOPED, contract.ERROR, contract.OVER_CAPACITY,
+                                    contract.PENDING])
 def test_a_missing_cell_breaks_its_line_live_and_in_the_fallback(status: str) -> None:
     cells = _matrix({(1024, 4): status})
-    for build in (ch.decode_chart, ch.tradeoff_chart):
+    for build in (charts.decode_chart, charts.tradeoff_chart):
         chart = _fill(build(cells))
-        one_k, four_k = ck.LINE_COLORS[0], ck.LINE_COLORS[1]
+        one_k, four_k = chartkit.LINE_COLORS[0], chartkit.LINE_COLORS[1]
         live = _live_lines(_svg(chart))
         assert _moves(live[one_k]) == 2, (build.__name__, live[one_k])  # 1-2 and 8-16
         assert _moves(live[four_k]) == 1
@@ -91,20 +90,20 @@ def test_a_missing_cell_breaks_its_line_live_and_in_the_fallback(status: str) ->
 
 
 def test_runs_charts_break_too() -> None:
-    a = _matrix({(1024, 2): c.OVER_CAPACITY})
-    a += [_cell(x, 1, c.VALID, c.PREFILL) for x in (1024, 4096)]
-    a += [_cell(8192, 1, c.ERROR, c.PREFILL), _cell(16384, 1, c.VALID, c.PREFILL)]
-    b = _matrix({}) + [_cell(x, 1, c.VALID, c.PREFILL) for x in (1024, 4096, 8192, 16384)]
+    a = _matrix({(1024, 2): contract.OVER_CAPACITY})
+    a += [_cell(x, 1, contract.VALID, contract.PREFILL) for x in (1024, 4096)]
+    a += [_cell(8192, 1, contract.ERROR, contract.PREFILL), _cell(16384, 1, contract.VALID, contract.PREFILL)]
+    b = _matrix({}) + [_cell(x, 1, contract.VALID, contract.PREFILL) for x in (1024, 4096, 8192, 16384)]
     series = [("run a", a), ("run b", b)]
-    decode = _fill(ch.runs_decode_chart(series, 1024, "chart-decode-1024"))
-    assert _moves(_live_lines(_svg(decode))[ck.LINE_COLORS[0]]) == 1  # 1 alone, then 4-16
-    assert _fallback_lines(decode.svg)[ck.LINE_COLORS[0]].count("M") == 2
-    assert _fallback_lines(decode.svg)[ck.LINE_COLORS[1]].count("M") == 1
-    prefill = _fill(ch.runs_context_chart(series, c.PREFILL, "chart-prefill"))
+    decode = _fill(charts.runs_decode_chart(series, 1024, "chart-decode-1024"))
+    assert _moves(_live_lines(_svg(decode))[chartkit.LINE_COLORS[0]]) == 1  # 1 alone, then 4-16
+    assert _fallback_lines(decode.svg)[chartkit.LINE_COLORS[0]].count("M") == 2
+    assert _fallback_lines(decode.svg)[chartkit.LINE_COLORS[1]].count("M") == 1
+    prefill = _fill(charts.runs_context_chart(series, contract.PREFILL, "chart-prefill"))
     live = _live_lines(_svg(prefill))
-    assert _moves(live[ck.LINE_COLORS[0]]) == 1 and "M" in live[ck.LINE_COLORS[0]][1:]
-    assert _moves(live[ck.LINE_COLORS[1]]) == 1
-    assert _fallback_lines(prefill.svg)[ck.LINE_COLORS[0]].count("M") == 2
+    assert _moves(live[chartkit.LINE_COLORS[0]]) == 1 and "M" in live[chartkit.LINE_COLORS[0]][1:]
+    assert _moves(live[chartkit.LINE_COLORS[1]]) == 1
+    assert _fallback_lines(prefill.svg)[chartkit.LINE_COLORS[0]].count("M") == 2
 
 
 # --------------------------------------------------------------------------
@@ -113,24 +112,24 @@ def test_runs_charts_break_too() -> None:
 
 
 def test_queued_points_are_hollow_live_and_in_the_fallback() -> None:
-    chart = _fill(ch.decode_chart(_matrix({(1024, 8): c.REQUESTS_QUEUED})))
+    chart = _fill(charts.decode_chart(_matrix({(1024, 8): contract.REQUESTS_QUEUED})))
     assert "hollow squares: requests queued" in chart.caption
     points = re.findall(r'<path aria-label="([^"]*)"[^>]*aria-roledescription="point"[^>]*'
                         r'd="([^"]+)" fill="([^"]+)"(?: stroke="([^"]+)")?', _svg(chart))
     queued = [p for p in points if "Status: Requests queued" in p[0]]
     valid = [p for p in points if "Status: Valid" in p[0]]
     assert len(queued) == 1 and len(valid) == 9
-    assert queued[0][2] == "white" and queued[0][3] == ck.LINE_COLORS[0]
+    assert queued[0][2] == "white" and queued[0][3] == chartkit.LINE_COLORS[0]
     assert "h" in queued[0][1]  # a square
-    assert all(p[2] in ck.LINE_COLORS and "A" in p[1] for p in valid)  # filled circles
-    dots = re.findall(r'<path d="([^"]+)" fill="' + ck.LINE_COLORS[0] + '"/>', chart.svg)
+    assert all(p[2] in chartkit.LINE_COLORS and "A" in p[1] for p in valid)  # filled circles
+    dots = re.findall(r'<path d="([^"]+)" fill="' + chartkit.LINE_COLORS[0] + '"/>', chart.svg)
     assert len(dots) == 1 and dots[0].count("M") == len(LEVELS) - 1  # not under the square
     hollow = re.findall(r'<path d="([^"]+)" fill="white" stroke="([^"]+)"', chart.svg)
-    assert [color for _, color in hollow] == [ck.LINE_COLORS[0]]
+    assert [color for _, color in hollow] == [chartkit.LINE_COLORS[0]]
     assert hollow[0][0].count("M") == 1
     assert ">Requests queued</text>" in chart.svg
     # without queued cells: no hollow marks, no note
-    plain = _fill(ch.decode_chart(_matrix({})))
+    plain = _fill(charts.decode_chart(_matrix({})))
     assert 'fill="white" stroke=' not in plain.svg and "hollow" not in plain.caption
 
 
@@ -140,10 +139,10 @@ def test_queued_points_are_hollow_live_and_in_the_fallback() -> None:
 
 
 def test_heatmap_gives_each_missing_status_its_own_fill() -> None:
-    missing = {(1024, 2): c.LOOPED, (1024, 4): c.OVER_CAPACITY, (1024, 8): c.ERROR,
-               (4096, 8): c.PENDING}
-    chart = _fill(ch.heatmap_chart(_matrix(missing)))
-    fills = {s: ck.MISSING_FILLS[s] for s in missing.values()}
+    missing = {(1024, 2): contract.LOOPED, (1024, 4): contract.OVER_CAPACITY, (1024, 8): contract.ERROR,
+               (4096, 8): contract.PENDING}
+    chart = _fill(charts.heatmap_chart(_matrix(missing)))
+    fills = {s: chartkit.MISSING_FILLS[s] for s in missing.values()}
     assert len(set(fills.values())) == 4
     live = _svg(chart)
     for (ctx, n), status in missing.items():
@@ -152,7 +151,7 @@ def test_heatmap_gives_each_missing_status_its_own_fill() -> None:
         rect = re.search(r'<path aria-label="' + re.escape(label) + r'[^"]*"[^>]*fill="([^"]+)"',
                          live)
         assert rect and rect.group(1) == fills[status], (status, rect and rect.group(1))
-        words = (ck.SHORT_STATUS[status], ck.TINY_STATUS[status])  # wide or narrow cells
+        words = (chartkit.SHORT_STATUS[status], chartkit.TINY_STATUS[status])  # wide or narrow cells
         assert any(f">{word}</text>" in live for word in words), status
     cell_fills = re.findall(r'<rect x="\d+" y="\d+" width="64" height="\d+" fill="([^"]+)"',
                             chart.svg)
@@ -160,9 +159,9 @@ def test_heatmap_gives_each_missing_status_its_own_fill() -> None:
     for status, fill in fills.items():
         assert cell_fills.count(fill) == 1, (status, cell_fills)
         assert f">{status_label(status)}</text>" in chart.svg  # its legend entry
-        assert f">{ck.SHORT_STATUS[status]}</text>" in chart.svg  # the cell's own text
+        assert f">{chartkit.SHORT_STATUS[status]}</text>" in chart.svg  # the cell's own text
     # no blues cell shares a missing fill
-    assert not set(fills.values()) & {fb.blues(i / 20) for i in range(21)}
+    assert not set(fills.values()) & {fallback.blues(i / 20) for i in range(21)}
 
 
 def _lab(hex_colour: str) -> tuple[float, float, float]:
@@ -188,7 +187,7 @@ def _contrast_on_white(hex_colour: str) -> float:
 
 
 def test_missing_fills_are_told_apart() -> None:
-    fills = list(ck.MISSING_FILLS.values()) + [ck.NO_NUMBERS_FILL]
+    fills = list(chartkit.MISSING_FILLS.values()) + [chartkit.NO_NUMBERS_FILL]
     for a, b in itertools.combinations(fills, 2):
         assert math.dist(_lab(a), _lab(b)) >= 10, (a, b)
 
@@ -199,22 +198,22 @@ def test_missing_fills_are_told_apart() -> None:
 
 
 def test_line_palette_is_distinct_and_readable_on_white() -> None:
-    assert len(ck.LINE_COLORS) == 10
-    for colour in ck.LINE_COLORS:
+    assert len(chartkit.LINE_COLORS) == 10
+    for colour in chartkit.LINE_COLORS:
         assert _contrast_on_white(colour) >= 3, colour
-    for a, b in itertools.combinations(ck.LINE_COLORS, 2):
+    for a, b in itertools.combinations(chartkit.LINE_COLORS, 2):
         assert math.dist(_lab(a), _lab(b)) >= 20, (a, b)
 
 
 def test_ten_contexts_use_the_palette_live_and_in_the_fallback() -> None:
     contexts = tuple(1024 * 2 ** i for i in range(10))
-    chart = _fill(ch.decode_chart(_matrix({}, contexts)))
+    chart = _fill(charts.decode_chart(_matrix({}, contexts)))
     scale = chart.spec["layer"][0]["encoding"]["color"]["scale"]
-    assert scale["range"] == ck.LINE_COLORS and len(scale["domain"]) == 10
+    assert scale["range"] == chartkit.LINE_COLORS and len(scale["domain"]) == 10
     assert "scheme" not in scale
-    assert set(_live_lines(_svg(chart))) == set(ck.LINE_COLORS)
+    assert set(_live_lines(_svg(chart))) == set(chartkit.LINE_COLORS)
     strokes = set(re.findall(r'stroke="(#[0-9a-f]{6})" stroke-width="2" fill="none"', chart.svg))
-    assert strokes == set(ck.LINE_COLORS)
+    assert strokes == set(chartkit.LINE_COLORS)
     for colour in strokes | set(re.findall(r'<path d="[^"]+" fill="(#[0-9a-f]{6})"/>',
                                            chart.svg)):
         assert _contrast_on_white(colour) >= 3, colour
@@ -234,7 +233,7 @@ def _detail() -> dict[str, Any]:
 
 
 def test_timeline_draws_running_over_waiting_and_both_show() -> None:
-    chart = _fill(ch.timeline_chart(_detail()))
+    chart = _fill(charts.timeline_chart(_detail()))
     layers = chart.spec["vconcat"][1]["layer"]
     order = [layer["transform"][0]["filter"]["equal"] for layer in layers]
     assert order == ["server (waiting)", "server (running)"]  # running drawn last: on top
@@ -258,18 +257,18 @@ def test_timeline_draws_running_over_waiting_and_both_show() -> None:
 # --------------------------------------------------------------------------
 
 
-def _all_charts() -> list[ch.Chart]:
-    cells = _matrix({(1024, 4): c.LOOPED, (4096, 8): c.REQUESTS_QUEUED})
-    cells += [_cell(x, 1, c.VALID, c.PREFILL) for x in (1024, 4096)]
+def _all_charts() -> list[charts.Chart]:
+    cells = _matrix({(1024, 4): contract.LOOPED, (4096, 8): contract.REQUESTS_QUEUED})
+    cells += [_cell(x, 1, contract.VALID, contract.PREFILL) for x in (1024, 4096)]
     series = [("a run with a very long label " * 6, cells), ("b", _matrix({}))]
-    return ch.SvgRenderer().fill([
-        ch.prefill_chart(cells), ch.decode_chart(cells), ch.tradeoff_chart(cells),
-        ch.heatmap_chart(cells), ch.runs_decode_chart(series, 1024, "chart-d"),
-        ch.runs_context_chart(series, c.DECODE, "chart-s"),
-        ch.runs_context_chart(series, c.PREFILL, "chart-p"),
-        ch.ttft_histogram([100.0, 120.0, 180.0]),
-        ch.tbt_histogram({"edges": [0, 10, 20], "counts": [3, 4]}, 12.0),
-        ch.timeline_chart(_detail())])
+    return charts.SvgRenderer().fill([
+        charts.prefill_chart(cells), charts.decode_chart(cells), charts.tradeoff_chart(cells),
+        charts.heatmap_chart(cells), charts.runs_decode_chart(series, 1024, "chart-d"),
+        charts.runs_context_chart(series, contract.DECODE, "chart-s"),
+        charts.runs_context_chart(series, contract.PREFILL, "chart-p"),
+        charts.ttft_histogram([100.0, 120.0, 180.0]),
+        charts.tbt_histogram({"edges": [0, 10, 20], "counts": [3, 4]}, 12.0),
+        charts.timeline_chart(_detail())])
 
 
 def _font_sizes(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -345,24 +344,24 @@ def test_live_chart_and_fallback_share_axis_titles_and_colours() -> None:
 
 
 def test_a_chart_kind_is_compiled_once_and_its_template_never_changes() -> None:
-    one = ch.decode_chart(_matrix({}))
-    compiled = ch._line_template.cache_info().currsize
-    other = ch.decode_chart(_matrix({}, (2048, 8192, 32768)))
-    assert ch._line_template.cache_info().currsize == compiled  # same kind: no new compile
+    one = charts.decode_chart(_matrix({}))
+    compiled = charts._line_template.cache_info().currsize
+    other = charts.decode_chart(_matrix({}, (2048, 8192, 32768)))
+    assert charts._line_template.cache_info().currsize == compiled  # same kind: no new compile
     assert one.spec is not other.spec
     assert one.spec["layer"][0]["encoding"]["color"]["scale"]["domain"] == ["1K", "4K"]
     assert other.spec["layer"][0]["encoding"]["color"]["scale"]["domain"] == ["2K", "8K", "32K"]
     one.spec["layer"][0]["encoding"]["color"]["scale"]["domain"].append("changed")
     one.spec["datasets"]["cells"].clear()
-    again = ch.decode_chart(_matrix({}))
+    again = charts.decode_chart(_matrix({}))
     assert again.spec["layer"][0]["encoding"]["color"]["scale"]["domain"] == ["1K", "4K"]
     assert len(again.spec["datasets"]["cells"]) == 2 * len(LEVELS)
     assert "@" not in json.dumps(again.spec)  # every hole filled
 
 
 def test_a_template_refuses_missing_or_unknown_holes() -> None:
-    tpl = ck.template(alt.Chart(alt.Data(name="cells")).mark_bar().encode(
-        x=alt.X(field="a", type="nominal", sort=ck.slots("order"))))
+    tpl = chartkit.template(alt.Chart(alt.Data(name="cells")).mark_bar().encode(
+        x=alt.X(field="a", type="nominal", sort=chartkit.slots("order"))))
     assert tpl.holes == {"order"}
     assert tpl.fill({"cells": []}, order=["b", "a"])["encoding"]["x"]["sort"] == ["b", "a"]
     with pytest.raises(ValueError, match="order"):

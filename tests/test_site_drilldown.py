@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rundir import contract as c
-from site_builder import formats as f
+from rundir import contract
+from site_builder import formats
 from site_builder.publish import build_site
 from tests.browser import Node, parse_html
 from tests.synthetic_runs import make_measured_run
@@ -24,10 +24,10 @@ REJECTED = "rejected: prefix-cache hit (900 cached tokens)"
 def _spoil_prefill(run_dir: Path) -> None:
     """Turn the 1K prefill cell's samples into: 3 used, 2 rejected prefix-cache hits
     (which the server also gave a finish reason), 1 failed with a finish reason."""
-    path = run_dir / c.REQUESTS_FILE
+    path = run_dir / contract.REQUESTS_FILE
     table = pq.read_table(path)
     rows = table.to_pylist()
-    prefill = [r for r in rows if r["purpose"] == c.PURPOSE_PREFILL and r["context"] == 1024]
+    prefill = [r for r in rows if r["purpose"] == contract.PURPOSE_PREFILL and r["context"] == 1024]
     assert len(prefill) == 6
     for r in prefill[:2]:  # a cache hit answers fast: it would pull the median down
         r["error"], r["cached_tokens"] = REJECTED, 900
@@ -43,7 +43,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("drill")
     run = make_measured_run(root / "data" / RUN, run_id=RUN, contexts=[1024], concurrency=[2, 4],
                             duration_s=1.5, prefill_repeats=6, seed=3,
-                            statuses={(1024, 4): c.ERROR})
+                            statuses={(1024, 4): contract.ERROR})
     _spoil_prefill(run)
     report = build_site(root / "data", root / "site", cache_dir=root / "cache")
     assert report.errors == []
@@ -55,7 +55,7 @@ def _page(site: Path, key: str) -> Node:
 
 
 def _requests(site: Path) -> list[dict]:
-    return pq.read_table(site.parent / "data" / RUN / c.REQUESTS_FILE).to_pylist()
+    return pq.read_table(site.parent / "data" / RUN / contract.REQUESTS_FILE).to_pylist()
 
 
 def _number(text: str) -> int:
@@ -97,7 +97,7 @@ def test_decode_counts_are_labelled_and_reconcile(site: Path) -> None:
     assert n["Requests sent"] == n["Finished normally"] + n["Cancelled at window end"] + n[
         "Failed requests"]
     # ... and they are the raw data's counts.
-    mine = [r for r in _requests(site) if r["purpose"] == c.PURPOSE_MEASURE
+    mine = [r for r in _requests(site) if r["purpose"] == contract.PURPOSE_MEASURE
             and r["context"] == 1024 and r["concurrency"] == 2]
     assert n["Requests sent"] == len(mine)
     assert n["Cancelled at window end"] == sum(r["cancelled"] for r in mine) > 0
@@ -128,13 +128,13 @@ def test_prefill_rejected_samples_are_marked(site: Path) -> None:
     # The published figure is the median of exactly the rows marked Used.
     head = _counts(doc.find("dl", "metrics"))
     assert head["Completed requests"] == ("(cold samples used)", "3")
-    samples = [r for r in _requests(site) if r["purpose"] == c.PURPOSE_PREFILL
+    samples = [r for r in _requests(site) if r["purpose"] == contract.PURPOSE_PREFILL
                and r["context"] == 1024]
     ttft = [(next(t for t, k in zip(r["chunk_ns"], r["chunk_tokens"], strict=True) if k > 0)
              - r["send_ns"]) / 1e6 for r in samples]
     used = [t for t, mark in zip(ttft, marks, strict=True) if mark == "Used"]
-    assert head["TTFT"][1] == f.ttft(statistics.median(used)) != f.ttft(statistics.median(ttft))
-    assert [r[5] for r in body] == [f.ttft(t) for t in ttft]
+    assert head["TTFT"][1] == formats.ttft(statistics.median(used)) != formats.ttft(statistics.median(ttft))
+    assert [r[5] for r in body] == [formats.ttft(t) for t in ttft]
 
 
 def test_prefill_counts_do_not_count_a_failure_as_finished(site: Path) -> None:

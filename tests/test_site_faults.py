@@ -18,7 +18,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from rundir import contract as c
+from rundir import contract
 from site_builder import load
 from site_builder.aggregate import code_salt
 from site_builder.cli import main
@@ -59,19 +59,19 @@ def _tree_digest(root: Path) -> dict[str, str]:
 
 def _yaml(path: str, value: object) -> Callable[[Path], None]:
     def apply(run_dir: Path) -> None:
-        data = yaml.safe_load((run_dir / c.RUN_YAML).read_text())
+        data = yaml.safe_load((run_dir / contract.RUN_YAML).read_text())
         *parents, last = path.split(".")
         node = data
         for p in parents:
             node = node[p]
         node[last] = value
-        (run_dir / c.RUN_YAML).write_text(yaml.safe_dump(data))
+        (run_dir / contract.RUN_YAML).write_text(yaml.safe_dump(data))
     return apply
 
 
 def _raw_yaml(transform: Callable[[bytes], bytes]) -> Callable[[Path], None]:
     def apply(run_dir: Path) -> None:
-        path = run_dir / c.RUN_YAML
+        path = run_dir / contract.RUN_YAML
         path.write_bytes(transform(path.read_bytes()))
     return apply
 
@@ -120,40 +120,40 @@ def _set_first(column: str, value: float) -> Callable[[list[dict]], None]:
 def _escaping_symlink(run_dir: Path) -> None:
     """requests.parquet replaced by a link to a (valid) file outside the data folder."""
     outside = run_dir.parents[1] / "elsewhere.parquet"
-    (run_dir / c.REQUESTS_FILE).rename(outside)
-    (run_dir / c.REQUESTS_FILE).symlink_to(outside)
+    (run_dir / contract.REQUESTS_FILE).rename(outside)
+    (run_dir / contract.REQUESTS_FILE).symlink_to(outside)
 
 
 BAD_RUNS = [
     # (id, imported?, mutation, file, what the line says after the file)
-    ("yaml-duration-nan", False, _yaml("parameters.duration_s", float("nan")), c.RUN_YAML,
+    ("yaml-duration-nan", False, _yaml("parameters.duration_s", float("nan")), contract.RUN_YAML,
      "field parameters.duration_s: expected a finite number, got nan"),
-    ("yaml-vram-inf", False, _yaml("hardware.vram_gb_per_gpu", float("inf")), c.RUN_YAML,
+    ("yaml-vram-inf", False, _yaml("hardware.vram_gb_per_gpu", float("inf")), contract.RUN_YAML,
      "field hardware.vram_gb_per_gpu: expected a finite number, got inf"),
-    ("yaml-gpu-count-overflow", False, _yaml("hardware.gpu_count", 2**64), c.RUN_YAML,
+    ("yaml-gpu-count-overflow", False, _yaml("hardware.gpu_count", 2**64), contract.RUN_YAML,
      "field hardware.gpu_count: expected an integer that fits in 64 bits"),
-    ("yaml-measured-at-not-iso", False, _yaml("measured_at", "Nov 29, 2025"), c.RUN_YAML,
+    ("yaml-measured-at-not-iso", False, _yaml("measured_at", "Nov 29, 2025"), contract.RUN_YAML,
      "field measured_at: expected an ISO 8601 date-time"),
     ("yaml-not-utf8", False, _raw_yaml(lambda b: b.replace(b"tester", b"t\xe9ster")),
-     c.RUN_YAML, "not UTF-8 text"),
-    ("yaml-duplicate-key", False, _raw_yaml(lambda b: b + b"run_id: other\n"), c.RUN_YAML,
+     contract.RUN_YAML, "not UTF-8 text"),
+    ("yaml-duplicate-key", False, _raw_yaml(lambda b: b + b"run_id: other\n"), contract.RUN_YAML,
      "key 'run_id' appears twice"),
-    ("requests-tokens-decrease", False, _rows(c.REQUESTS_FILE, _decrease_tokens),
-     c.REQUESTS_FILE, "column chunk_tokens: decreases in request"),
-    ("requests-ns-back-in-time", False, _rows(c.REQUESTS_FILE, _ns_back), c.REQUESTS_FILE,
+    ("requests-tokens-decrease", False, _rows(contract.REQUESTS_FILE, _decrease_tokens),
+     contract.REQUESTS_FILE, "column chunk_tokens: decreases in request"),
+    ("requests-ns-back-in-time", False, _rows(contract.REQUESTS_FILE, _ns_back), contract.REQUESTS_FILE,
      "column chunk_ns: goes back in time in request"),
-    ("requests-duplicate-id", False, _rows(c.REQUESTS_FILE, _dup_request), c.REQUESTS_FILE,
+    ("requests-duplicate-id", False, _rows(contract.REQUESTS_FILE, _dup_request), contract.REQUESTS_FILE,
      "column request_id:"),
-    ("cells-duplicate-row", False, _rows(c.CELLS_FILE, _dup_cell), c.CELLS_FILE,
+    ("cells-duplicate-row", False, _rows(contract.CELLS_FILE, _dup_cell), contract.CELLS_FILE,
      "columns phase, context, concurrency: cell"),
-    ("cells-warmup-nan", False, _rows(c.CELLS_FILE, _warmup_nan), c.CELLS_FILE,
+    ("cells-warmup-nan", False, _rows(contract.CELLS_FILE, _warmup_nan), contract.CELLS_FILE,
      "column warmup_s: expected a finite number, got nan"),
-    ("imported-pub-nan", True, _rows(c.CELLS_FILE, _set_first("pub_total_tok_s", float("nan"))),
-     c.CELLS_FILE, "column pub_total_tok_s: expected a finite number, got nan"),
+    ("imported-pub-nan", True, _rows(contract.CELLS_FILE, _set_first("pub_total_tok_s", float("nan"))),
+     contract.CELLS_FILE, "column pub_total_tok_s: expected a finite number, got nan"),
     ("imported-pub-negative", True,
-     _rows(c.CELLS_FILE, _set_first("pub_total_tok_s", -18786.9)), c.CELLS_FILE,
+     _rows(contract.CELLS_FILE, _set_first("pub_total_tok_s", -18786.9)), contract.CELLS_FILE,
      "column pub_total_tok_s: expected >= 0, got -18786.9"),
-    ("symlink-out-of-data", False, _escaping_symlink, c.REQUESTS_FILE,
+    ("symlink-out-of-data", False, _escaping_symlink, contract.REQUESTS_FILE,
      "a symlink leading outside the data folder"),
 ]
 
@@ -193,8 +193,8 @@ def test_issue_repro_nan_in_one_run_yaml_subprocess(cli, tmp_path: Path) -> None
     """The issue: one NaN in any run.yaml crashed the whole build, even with --skip-invalid."""
     _run(tmp_path / "data", "good")
     bad = _run(tmp_path / "data", "nan-run", seed=1)
-    text = (bad / c.RUN_YAML).read_text().replace("duration_s: 0.5", "duration_s: .nan")
-    (bad / c.RUN_YAML).write_text(text)
+    text = (bad / contract.RUN_YAML).read_text().replace("duration_s: 0.5", "duration_s: .nan")
+    (bad / contract.RUN_YAML).write_text(text)
     res = cli("build-site", "--data", "data", "--out", "site", "--skip-invalid", cwd=tmp_path)
     assert res.returncode == 0 and "Traceback" not in res.stderr
     assert "warning: skipped data/nan-run/run.yaml: field parameters.duration_s" in res.stderr
@@ -297,7 +297,7 @@ def test_data_elsewhere_inside_out_builds_and_is_never_deleted(tmp_path: Path) -
     manifest.write_text(json.dumps(entries))
     res = _build(data, out)
     assert res.exit_code == 0
-    assert (data / "r0" / c.RUN_YAML).is_file() and (data / "r0" / c.CELLS_FILE).is_file()
+    assert (data / "r0" / contract.RUN_YAML).is_file() and (data / "r0" / contract.CELLS_FILE).is_file()
     assert "ignored 2 path(s)" in res.stderr
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from rundir.words import STATUS_NOTES, context_label
-from site_builder import formats as f
+from site_builder import formats
 from site_builder.glossary import TERM_BY_NAME, definitions, methodology_path
 from site_builder.publish import build_site
 from tests.browser import Node, parse_html
@@ -110,10 +110,10 @@ def test_context_labels_have_no_thousands_separator() -> None:
 
 
 def test_published_date_format() -> None:
-    assert f.published_datetime("2026-09-27T19:59:00Z") == "Sep 27, 2026, 19:59 UTC"
-    assert f.published_datetime("2026-03-03T14:05:00+00:00") == "Mar 3, 2026, 14:05 UTC"
-    assert f.published_datetime("2026-03-03") == "Mar 3, 2026 UTC"
-    assert f.published_datetime(None) == ""
+    assert formats.published_datetime("2026-09-27T19:59:00Z") == "Sep 27, 2026, 19:59 UTC"
+    assert formats.published_datetime("2026-03-03T14:05:00+00:00") == "Mar 3, 2026, 14:05 UTC"
+    assert formats.published_datetime("2026-03-03") == "Mar 3, 2026 UTC"
+    assert formats.published_datetime(None) == ""
 
 
 def test_average_active_has_one_definition_the_methodology_s() -> None:

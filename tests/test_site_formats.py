@@ -7,7 +7,7 @@ import math
 import pytest
 
 from rundir.words import context_label, tok_s
-from site_builder import formats as f
+from site_builder import formats
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_tok_s_whole_for_the_prefill_list(value: float, text: str) -> None:
      (4.84, "4.8 ms"), (9.96, "10 ms"), (0.4, "0.4 ms")],
 )
 def test_ttft(value: float, text: str) -> None:
-    assert f.ttft(value) == text
+    assert formats.ttft(value) == text
 
 
 @pytest.mark.parametrize(
@@ -61,25 +61,26 @@ def test_ttft(value: float, text: str) -> None:
      (100.6, "100.6 ms"), (101.1, "101.1 ms"), (1234.56, "1,234.6 ms"), (5.25, "5.3 ms")],
 )
 def test_time_between_tokens_keeps_one_decimal_at_any_size(value: float, text: str) -> None:
-    assert f.tbt(value) == text
+    assert formats.tbt(value) == text
 
 
 def test_durations_counts_and_averages() -> None:
-    assert f.seconds(30.0) == "30.0 s"
-    assert f.seconds(29.94) == "29.9 s"
-    assert f.seconds(29.96) == "30.0 s"
-    assert f.param_seconds(30.0) == "30 s"
-    assert f.param_seconds(7.5) == "7.5 s"
-    assert f.count(1648) == "1,648"
-    assert f.count(0) == "0"
-    assert f.count(83240) == "83,240"
-    assert f.average(127.4) == "127.4"
-    assert f.average(1.0) == "1.0"
-    assert f.tokens(4096) == "4,096 tokens"
+    assert formats.seconds(30.0) == "30.0 s"
+    assert formats.seconds(29.94) == "29.9 s"
+    assert formats.seconds(29.96) == "30.0 s"
+    assert formats.param_seconds(30.0) == "30 s"
+    assert formats.param_seconds(7.5) == "7.5 s"
+    assert formats.count(1648) == "1,648"
+    assert formats.count(0) == "0"
+    assert formats.count(83240) == "83,240"
+    assert formats.average(127.4) == "127.4"
+    assert formats.average(1.0) == "1.0"
+    assert formats.tokens(4096) == "4,096 tokens"
 
 
-@pytest.mark.parametrize("fn", [tok_s, f.ttft, f.tbt, f.seconds, f.count, f.average, f.tokens,
-                                f.param_seconds])
+@pytest.mark.parametrize("fn", [tok_s, formats.ttft, formats.tbt, formats.seconds, formats.count,
+                                formats.average, formats.tokens,
+                                formats.param_seconds])
 def test_missing_is_an_em_dash(fn) -> None:
     assert fn(None) == "—"
     assert fn(math.nan) == "—"
@@ -95,22 +96,22 @@ def test_context_labels_are_whole_k_rounded_down(tokens: int, label: str) -> Non
 
 
 def test_hardware_strings() -> None:
-    assert f.vram_block(141.0, 8) == "1128 GB (8 × 141 GB)"
-    assert f.vram_block(96.0, 8) == "768 GB (8 × 96 GB)"
-    assert f.vram_block(96.0, 1) == "96 GB"
-    assert f.vram_block(96.0, None) == "96 GB"
-    assert f.vram_gb(141.0) == "141GB"
-    assert f.vram_gb(79.6) == "79.6GB"
+    assert formats.vram_block(141.0, 8) == "1128 GB (8 × 141 GB)"
+    assert formats.vram_block(96.0, 8) == "768 GB (8 × 96 GB)"
+    assert formats.vram_block(96.0, 1) == "96 GB"
+    assert formats.vram_block(96.0, None) == "96 GB"
+    assert formats.vram_gb(141.0) == "141GB"
+    assert formats.vram_gb(79.6) == "79.6GB"
 
 
 def test_percent_change_and_dates() -> None:
-    assert f.percent_change(110.0, 100.0) == "+10.0%"
-    assert f.percent_change(96.0, 100.0) == "−4.0%"
-    assert f.percent_change(100.0, 100.0) == "0.0%"
-    assert f.percent_change(1.0, 0.0) == "—"
-    assert f.percent_change(None, 1.0) == "—"
-    assert f.utc_datetime("2025-11-29T07:06:40Z") == "2025-11-29 07:06 UTC"
-    assert f.utc_datetime("2025-11-29T09:06:40+02:00") == "2025-11-29 07:06 UTC"
-    assert f.utc_datetime("2025-11-29") == "2025-11-29 UTC"
-    assert f.utc_datetime(None) == ""
-    assert f.range_label(["8K", "251K"]) == "8K–251K"
+    assert formats.percent_change(110.0, 100.0) == "+10.0%"
+    assert formats.percent_change(96.0, 100.0) == "−4.0%"
+    assert formats.percent_change(100.0, 100.0) == "0.0%"
+    assert formats.percent_change(1.0, 0.0) == "—"
+    assert formats.percent_change(None, 1.0) == "—"
+    assert formats.utc_datetime("2025-11-29T07:06:40Z") == "2025-11-29 07:06 UTC"
+    assert formats.utc_datetime("2025-11-29T09:06:40+02:00") == "2025-11-29 07:06 UTC"
+    assert formats.utc_datetime("2025-11-29") == "2025-11-29 UTC"
+    assert formats.utc_datetime(None) == ""
+    assert formats.range_label(["8K", "251K"]) == "8K–251K"

@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rundir import contract as c
+from rundir import contract
 from rundir.words import STATUS_NOTES, status_label
 from site_builder.publish import build_site
-from tests.browser import Node, Watcher, launch, parse_html, require_chromium
+from tests.browser import Node, Watcher, parse_html
 from tests.synthetic_runs import make_imported_run
 
-QUEUED = status_label(c.REQUESTS_QUEUED)
-OVER = status_label(c.OVER_CAPACITY)
+QUEUED = status_label(contract.REQUESTS_QUEUED)
+OVER = status_label(contract.OVER_CAPACITY)
 K251, K256 = 257_984, 262_144
 BROKEN_WORDS_JS = """tds => tds.flatMap(td => {
   const out = [], walk = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
@@ -44,11 +43,11 @@ BROKEN_WORDS_JS = """tds => tds.flatMap(td => {
 def _decode(ctx: int, conc: int, status: str, tok: float | None = None) -> dict[str, Any]:
     nums = {} if tok is None else {"total_tok_s": tok, "per_request_tok_s": tok / conc,
                                    "ttft_ms": 120.0, "tbt_ms": 20.0}
-    return {"phase": c.DECODE, "context": ctx, "concurrency": conc, "status": status, **nums}
+    return {"phase": contract.DECODE, "context": ctx, "concurrency": conc, "status": status, **nums}
 
 
 def _prefill(ctx: int, tok: float) -> dict[str, Any]:
-    return {"phase": c.PREFILL, "context": ctx, "concurrency": 1, "status": c.VALID,
+    return {"phase": contract.PREFILL, "context": ctx, "concurrency": 1, "status": contract.VALID,
             "total_tok_s": tok, "ttft_ms": ctx / tok * 1000}
 
 
@@ -58,16 +57,16 @@ def make_data(root: Path) -> Path:
     make_imported_run(
         data / "ra", run_id="ra",
         cells=[_prefill(8192, 8820.4),
-               _decode(8192, 1, c.VALID, 50.0), _decode(8192, 16, c.REQUESTS_QUEUED, 400.0),
-               _decode(8192, 32, c.VALID, 300.0), _decode(K251, 1, c.VALID, 40.0),
-               _decode(K251, 16, c.VALID, 200.0), _decode(K251, 32, c.OVER_CAPACITY)],
+               _decode(8192, 1, contract.VALID, 50.0), _decode(8192, 16, contract.REQUESTS_QUEUED, 400.0),
+               _decode(8192, 32, contract.VALID, 300.0), _decode(K251, 1, contract.VALID, 40.0),
+               _decode(K251, 16, contract.VALID, 200.0), _decode(K251, 32, contract.OVER_CAPACITY)],
         info={"measured_at": "2026-09-27T19:59:00Z", "model": {"name": "Same-Model"}})
     make_imported_run(
         data / "rb", run_id="rb",
         cells=[_prefill(8192, 32_700.0),
-               _decode(8192, 1, c.VALID, 60.0), _decode(8192, 16, c.VALID, 380.0),
-               _decode(8192, 32, c.VALID, 390.0), _decode(K256, 1, c.VALID, 45.0),
-               _decode(K256, 16, c.VALID, 210.0), _decode(K256, 32, c.OVER_CAPACITY)],
+               _decode(8192, 1, contract.VALID, 60.0), _decode(8192, 16, contract.VALID, 380.0),
+               _decode(8192, 32, contract.VALID, 390.0), _decode(K256, 1, contract.VALID, 45.0),
+               _decode(K256, 16, contract.VALID, 210.0), _decode(K256, 32, contract.OVER_CAPACITY)],
         info={"model": {"name": "Same-Model"},
               "hardware": {"gpu_name": "H200 SXM", "gpu_count": 8, "vram_gb_per_gpu": 141.0}})
     return data
@@ -104,7 +103,7 @@ def test_index_and_model_page_mark_a_peak_from_a_queued_cell(site: Path) -> None
     assert "st-requests_queued" in peak_a.attrs["class"].split()
     peak_b = index["H200 SXM"].find_all("td")[8]
     assert peak_b.text().strip() == "390.0" and not peak_b.find_all("span", "status")
-    assert STATUS_NOTES[c.REQUESTS_QUEUED] in _page(site, "index.html").find("p", "note").text()
+    assert STATUS_NOTES[contract.REQUESTS_QUEUED] in _page(site, "index.html").find("p", "note").text()
 
     model = next((site / "models").glob("*.html"))
     rows = _page(site, f"models/{model.name}").find("table", "runs").find("tbody").rows()
@@ -112,12 +111,12 @@ def test_index_and_model_page_mark_a_peak_from_a_queued_cell(site: Path) -> None
 
     # The downloads carry it too.
     runs = {r["run_id"]: r for r in json.loads((site / "index.json").read_text())["runs"]}
-    assert runs["ra"]["peak_status"] == c.REQUESTS_QUEUED
+    assert runs["ra"]["peak_status"] == contract.REQUESTS_QUEUED
     assert runs["ra"]["peak_status_label"] == QUEUED
-    assert runs["rb"]["peak_status"] == c.VALID
+    assert runs["rb"]["peak_status"] == contract.VALID
     with (site / "index.csv").open(encoding="utf-8") as fh:
         lines = {r["run_id"]: r for r in csv.DictReader(fh)}
-    assert lines["ra"]["peak_status"] == c.REQUESTS_QUEUED
+    assert lines["ra"]["peak_status"] == contract.REQUESTS_QUEUED
 
 
 def test_measured_date_of_an_imported_run_is_shown_in_the_byline_style(site: Path) -> None:
@@ -167,12 +166,12 @@ def test_compare_data_carries_texts_formatted_as_the_run_pages(site: Path) -> No
     text = (site / "runs" / "ra" / "data.js").read_text(encoding="utf-8")
     data = json.loads(text[text.index("] = ") + 4:].rstrip().rstrip(";"))
     cells = [dict(zip(data["fields"], row, strict=True)) for row in data["cells"]]
-    prefill = next(x for x in cells if x["phase"] == c.PREFILL)
+    prefill = next(x for x in cells if x["phase"] == contract.PREFILL)
     assert prefill["total_tok_s_text"] == "8,820"  # whole, as the run page's prefill list
     assert prefill["context_label"] == "8K"
     big = next(x for x in cells if x["context"] == K251 and x["concurrency"] == 32)
     assert (big["context_label"], big["status_label"]) == ("251K", OVER)
-    queued = next(x for x in cells if x["status"] == c.REQUESTS_QUEUED)
+    queued = next(x for x in cells if x["status"] == contract.REQUESTS_QUEUED)
     assert (queued["total_tok_s_text"], queued["ttft_ms_text"], queued["tbt_ms_text"]) == (
         "400.0", "120 ms", "20.0 ms")
 
@@ -180,17 +179,6 @@ def test_compare_data_carries_texts_formatted_as_the_run_pages(site: Path) -> No
 # --------------------------------------------------------------------------
 # in a browser
 # --------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
-
 
 def _open(browser: Any, site: Path, rel: str, *, width: int = 1280, js: bool = True
           ) -> tuple[Any, Any, Watcher]:

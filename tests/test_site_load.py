@@ -9,7 +9,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from rundir import contract as c
+from rundir import contract
 from rundir.slugs import slugify, unique_slugs
 from site_builder.cli import main
 from site_builder.load import find_run_dirs
@@ -38,35 +38,35 @@ def _error_lines(stderr: str) -> list[str]:
 
 def test_deleted_column_is_one_line_naming_file_and_column(tmp_path: Path) -> None:
     bad = _run(tmp_path, "bad-run")
-    _drop_column(bad, c.CELLS_FILE, "status")
+    _drop_column(bad, contract.CELLS_FILE, "status")
     res = _build(tmp_path)
     assert res.exit_code == 1
     lines = _error_lines(res.stderr)
-    assert lines == [f"error: {bad / c.CELLS_FILE}: column status: missing"]
+    assert lines == [f"error: {bad / contract.CELLS_FILE}: column status: missing"]
     assert "Traceback" not in res.output
 
 
 def test_wrong_type_in_run_yaml(tmp_path: Path) -> None:
     bad = _run(tmp_path, "typo")
-    data = yaml.safe_load((bad / c.RUN_YAML).read_text())
+    data = yaml.safe_load((bad / contract.RUN_YAML).read_text())
     data["hardware"]["gpu_count"] = "eight"
-    (bad / c.RUN_YAML).write_text(yaml.safe_dump(data))
+    (bad / contract.RUN_YAML).write_text(yaml.safe_dump(data))
     res = _build(tmp_path)
     assert res.exit_code == 1
     assert _error_lines(res.stderr) == [
-        f"error: {bad / c.RUN_YAML}: field hardware.gpu_count: expected an integer, got 'eight'"]
+        f"error: {bad / contract.RUN_YAML}: field hardware.gpu_count: expected an integer, got 'eight'"]
 
 
 def test_unreadable_parquet_and_bad_yaml(tmp_path: Path) -> None:
     a = _run(tmp_path, "a")
-    (a / c.REQUESTS_FILE).write_bytes(b"not parquet")
+    (a / contract.REQUESTS_FILE).write_bytes(b"not parquet")
     b = _run(tmp_path, "b")
-    (b / c.RUN_YAML).write_text("schema_version: 1\nrun_id: [unclosed\n")
+    (b / contract.RUN_YAML).write_text("schema_version: 1\nrun_id: [unclosed\n")
     res = _build(tmp_path)
     lines = _error_lines(res.stderr)
     assert res.exit_code == 1 and len(lines) == 2
-    assert lines[0].startswith(f"error: {a / c.REQUESTS_FILE}: not a readable Parquet file")
-    assert lines[1].startswith(f"error: {b / c.RUN_YAML}: line")
+    assert lines[0].startswith(f"error: {a / contract.REQUESTS_FILE}: not a readable Parquet file")
+    assert lines[1].startswith(f"error: {b / contract.RUN_YAML}: line")
     res = _build(tmp_path, "--skip-invalid")
     assert res.exit_code == 1
     assert _error_lines(res.stderr)[-1] == "error: no valid runs to publish"
@@ -92,7 +92,7 @@ def test_one_corrupt_two_good(tmp_path: Path, skip: bool) -> None:
     _run(tmp_path, "good-1")
     _run(tmp_path, "good-2", seed=1)
     bad = _run(tmp_path, "corrupt", seed=2)
-    _drop_column(bad, c.REQUESTS_FILE, "chunk_ns")
+    _drop_column(bad, contract.REQUESTS_FILE, "chunk_ns")
     res = _build(tmp_path, *(["--skip-invalid"] if skip else []))
     lines = _error_lines(res.stderr)
     assert len(lines) == 1 and "corrupt" in lines[0] and "column chunk_ns: missing" in lines[0]
@@ -127,7 +127,7 @@ def test_subprocess_cli_reports_one_line(cli, tmp_path: Path) -> None:
 def test_finding_runs(tmp_path: Path) -> None:
     for rel in ("a", "nested/b", "nested/b/inner", ".hidden/c", "site/runs/x/raw"):
         (tmp_path / rel).mkdir(parents=True)
-        (tmp_path / rel / c.RUN_YAML).write_text("x")
+        (tmp_path / rel / contract.RUN_YAML).write_text("x")
     found = [p.relative_to(tmp_path).as_posix()
              for p in find_run_dirs(tmp_path, exclude=tmp_path / "site")]
     assert found == ["a", "nested/b"]

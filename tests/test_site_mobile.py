@@ -16,7 +16,6 @@ every page, with JavaScript and without:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 from site_builder.publish import build_site
-from tests.browser import launch, require_chromium, site_pages, wait_for_charts
+from tests.browser import require_chromium, site_pages, wait_for_charts
 
 pytestmark = pytest.mark.browser
 
@@ -147,17 +146,6 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     report = build_site(data, root / "site")
     assert report.errors == []
     return root / "site"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
 
 
 def _urls(site: Path) -> list[str]:

@@ -12,7 +12,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from rundir import contract as c
+from rundir import contract
 from site_builder.glossary import TERMS
 from site_builder.publish import build_site
 from site_builder.render import markdown
@@ -41,7 +41,7 @@ def _xss_slug(site: Path) -> str:
 # escaping
 # --------------------------------------------------------------------------
 
-ALLOWED_SCRIPT_SRC = re.compile(r"^(\.\./)*(static/[\w.+-]+\.js|data/index\.js)$")
+ALLOWED_SCRIPT_SRC = re.compile(r"^(\.\./)*(static/[\w.+-]+\.js|data/(index|explore)\.js)$")
 
 
 def test_every_run_value_is_rendered_inert(site: Path) -> None:
@@ -62,7 +62,7 @@ def test_every_run_value_is_rendered_inert(site: Path) -> None:
                     assert "<" not in node.text(), rel  # can never close its element
             assert node.tag not in ("iframe", "object", "embed", "foreignobject", "img",
                                     "image", "base", "form") or node.attrs.get("id") in (
-                "run-filters", "ab-form"), f"{rel}: <{node.tag}>"
+                "run-filters", "ab-form", "oppoint-form", "explore-form"), f"{rel}: <{node.tag}>"
 
 
 def test_xss_run_shows_its_payloads_as_text(site: Path) -> None:
@@ -84,7 +84,8 @@ def test_xss_run_shows_its_payloads_as_text(site: Path) -> None:
 
 
 def test_data_scripts_cannot_break_out(site: Path) -> None:
-    for rel in ["data/index.js", *[f"runs/{p.name}/data.js" for p in (site / "runs").iterdir()]]:
+    for rel in ["data/index.js", "data/explore.js",
+                *[f"runs/{p.name}/data.js" for p in (site / "runs").iterdir()]]:
         text = (site / rel).read_text(encoding="utf-8")
         assert "<" not in text and ">" not in text, rel
     index = (site / "data" / "index.js").read_text(encoding="utf-8")
@@ -218,7 +219,7 @@ def test_downloads_carry_the_page_numbers(site: Path, tmp_path: Path) -> None:
     rows = list(csv.DictReader((site / "runs/synth-a/cells.csv").open(encoding="utf-8")))
     data = json.loads((site / "runs/synth-a/cells.json").read_text(encoding="utf-8"))
     assert len(rows) == len(data["cells"]) == 3 + 12
-    queued = next(r for r in rows if r["status"] == c.REQUESTS_QUEUED)
+    queued = next(r for r in rows if r["status"] == contract.REQUESTS_QUEUED)
     assert queued["context"] == "1024" and queued["concurrency"] == "8"
     assert float(queued["total_tok_s"]) > 0 and queued["status_label"] == "Requests queued"
     assert data["run"]["info"]["run_id"] == "synth-a"
@@ -227,8 +228,9 @@ def test_downloads_carry_the_page_numbers(site: Path, tmp_path: Path) -> None:
     assert len(list(csv.DictReader((site / "index.csv").open(encoding="utf-8")))) == 4
     # Raw files are byte-for-byte copies; imported runs have no requests.parquet.
     raw = sorted(p.name for p in (site / "runs/synth-a/raw").iterdir())
-    assert raw == [c.CELLS_FILE, c.REQUESTS_FILE, c.RUN_YAML, c.SERVER_METRICS_FILE]
-    assert not (site / "runs/qwen-seed/raw" / c.REQUESTS_FILE).exists()
+    assert raw == [contract.CELLS_FILE, contract.REQUESTS_FILE, contract.RUN_YAML,
+                   contract.SERVER_METRICS_FILE]
+    assert not (site / "runs/qwen-seed/raw" / contract.REQUESTS_FILE).exists()
 
 
 def test_run_pages_are_light(site: Path) -> None:

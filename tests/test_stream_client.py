@@ -95,9 +95,9 @@ def test_parser_any_two_way_split() -> None:
     for cut in range(len(full) + 1):
         result, finished = _feed([full[:cut], full[cut:]])
         assert finished and result.error is None and result.done and result.status == 200
-        assert [p for _, p in result.events] == [p for p, _ in expected]
+        assert [p for _, p in result.chunks] == [p for p, _ in expected]
         # each event has the stamp of the part holding its last byte
-        assert [s for s, _ in result.events] == [1 if end < cut else 2 for _, end in expected]
+        assert [s for s, _ in result.chunks] == [1 if end < cut else 2 for _, end in expected]
 
 
 def test_parser_random_splits_keep_order() -> None:
@@ -107,8 +107,8 @@ def test_parser_random_splits_keep_order() -> None:
         cuts = sorted(rng.sample(range(1, len(full)), rng.randint(2, 40)))
         parts = [full[a:b] for a, b in zip([0, *cuts], [*cuts, len(full)], strict=True)]
         result, finished = _feed(parts)
-        assert finished and [p for _, p in result.events] == [p for p, _ in expected]
-        stamps = [s for s, _ in result.events]
+        assert finished and [p for _, p in result.chunks] == [p for p, _ in expected]
+        stamps = [s for s, _ in result.chunks]
         assert stamps == sorted(stamps)
         starts = [0, *cuts]
         assert stamps == [max(i for i, s in enumerate(starts, 1) if s <= end) for _, end in expected]
@@ -147,8 +147,8 @@ def test_socket_stream_split_at_arbitrary_boundaries() -> None:
 
     result = run(main())
     assert result.error is None and result.done
-    assert [p for _, p in result.events] == [p for p, _ in expected]
-    stamps = [s for s, _ in result.events]
+    assert [p for _, p in result.chunks] == [p for p, _ in expected]
+    stamps = [s for s, _ in result.chunks]
     assert stamps == sorted(stamps) and result.send_ns <= stamps[0] <= stamps[-1] <= result.end_ns
 
 
@@ -185,7 +185,7 @@ def test_a_decoding_bug_fails_its_stream_not_the_others(monkeypatch) -> None:
     assert bad.error is not None and bad.error.startswith("client error while decoding")
     assert "boom" in bad.error
     assert good.error is None and good.done
-    assert [p for _, p in good.events] == [p for p, _ in expected]
+    assert [p for _, p in good.chunks] == [p for p, _ in expected]
 
 
 # ---- against the reference server ------------------------------------------
@@ -205,28 +205,28 @@ def test_events_in_order_with_kernel_stamps(refserver) -> None:
     for i, r in enumerate(results):
         assert r.error is None and r.done and r.status == 200
         chunks = truth[f"r{i}"]["chunks"]
-        assert len(r.events) == len(chunks) + 2  # role chunk, tokens, final usage
-        stamps = [s for s, _ in r.events]
+        assert len(r.chunks) == len(chunks) + 2  # role chunk, tokens, final usage
+        stamps = [s for s, _ in r.chunks]
         assert stamps == sorted(stamps)
         assert r.send_ns <= stamps[0] and stamps[-1] <= r.end_ns <= time.monotonic_ns()
         if LINUX:
             assert r.stamps == "kernel"
         if r.stamps == "kernel":  # monotonic-clock values, never before the server sent
-            for (stamp, _), (sent, _n, _cum) in zip(r.events[1:], chunks, strict=False):
+            for (stamp, _), (sent, _n, _cum) in zip(r.chunks[1:], chunks, strict=False):
                 assert stamp >= sent - 1_000_000
 
 
 def test_loop_stamps_when_kernel_stamps_are_off(refserver) -> None:
     srv = refserver(tokens_per_s=400)
     (r,) = _streams(srv.base_url, 1, kernel_stamps=False)
-    assert r.error is None and r.done and r.stamps == "loop" and len(r.events) == 22
+    assert r.error is None and r.done and r.stamps == "read" and len(r.chunks) == 22
 
 
 def test_plain_asyncio_loop_works(refserver) -> None:
     srv = refserver(tokens_per_s=400)
     client = StreamClient(srv.base_url)
     r = asyncio.run(client.post_stream(CHAT, payload(5), "a1"))
-    assert r.error is None and r.done and len(r.events) == 7
+    assert r.error is None and r.done and len(r.chunks) == 7
 
 
 def test_cancel_aborts_the_request(refserver) -> None:
@@ -249,7 +249,7 @@ def test_cancel_aborts_the_request(refserver) -> None:
         return r
 
     r = run(main())
-    assert r.cancelled and r.error is None and not r.done and len(r.events) >= 3
+    assert r.cancelled and r.error is None and not r.done and len(r.chunks) >= 3
     (rec,) = srv.truth(min_records=1)
     assert rec["cancelled"] and rec["finish_reason"] is None  # the server saw the close
 
@@ -258,7 +258,7 @@ def test_stall_timeout(refserver) -> None:
     srv = refserver(tokens_per_s=200, stall_after_tokens=2, stall_s=30.0)
     (r,) = _streams(srv.base_url, 1, stall_timeout_s=0.3)
     assert r.error is not None and r.error.startswith("stream stalled")
-    assert len(r.events) >= 2 and not r.done
+    assert len(r.chunks) >= 2 and not r.done
 
 
 @pytest.mark.parametrize("role_chunk", ["start", "first_token"])
@@ -283,7 +283,7 @@ def test_http_429_body_becomes_the_error(refserver) -> None:
     srv = refserver(status_every={"n": 1, "code": 429})
     (r,) = _streams(srv.base_url, 1)
     assert r.status == 429 and r.error == "HTTP 429: injected HTTP 429 (refserver)"
-    assert r.events == []
+    assert r.chunks == []
 
 
 def test_nothing_listening_is_an_error() -> None:
@@ -339,8 +339,8 @@ def test_tls_stream_with_self_signed_server(tmp_path: Path) -> None:
             return ok, bad
 
     ok, bad = run(main())
-    assert ok.error is None and ok.done and [p for _, p in ok.events] == [p for p, _ in expected]
-    stamps = [s for s, _ in ok.events]
+    assert ok.error is None and ok.done and [p for _, p in ok.chunks] == [p for p, _ in expected]
+    stamps = [s for s, _ in ok.chunks]
     assert stamps == sorted(stamps) and ok.send_ns <= stamps[0] <= stamps[-1] <= ok.end_ns
     if LINUX:
         assert ok.stamps == "kernel"
@@ -410,9 +410,9 @@ def test_tls_records_split_anyhow_keep_the_stamp_of_the_read_completing_them(
         finally:
             loop.close()
         assert finished.done() and result.done and result.error is None
-        assert [p for _, p in result.events] == [b'{"k":%d}' % k for k in range(30)]
+        assert [p for _, p in result.chunks] == [b'{"k":%d}' % k for k in range(30)]
         want = [next(i for i, b in enumerate(edges[1:], start=1) if end < b) for end in ends]
-        assert [s for s, _ in result.events] == want
+        assert [s for s, _ in result.chunks] == want
 
 
 def _burst_server(n: int, ctx: ssl.SSLContext | None) -> tuple[int, dict, threading.Event,
@@ -492,7 +492,7 @@ def test_a_burst_is_read_first_and_keeps_its_arrival_stamps(tmp_path: Path, monk
 
     results, (mark, mark2), unblocked = run(main())
     for r in results:
-        assert r.error is None and r.done and [p for _, p in r.events] == [b'{"k":0}']
+        assert r.error is None and r.done and [p for _, p in r.chunks] == [b'{"k":0}']
     after = log[mark:mark2]
     first_decode = next(i for i, (what, _) in enumerate(after) if what == "decode")
     assert {who for what, who in after[:first_decode] if what == "read"} == {
@@ -500,7 +500,7 @@ def test_a_burst_is_read_first_and_keeps_its_arrival_stamps(tmp_path: Path, monk
     if LINUX:
         for r in results:
             assert r.stamps == "kernel"
-            stamp = r.events[0][0]
+            stamp = r.chunks[0][0]
             assert info["sent_ns"] - 1_000_000 <= stamp < unblocked - 25_000_000
 
 

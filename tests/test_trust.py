@@ -205,22 +205,50 @@ def test_decode_problems_names_an_inconsistent_window():
     assert why.startswith("inconsistent figures")
 
 
-def test_a_silence_the_client_caused_is_not_blamed_on_the_server():
-    """A collector that stopped reading for 2 s leaves the same gap in the stamps
-    as a frozen server (TCP merges what waited): with the client-bound flag up,
-    the cell keeps its status and that flag instead of a server-stall Error."""
-    from bench.records import RequestRecord, judge_decode
+def _decode_record(chunk_ns: list[int]) -> object:
+    from bench.records import RequestRecord
 
-    rec = RequestRecord(
+    return RequestRecord(
         phase="decode", context=128, concurrency=1, request_id="r0", purpose="measure",
         stream_index=0, send_ns=0, end_ns=4000 * MS, prompt_tokens=128, cached_tokens=None,
-        finish_reason=None, error=None, cancelled=True,
-        chunk_ns=[t * 5 * MS + (2000 * MS if t >= 300 else 0) for t in range(400)],
-        chunk_tokens=list(range(1, 401)), counting="usage_continuous")
-    frozen = judge_decode([rec], 1, 0, 4000 * MS, None)
+        finish_reason=None, error=None, cancelled=True, chunk_ns=chunk_ns,
+        chunk_tokens=list(range(1, len(chunk_ns) + 1)), counting="usage_continuous")
+
+
+# One stream at 200 tok/s, 4 s window, silent from 1.5 s to 3.5 s.
+FROZEN_SERVER = [t * 5 * MS + (2000 * MS if t >= 300 else 0) for t in range(400)]
+# The same silence caused by a collector that stopped reading: the server kept
+# sending, and the 400 tokens that waited in the socket arrive together at 3.5 s.
+CLIENT_STALL = [t * 5 * MS if t < 300 else
+                (3500 * MS + (t - 300) * 1000 if t < 700 else (t - 300) * 5 * MS + 1500 * MS)
+                for t in range(800)]
+
+
+def test_a_silence_the_client_caused_is_not_blamed_on_the_server():
+    """A collector that stopped reading for 2 s leaves a gap in the stamps, as a
+    frozen server does, but it ends in a backlog (what the server kept sending
+    waited in the socket): that silence is not a server stall; the frozen
+    server's is, even when the busy host also flagged the cell client-bound."""
+    from bench.records import judge_decode
+
+    busy = lambda tbt: f"stalled client (tbt {tbt:.1f})"  # noqa: E731
+    frozen = judge_decode([_decode_record(FROZEN_SERVER)], 1, 0, 4000 * MS, None)
     assert frozen.status == "error" and "the server stalled" in frozen.reason
-    busy = judge_decode([rec], 1, 0, 4000 * MS, None, lambda tbt: f"stalled client (tbt {tbt:.1f})")
-    assert busy.status == "valid" and busy.client_bound.startswith("stalled client")
-    chunks = _chunks([list(zip(rec.chunk_ns, rec.chunk_tokens, strict=True))])
-    m = metrics.decode_metrics(chunks, 0, 4000 * MS, np.array([False]))
-    assert decode_checks.decode_problems(chunks, 0, 4000 * MS, m, client_bound=True) == []
+    frozen_busy = judge_decode([_decode_record(FROZEN_SERVER)], 1, 0, 4000 * MS, None, busy)
+    assert frozen_busy.status == "error" and "the server stalled" in frozen_busy.reason
+    client = judge_decode([_decode_record(CLIENT_STALL)], 1, 0, 4000 * MS, None, busy)
+    assert client.status == "valid" and client.client_bound.startswith("stalled client")
+    for stamps, stalled in ((FROZEN_SERVER, True), (CLIENT_STALL, False)):
+        chunks = _chunks([[(t, k + 1) for k, t in enumerate(stamps)]])
+        m = metrics.decode_metrics(chunks, 0, 4000 * MS, np.array([False]))
+        found = decode_checks.decode_problems(chunks, 0, 4000 * MS, m, client_bound=True)
+        assert bool(found) is stalled, found
+
+
+def test_a_backlog_is_at_least_half_of_what_the_silence_held_back():
+    # 2 s silence at 0.2 tokens/ms: 400 held back; half (200) arriving at once is the line.
+    for burst, backlog in ((199, False), (201, True)):
+        stamps = [0] + [2000 * MS] * burst + [2000 * MS + 500 * MS]
+        chunks = _chunks([[(t, k + 1) for k, t in enumerate(stamps)]])
+        assert decode_checks.ends_in_backlog(chunks, 0, 2000 * MS, 0.2 / MS,
+                                             100 * MS) is backlog

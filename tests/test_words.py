@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -29,13 +28,12 @@ from rich.console import Console
 
 from bench.plan import Cell, make_plan
 from bench.progress import Progress
-from rundir import contract as c
-from rundir import words
-from site_builder import formats as f
+from rundir import contract, words
+from site_builder import formats
 from site_builder.glossary import TERMS, body_without_glossary, definitions, methodology_path
 from site_builder.publish import build_site, methodology_text
 from site_builder.render import markdown
-from tests.browser import Watcher, launch, parse_html, require_chromium
+from tests.browser import Watcher, parse_html
 from tests.conftest import REPO
 from tests.synthetic_runs import make_imported_run
 
@@ -47,7 +45,7 @@ DOC = methodology_path().read_text(encoding="utf-8")
 
 
 def _decode(conc: int, tok: float) -> dict[str, Any]:
-    return {"phase": c.DECODE, "context": 8192, "concurrency": conc, "status": c.VALID,
+    return {"phase": contract.DECODE, "context": 8192, "concurrency": conc, "status": contract.VALID,
             "total_tok_s": tok}
 
 
@@ -61,17 +59,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     report = build_site(root / "data", root / "site")
     assert report.errors == []
     return root / "site"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
 
 
 def _slugs(site: Path) -> dict[str, str]:
@@ -96,7 +83,7 @@ def test_the_compare_script_formats_a_change_exactly_as_python(browser: Any, sit
         "Array.from(td.querySelectorAll('.delta, .pair')).map(e => e.textContent))")
     context.close()
     assert watcher.problems() == []
-    want = [[f.percent_change(b, a), f"A {words.tok_s(a)}", f"B {words.tok_s(b)}"]
+    want = [[formats.percent_change(b, a), f"A {words.tok_s(a)}", f"B {words.tok_s(b)}"]
             for a, b in PAIRS]
     assert cells == want
     # the cases the set is for really occur
@@ -108,7 +95,7 @@ def test_the_compare_script_formats_a_change_exactly_as_python(browser: Any, sit
 def test_the_page_carries_the_rules_of_percent_change(site: Path) -> None:
     doc = parse_html((site / "compare.html").read_text(encoding="utf-8"))
     rules = json.loads(doc.find("script", id="ab-rules").text())
-    assert rules == f.js_rules()
+    assert rules == formats.js_rules()
     js = (site / "static").glob("compare*.js")
     source = "".join(p.read_text(encoding="utf-8") for p in js)
     assert "\\u2212" not in source and "1e-9" not in source and '"0.0%"' not in source
@@ -198,15 +185,15 @@ def test_the_live_display_uses_the_published_words() -> None:
     out = io.StringIO()
     progress = Progress(Console(file=out, width=200))
     progress.plan = plan
-    fast, queued, over = Cell(c.DECODE, 8192, 1), Cell(c.DECODE, 8192, 64), plan.cells[-1]
-    progress.end(fast, SimpleNamespace(status=c.VALID, window=(0, 1), reason=None,
+    fast, queued, over = Cell(contract.DECODE, 8192, 1), Cell(contract.DECODE, 8192, 64), plan.cells[-1]
+    progress.end(fast, SimpleNamespace(status=contract.VALID, window=(0, 1), reason=None,
                                        figures=SimpleNamespace(total_tok_s=17_649.9)))
-    progress.end(queued, SimpleNamespace(status=c.REQUESTS_QUEUED, window=(0, 1), reason=None,
+    progress.end(queued, SimpleNamespace(status=contract.REQUESTS_QUEUED, window=(0, 1), reason=None,
                                          figures=SimpleNamespace(total_tok_s=6216.04)))
-    progress.end(over, SimpleNamespace(status=c.OVER_CAPACITY, window=None, reason=None))
+    progress.end(over, SimpleNamespace(status=contract.OVER_CAPACITY, window=None, reason=None))
     assert progress.results[fast.key] == words.tok_s(17_649.9) == "17.6K"
     assert progress.results[queued.key] == words.tok_s(6216.04) + "*"
-    assert progress.results[over.key] == words.status_label(c.OVER_CAPACITY)
+    assert progress.results[over.key] == words.status_label(contract.OVER_CAPACITY)
     progress.stop()
     shown = out.getvalue()
     assert re.search(r"\b251K\b", shown) and words.context_label(257_984) == "251K"

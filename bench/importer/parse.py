@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
-from bench.importer import numbers as num
+from bench.importer import numbers
 from bench.importer.tables import (
     Line,
     PageError,
@@ -355,7 +355,7 @@ def _pairs(lines: list[Line], block: str, styles: set[str]) -> list[tuple[str, s
 def _number(parse: Callable[[str, str], T], value: str, no: int, what: str) -> T:
     try:
         return parse(value, what)
-    except num.NumberError as exc:
+    except numbers.NumberError as exc:
         raise PageError(no, f"{exc}") from None
 
 
@@ -366,12 +366,12 @@ def _apply(block: str, key: str, value: str, no: int, meta: _Meta) -> None:
     if name is None:
         meta.extra.append((block, key, value))
     elif name == "gpu_count":
-        count = _number(num.parse_int, value, no, key)
+        count = _number(numbers.parse_int, value, no, key)
         if hw.gpu_count is not None and hw.gpu_count != count:
             raise PageError(no, f"GPU count {count} disagrees with VRAM ({hw.gpu_count} GPUs)")
         hw.gpu_count = count
     elif name == "vram":
-        _, count_or_none, each = _number(lambda v, _: num.parse_vram(v), value, no, key)
+        _, count_or_none, each = _number(lambda v, _: numbers.parse_vram(v), value, no, key)
         if count_or_none is not None and hw.gpu_count not in (None, count_or_none):
             raise PageError(no, f"VRAM {value!r} disagrees with GPU count {hw.gpu_count}")
         # A bare "96 GB" is one GPU's memory (pages print "(N × …)" for several).
@@ -382,16 +382,16 @@ def _apply(block: str, key: str, value: str, no: int, meta: _Meta) -> None:
     elif name in ("served_name", "repository_id", "revision"):
         setattr(model, name, value)
     elif name == "max_model_len":
-        parse = num.parse_tokens if "token" in value else num.parse_count
+        parse = numbers.parse_tokens if "token" in value else numbers.parse_count
         model.max_model_len = _number(parse, value, no, key)
     elif name == "tool":
-        params.tool_name, params.tool_version = num.parse_tool(value)
+        params.tool_name, params.tool_version = numbers.parse_tool(value)
     elif name == "duration_s":
-        params.duration_s = _number(num.parse_seconds, value, no, key)
+        params.duration_s = _number(numbers.parse_seconds, value, no, key)
     elif name == "max_output_tokens":
-        params.max_output_tokens = _number(num.parse_tokens, value, no, key)
+        params.max_output_tokens = _number(numbers.parse_tokens, value, no, key)
     elif name == "prefill_repeats":
-        params.prefill_repeats = _number(num.parse_int, value, no, key)
+        params.prefill_repeats = _number(numbers.parse_int, value, no, key)
     elif name in ("decode_test", "prefill_mode"):
         setattr(params, name, value)
     elif name == "submitter":

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from bench.importer import numbers as num
+from bench.importer import numbers
 from rundir.contract import (
     DECODE,
     ERROR,
@@ -40,14 +40,14 @@ _COLUMNS: dict[str, tuple[str, _Parser | None]] = {
     "context": ("context", None),
     "requests at once": ("concurrency", None),
     "status": ("status", None),
-    "total tok/s": ("total_tok_s", num.parse_number),
-    "per request tok/s": ("per_request_tok_s", num.parse_number),
-    "ttft": ("ttft_ms", num.parse_ms),
-    "time between tokens": ("tbt_ms", num.parse_ms),
-    "average active requests": ("avg_active", num.parse_number),
-    "completed requests": ("completed", num.parse_count),
-    "output tokens": ("output_tokens", num.parse_count),
-    "measured for": ("measured_s", num.parse_seconds),
+    "total tok/s": ("total_tok_s", numbers.parse_number),
+    "per request tok/s": ("per_request_tok_s", numbers.parse_number),
+    "ttft": ("ttft_ms", numbers.parse_ms),
+    "time between tokens": ("tbt_ms", numbers.parse_ms),
+    "average active requests": ("avg_active", numbers.parse_number),
+    "completed requests": ("completed", numbers.parse_count),
+    "output tokens": ("output_tokens", numbers.parse_count),
+    "measured for": ("measured_s", numbers.parse_seconds),
 }
 _REQUIRED = ("phase", "context", "requests at once", "status")
 
@@ -183,7 +183,7 @@ def read_table(lines: list[Line], first_col: str, what: str, heading_no: int) ->
 def _parse(parse: Callable[[str, str], T], text: str, what: str, no: int, where: str) -> T:
     try:
         return parse(text, what)
-    except num.NumberError as exc:
+    except numbers.NumberError as exc:
         raise PageError(no, f"{where}: {exc}") from None
 
 
@@ -219,18 +219,18 @@ def parse_measurements(lines: list[Line], heading_no: int) -> tuple[list[Row], s
         phase = PHASE_WORDS.get(by["phase"].casefold())
         if phase is None:
             raise PageError(no, f"All measurements: unknown phase {by['phase']!r}")
-        context = _parse(num.parse_context, by["context"], "Context", no, "All measurements")
+        context = _parse(numbers.parse_context, by["context"], "Context", no, "All measurements")
         conc_text = by["requests at once"]
         concurrency = (
             1
-            if phase == PREFILL and num.is_missing(conc_text)
-            else _parse(num.parse_int, conc_text, "Requests at once", no, "All measurements")
+            if phase == PREFILL and numbers.is_missing(conc_text)
+            else _parse(numbers.parse_int, conc_text, "Requests at once", no, "All measurements")
         )
         status, reason = _status(by["status"], no)
         values: dict[str, object] = {}
         for key, text in by.items():
             name, parser = _COLUMNS[key]
-            if parser is not None and not num.is_missing(text):
+            if parser is not None and not numbers.is_missing(text):
                 values[name] = _parse(
                     parser, text, table.header[keys.index(key)], no, "All measurements"
                 )
@@ -248,14 +248,14 @@ def parse_matrix(lines: list[Line], heading_no: int) -> Matrix:
     what = "Sustained decode matrix"
     table = read_table(lines, "Context", what, heading_no)
     conc = [
-        _parse(num.parse_int, h, "concurrency", table.header_no, what) for h in table.header[1:]
+        _parse(numbers.parse_int, h, "concurrency", table.header_no, what) for h in table.header[1:]
     ]
     if not table.rows:
         raise PageError(table.header_no, f"{what} has no rows (truncated page?)")
     contexts: list[int] = []
     cells = []
     for no, texts in table.rows:
-        ctx = _parse(num.parse_context, texts[0], "context", no, what)
+        ctx = _parse(numbers.parse_context, texts[0], "context", no, what)
         if ctx in contexts:
             raise PageError(no, f"{what} repeats the context {texts[0]}")
         contexts.append(ctx)
@@ -271,7 +271,7 @@ def parse_prefill_block(lines: list[Line]) -> list[PrefillLine]:
         m = _PREFILL_LINE_RE.match(text)
         if m is None:
             continue
-        ctx = _parse(num.parse_context, m["label"], "context", ln.no, "Prefill")
+        ctx = _parse(numbers.parse_context, m["label"], "context", ln.no, "Prefill")
         out.append(PrefillLine(ln.no, m["label"], ctx, m["rest"]))
     return out
 
@@ -284,7 +284,7 @@ def _shown_agrees(text: str, cell: PublishedCell) -> bool:
     every possible way until one agrees.
     """
     t = " ".join(text.split())
-    if num.is_missing(t):
+    if numbers.is_missing(t):
         return cell.total_tok_s is None and cell.status != VALID
     word = next((w for w in STATUS_WORDS if w in t), None)
     if word is not None:
@@ -293,19 +293,19 @@ def _shown_agrees(text: str, cell: PublishedCell) -> bool:
             after = ""  # an error's reason, not a number
         return (
             STATUS_WORDS[word] == cell.status
-            and (not before.strip() or num.shown_agrees(before, cell.total_tok_s))
-            and (not after.strip() or num.shown_agrees(after.strip()[:-4], cell.ttft_ms))
+            and (not before.strip() or numbers.shown_agrees(before, cell.total_tok_s))
+            and (not after.strip() or numbers.shown_agrees(after.strip()[:-4], cell.ttft_ms))
         )
     if cell.status != VALID:
         return False
     if not t.endswith("TTFT"):
-        return num.shown_agrees(t, cell.total_tok_s)
+        return numbers.shown_agrees(t, cell.total_tok_s)
     m = _LATENCY_RE.match(t[:-4].strip())
     if m is None:
         return False
     return any(
-        num.shown_agrees(a, cell.total_tok_s) and num.shown_agrees(f"{b} {m['unit']}", cell.ttft_ms)
-        for a, b in num.glued_splits(m["blob"])
+        numbers.shown_agrees(a, cell.total_tok_s) and numbers.shown_agrees(f"{b} {m['unit']}", cell.ttft_ms)
+        for a, b in numbers.glued_splits(m["blob"])
     )
 
 
@@ -396,25 +396,25 @@ def _check_summary(s: Summary, contexts: list[int], conc: list[int], prefill: li
     def ends(labels: list[str], values: list[int], parse: Callable[[str], int]) -> bool:
         try:
             got = [parse(x) for x in labels]
-        except num.NumberError:
+        except numbers.NumberError:
             return False
         return bool(values) and got == ([values[0], values[-1]] if len(got) == 2 else values[:1])
 
-    if s.n_contexts != len(contexts) or not ends(s.context_range, contexts, num.parse_context):
+    if s.n_contexts != len(contexts) or not ends(s.context_range, contexts, numbers.parse_context):
         raise PageError(
             s.line,
             f"summary line says {s.n_contexts} contexts "
             f"({'–'.join(s.context_range)}), the tables have {len(contexts)}",
         )
-    if s.n_concurrency != len(conc) or not ends(s.concurrency_range, conc, num.parse_int):
+    if s.n_concurrency != len(conc) or not ends(s.concurrency_range, conc, numbers.parse_int):
         raise PageError(
             s.line,
             f"summary line says {s.n_concurrency} concurrency levels, the tables have {len(conc)}",
         )
     if s.prefill is not None:
         try:
-            listed = [num.parse_context(x) for x in s.prefill]
-        except num.NumberError as exc:
+            listed = [numbers.parse_context(x) for x in s.prefill]
+        except numbers.NumberError as exc:
             raise PageError(s.line, f"summary line: {exc}") from None
         if listed != prefill:
             raise PageError(

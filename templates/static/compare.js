@@ -211,6 +211,79 @@
     return { table: table, note: pairNote(aligned.paired, pa, pb), title: el("p", "sub", caption) };
   }
 
+  /* Median and geometric-mean change over the decode cells Valid in both runs (contexts
+     paired as in the table), and how many cells that is. */
+  function summaryLine(pa, pb, metric, label) {
+    var pairs = [];
+    alignContexts(pa, pb).rows.forEach(function (r) {
+      if (r.a === null || r.b === null) return;
+      pa.levels.forEach(function (n) {
+        var ca = pa.cells[r.a + "x" + n], cb = pb.cells[r.b + "x" + n];
+        if (!ca || !cb || ca.status !== "valid" || cb.status !== "valid") return;
+        if (ca[metric] === null || cb[metric] === null) return;
+        pairs.push([ca[metric], cb[metric]]);
+      });
+    });
+    var sum = window.SpeedMatrixExplore.summary(pairs);
+    var p = el("p", "ab-summary");
+    if (!sum.n) {
+      p.textContent = "No decode cell is Valid in both runs with a " + label + ", so there is no summary of the change.";
+      return p;
+    }
+    function part(word, v) {
+      var span = el("strong", null, fmtPct(v * 100));
+      if (half(v * 100, RULES.digits) !== 0) span.className = (HIGHER[metric] ? v > 0 : v < 0) ? "better" : "worse";
+      return [document.createTextNode(word), span];
+    }
+    var bits = [document.createTextNode(label + " from A to B over the " + sum.n + " decode cell" +
+      (sum.n === 1 ? "" : "s") + " Valid in both runs: ")]
+      .concat(part("median change ", sum.median), part(", geometric-mean change ", sum.geomean),
+              [document.createTextNode(HIGHER[metric] ? "." : " (lower is better).")]);
+    bits.forEach(function (b) { p.appendChild(b); });
+    return p;
+  }
+
+  /* Both runs' curves (per request tok/s against total tok/s, per GPU when both runs have
+     a GPU count) at their largest shared context, drawn with the explorer's chart. */
+  function curvesChart(slugA, slugB, rows) {
+    var ex = window.SpeedMatrixExplore;
+    if (!ex || !ex.data || typeof window.vegaEmbed !== "function") return null;
+    var idx = {};
+    ex.data.runs.forEach(function (r, i) { idx[r.slug] = i; });
+    var ia = idx[slugA], ib = idx[slugB];
+    if (ia === undefined || ib === undefined) return null;
+    var gpu = ex.data.runs[ia].gpus && ex.data.runs[ib].gpus ? "gpu" : "total";
+    /* The largest shared context where both runs draw a curve (two points or more),
+       else the largest where both have a point. */
+    var shared = rows.filter(function (r) { return r.a !== null && r.b !== null; }).reverse();
+    var tries = shared.map(function (r) { return [r, 2]; }).concat(shared.map(function (r) { return [r, 1]; }));
+    for (var k = 0; k < tries.length; k++) {
+      var row = tries[k][0], least = tries[k][1];
+      var a = ex.curves([ia], row.a, "tradeoff", gpu);
+      var b = ex.curves([ib], row.b, "tradeoff", gpu, ex.data.colors.slice(1));
+      if (a.rows.length < least || (ia !== ib && b.rows.length < least)) continue;
+      if (ia === ib) b = { rows: [], lines: [], colors: [] };  /* one run against itself: one line */
+      var both = { rows: a.rows.concat(b.rows), lines: a.lines.concat(b.lines), colors: a.colors.concat(b.colors) };
+      var yTitle = gpu === "gpu" ? "Total tok/s per GPU" : "Total tok/s";
+      var fig = el("figure", "chart ab-chart");
+      fig.id = "ab-chart";
+      var cap = el("figcaption");
+      cap.appendChild(el("strong", null, "A and B at " + row.label));
+      cap.appendChild(el("span", null, " Per request tok/s against " + (gpu === "gpu" ? "total tok/s per GPU" : "total tok/s") +
+        ", one line per run through its concurrency levels (labels: requests at once), at the largest context where both runs have a curve; up and right is better."));
+      fig.appendChild(cap);
+      var target = el("div", "chart-live");
+      fig.appendChild(target);
+      var spec = ex.spec("tradeoff", false, false, both, [], ["Per request tok/s", yTitle]);
+      window.setTimeout(function () {  /* once in the page: the box has a width to fit to */
+        ex.draw(target, spec).then(function () { fig.classList.add("is-live"); })
+          .catch(function (err) { console.error("A/B chart: " + err); });
+      }, 0);
+      return fig;
+    }
+    return null;
+  }
+
   function runLink(label, run) {
     var p = el("p");
     p.appendChild(el("strong", null, label + " "));
@@ -256,6 +329,10 @@
       result.appendChild(runLink("A", runs[0]));
       result.appendChild(runLink("B", runs[1]));
       var label = selM.options[selM.selectedIndex].textContent;
+      var pa0 = cellsOf(runs[0], "decode"), pb0 = cellsOf(runs[1], "decode");
+      result.appendChild(summaryLine(pa0, pb0, s.m, label));
+      var curvesFig = curvesChart(s.a, s.b, alignContexts(pa0, pb0).rows);
+      if (curvesFig) result.appendChild(curvesFig);
       var decode = matrixTable(cellsOf(runs[0], "decode"), cellsOf(runs[1], "decode"), s.m,
         "Sustained decode: change in " + label + " from A to B · rows are context length, columns are simultaneous requests");
       var hint = el("p", "scroll-hint", "Scroll sideways for more columns \u2192");

@@ -24,8 +24,9 @@
   }
 
   function writeHash() {
-    var params = new URLSearchParams();
-    keys.forEach(function (k) { if (state[k]) params.set(k, state[k]); });
+    /* Other keys in the address (the operating point chooser's) are kept. */
+    var params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+    keys.forEach(function (k) { if (state[k]) params.set(k, state[k]); else params.delete(k); });
     var text = params.toString();
     var base = window.location.href.split("#")[0];
     window.history.replaceState(null, "", text ? base + "#" + text : base);

@@ -1,13 +1,14 @@
-"""Detecting a looping model from the tail of its streamed text (pure).
+"""Detecting a model that repeats itself, from the tail of its streamed
+text (pure). The contract calls such a cell "looped".
 
-A model that falls into a loop emits the same piece of text again and
+A model that falls into repetition emits the same piece of text again and
 again; its speed then says nothing about real use, so such a cell is
 discarded (status Looped) while its text is kept as evidence.
 
 Rule: the text's tail is periodic when, for some period p of 1 to
 MAX_PERIOD characters, the last L characters satisfy s[i] == s[i - p] with
-L >= max(MIN_REPEATS * p, MIN_LOOP_CHARS). Natural text never repeats
-itself exactly over 256+ characters; a looping model does indefinitely.
+L >= max(MIN_REPEATS * p, MIN_REPEAT_CHARS). Natural text never repeats
+itself exactly over 256+ characters; a repeating model does indefinitely.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ import numpy as np
 
 MAX_PERIOD = 256
 MIN_REPEATS = 4
-MIN_LOOP_CHARS = 256
+MIN_REPEAT_CHARS = 256
 
 
-def loop_period(text: str) -> int | None:
-    """The period of a looping tail, or None when the tail is not periodic."""
+def detect_repetition(text: str) -> int | None:
+    """The period of a repeating tail, or None when the tail is not periodic."""
     data = np.frombuffer(text.encode("utf-8", "replace"), dtype=np.uint8)
     n = len(data)
     for p in range(1, min(MAX_PERIOD, n // MIN_REPEATS) + 1):
-        need = max(MIN_REPEATS * p, MIN_LOOP_CHARS)
+        need = max(MIN_REPEATS * p, MIN_REPEAT_CHARS)
         if need > n:
             break
         tail = data[n - need :]
@@ -39,5 +40,6 @@ def loop_period(text: str) -> int | None:
     return None
 
 
-def is_looping(text: str) -> bool:
-    return loop_period(text) is not None
+def is_repeating(text: str) -> bool:
+    """Whether the tail repeats (the cell would be marked looped)."""
+    return detect_repetition(text) is not None

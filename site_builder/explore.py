@@ -1,0 +1,195 @@
+"""The explorer's data (explore.html): every run's decode points, the Pareto
+frontier of each view, and the view a reader lands on.
+
+The explorer plots per-request tok/s (what one user gets) against total tok/s
+or total tok/s per GPU (what the hardware delivers), one curve per run through
+its concurrency levels, for a family (or all runs) at one context. The
+frontier depends on the scope, the context and the y axis, all of which the
+reader picks in the page, so the build computes it here for every choice
+(a few hundred small lists) and the page's script only looks it up: the
+rule that decides "best" lives in Python, once, and is tested here.
+
+When the build has a price table (build-site --prices), each point also carries
+its $ per 1M output tokens (site_builder/prices.py's formula and $ format) and
+the data the prices used; without one, no point has a cost field at all.
+
+Pure: RunViews in, plain dicts and lists out (written as data/explore.js).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rundir import contract, words
+from site_builder import formats, prices
+from site_builder.views import RunView
+
+ALL = "*"  # the scope of every run (no slug holds "*"), beside each family's slug
+Y_MODES = ("gpu", "total")  # total tok/s per GPU, total tok/s
+# Columns of each point in the data file: raw values first, then the texts the
+# tooltips print (formatted here, as the tables print them).
+POINT_FIELDS = ["run", "context", "concurrency", "status", "total", "per_gpu", "per_request",
+                "ttft", "Context", "Requests at once", "Status", "Total tok/s", "Per GPU tok/s",
+                "Per request tok/s", "TTFT"]
+# Appended to each point only when the build has a price table: raw $ and its text.
+COST_FIELDS = ["cost", "Cost per 1M output tokens"]
+NO_PRICE = "no price for this GPU in the price table"
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both axes (higher is better
+    on both), ordered by x. A point is beaten when another is at least as good on
+    both axes and better on one; equal points are all kept."""
+    order = sorted(range(len(points)), key=lambda i: (-points[i][0], -points[i][1]))
+    front: list[int] = []
+    best_y = -math.inf
+    for i in order:
+        y = points[i][1]
+        if y > best_y or (y == best_y and front and points[front[-1]] == points[i]):
+            front.append(i)
+            best_y = y
+    return sorted(front, key=lambda i: (points[i][0], -points[i][1]))
+
+
+def per_gpu(total: float | None, gpu_count: int | None) -> float | None:
+    """Total tok/s divided over the run's GPUs; None without a GPU count."""
+    if total is None or not gpu_count or gpu_count < 1:
+        return None
+    return total / gpu_count
+
+
+def priced(views: Sequence[RunView]) -> bool:
+    """True when some run has a price (build-site --prices): only then is there a cost."""
+    return any(run.price is not None for run in views)
+
+
+def point_cost(run: RunView, gpus: int | None, total_tok_s: float | None,
+               ) -> tuple[float | None, str]:
+    """A point's $ per 1M output tokens and its text (prices.py's formula and format);
+    a run whose GPU the table does not price says so rather than guessing."""
+    if run.price is None:
+        return None, NO_PRICE
+    cost = prices.cost_per_million(run.price.usd_per_gpu_hour, gpus, total_tok_s)
+    return cost, prices.dollars(cost)
+
+
+def _point(index: int, run: RunView, x: Any, with_cost: bool) -> list[Any]:
+    gpus = run.info.hardware.gpu_count if run.info.hardware.gpu_name else None
+    by_gpu = per_gpu(x.total_tok_s, gpus)
+    row = [index, x.context, x.concurrency, x.status, x.total_tok_s, by_gpu,
+           x.per_request_tok_s, x.ttft_ms, words.context_label(x.context), str(x.concurrency),
+           words.status_label(x.status), words.tok_s(x.total_tok_s), words.tok_s(by_gpu),
+           words.tok_s(x.per_request_tok_s), formats.ttft(x.ttft_ms)]
+    return [*row, *point_cost(run, gpus, x.total_tok_s)] if with_cost else row
+
+
+def _plotted(x: Any) -> bool:
+    """A decode cell with the numbers the explorer's charts draw."""
+    return bool(x.has_numbers and x.total_tok_s is not None and x.per_request_tok_s is not None)
+
+
+def _frontiers(points: list[list[Any]], scopes: dict[str, list[int]],
+               contexts: dict[str, list[int]]) -> dict[str, list[int]]:
+    """`scope|context|y` -> the frontier's point indices, over Valid points only
+    (a queued point's per-request speed leaves out the time its requests waited)."""
+    fields = {name: i for i, name in enumerate(POINT_FIELDS)}
+    out: dict[str, list[int]] = {}
+    for scope, runs in scopes.items():
+        members = set(runs)
+        for ctx in contexts[scope]:
+            pick = [i for i, p in enumerate(points) if p[0] in members and p[1] == ctx
+                    and p[fields["status"]] == contract.VALID]
+            for mode in Y_MODES:
+                y_key = fields["per_gpu" if mode == "gpu" else "total"]
+                have = [i for i in pick if points[i][y_key] is not None]
+                xy = [(points[i][fields["per_request"]], points[i][y_key]) for i in have]
+                out[f"{scope}|{ctx}|{mode}"] = [have[k] for k in pareto_front(xy)]
+    return out
+
+
+def best_context(members: Sequence[int], points: list[list[Any]]) -> int | None:
+    """The context a view of these runs opens at: the one most of them have numbers
+    for, preferring one where each has a curve (three points or more), then the
+    largest."""
+    per_run: dict[int, dict[int, int]] = {}
+    wanted = set(members)
+    for p in points:
+        if p[0] in wanted:
+            counts = per_run.setdefault(p[1], {})
+            counts[p[0]] = counts.get(p[0], 0) + 1
+    return max(per_run, key=lambda ctx: (len(per_run[ctx]), min(3, *per_run[ctx].values()), ctx),
+               default=None)
+
+
+def default_view(runs: list[dict[str, Any]], families: list[dict[str, Any]],
+                 points: list[list[Any]]) -> dict[str, Any]:
+    """The view a reader lands on: the family with the most runs (all runs when
+    none has two) at its best context, per GPU when every one of its runs has a
+    GPU count."""
+    best = min(families, key=lambda f: (-len(f["runs"]), f["name"].lower()), default=None)
+    scope, members = (best["slug"], best["runs"]) if best and len(best["runs"]) > 1 else (
+        ALL, list(range(len(runs))))
+    y = "gpu" if all(runs[i]["gpus"] for i in members) else "total"
+    return {"family": scope, "context": best_context(members, points), "y": y,
+            "view": "tradeoff", "logx": False, "logy": False}
+
+
+def explore_data(views: list[RunView]) -> dict[str, Any]:
+    """Everything explore.html draws: runs, families, points, contexts per scope,
+    the frontier of every view and the default view; with a price table, each point's
+    cost and the prices used (`prices`: their notes). Charts are added by the caller."""
+    with_cost = priced(views)
+    runs: list[dict[str, Any]] = []
+    points: list[list[Any]] = []
+    families: dict[str, dict[str, Any]] = {}
+    for i, run in enumerate(views):
+        h = run.info.hardware
+        runs.append({"slug": run.slug, "label": run.short_label, "title": run.title,
+                     "family": run.family, "family_slug": run.family_slug,
+                     "variant": run.variant, "page": run.page,
+                     "gpus": h.gpu_count if h.gpu_name and h.gpu_count else None})
+        fam = families.setdefault(run.family_slug, {"slug": run.family_slug, "name": run.family,
+                                                    "runs": []})
+        fam["runs"].append(i)
+        points += [_point(i, run, x, with_cost) for x in sorted(run.agg.decode(),
+                                                     key=lambda x: (x.context, x.concurrency))
+                   if _plotted(x)]
+    fams = sorted(families.values(), key=lambda f: f["name"].lower())
+    scopes = {ALL: list(range(len(runs))), **{f["slug"]: f["runs"] for f in fams}}
+    contexts = {s: sorted({p[1] for p in points if p[0] in set(members)})
+                for s, members in scopes.items()}
+    return {
+        "fields": POINT_FIELDS + (COST_FIELDS if with_cost else []),
+        "prices": sorted({run.price.note for run in views if run.price is not None}),
+        "runs": runs,
+        "families": fams,
+        "points": points,
+        "contexts": contexts,
+        "context_labels": {str(ctx): words.context_label(ctx) for ctx in contexts[ALL]},
+        "best_context": {s: best_context(members, points) for s, members in scopes.items()},
+        "frontiers": _frontiers(points, scopes, contexts),
+        "default": default_view(runs, fams, points),
+    }
+
+
+def view_series(data: dict[str, Any], scope: str, context: int, mode: str,
+                ) -> tuple[list[tuple[str, list[tuple[float, float, bool]]]],
+                           list[tuple[float, float]]]:
+    """One view's curves ((run label, [(per-request, y, queued)] by concurrency))
+    and its frontier, for the no-JS picture of the default view."""
+    fields = {name: i for i, name in enumerate(POINT_FIELDS)}
+    y_key = fields["per_gpu" if mode == "gpu" else "total"]
+    scopes = {f["slug"]: f["runs"] for f in data["families"]}
+    members = set(scopes.get(scope, range(len(data["runs"]))))
+    series = []
+    for i, run in enumerate(data["runs"]):
+        pts = [(p[fields["per_request"]], p[y_key], p[fields["status"]] == contract.REQUESTS_QUEUED)
+               for p in data["points"] if p[0] == i and p[1] == context and p[y_key] is not None]
+        if i in members and pts:
+            series.append((run["label"], pts))
+    front = [(data["points"][k][fields["per_request"]], data["points"][k][y_key])
+             for k in data["frontiers"].get(f"{scope}|{context}|{mode}", [])]
+    return series, front
+

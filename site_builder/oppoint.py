@@ -1,0 +1,316 @@
+"""Operating points: rank runs at one context × concurrency (issue 13, item 2).
+
+Readers ask "at 32K context and 8 requests at once, which run is fastest?".
+This module answers it from the runs' decode cells, purely (no I/O): the
+family pages and the index print its build-time answers (the "fastest at"
+summary, shown without JavaScript too) and hand its choices to
+templates/static/oppoint.js, which only re-sorts them (the rule for picking a
+cell lives here alone; every number arrives pre-formatted).
+
+Which cell of a run stands for a point:
+
+* its decode cell at the point (same context label, same concurrency). If
+  that cell was planned but has no numbers (Over capacity, Error, Looped),
+  the run is listed under the ranking with that status, never replaced by
+  another cell: the run cannot serve that point.
+* otherwise (the run's matrix lacks the point) the nearest measured cell,
+  marked "nearest" and ranked after the runs measured at the point: distance
+  is |log2(context ratio)| + |log2(concurrency ratio)|, ties to the smaller
+  context, then the smaller concurrency (the cautious choice: less work than
+  asked, never more).
+
+Metrics: total tok/s, total tok/s per GPU (total / the run's GPU count;
+missing when the run records no GPU count), per-request tok/s, TTFT (lower is
+better), and $ per 1M output tokens when the build was given a price table (each
+run's `price`, site_builder/prices.py; lower is better).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rundir import contract, words
+from site_builder import formats, prices
+from site_builder.aggregate import CellResult
+from site_builder.views import RunView
+
+# key, label, higher is better
+METRICS: list[tuple[str, str, bool]] = [
+    ("total", "Total tok/s", True),
+    ("per_gpu", "Total tok/s per GPU", True),
+    ("per_request", "Per request tok/s", True),
+    ("ttft", "TTFT", False),
+]
+COST_METRIC = ("cost", "$ per 1M output tokens", False)
+SUMMARY_METRICS = ("total", "per_gpu")  # the columns of the "fastest at" summary
+NEAREST_NOTE = ("nearest: the run has no cell at this point; its nearest measured cell "
+                "(by context, then requests) stands in, as marked")
+
+
+@dataclass(frozen=True)
+class Point:
+    """A context × concurrency, named in the address as ``32K-8``."""
+
+    context: int
+    concurrency: int
+
+    @property
+    def context_label(self) -> str:
+        return words.context_label(self.context)
+
+    @property
+    def key(self) -> str:
+        return f"{self.context_label}-{self.concurrency}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.context_label} × {self.concurrency}"
+
+
+@dataclass
+class Entry:
+    """One run at a point: the cell standing for it, and whether it is the exact one."""
+
+    run: RunView
+    cell: CellResult | None
+    exact: bool
+    values: dict[str, float | None]
+
+    @property
+    def ranked(self) -> bool:
+        return self.cell is not None and self.cell.has_numbers
+
+
+def gpus(run: RunView) -> int | None:
+    """GPUs the run used; None when it records none (a CPU run, or a count not given)."""
+    h = run.info.hardware
+    return h.gpu_count if h.gpu_name and h.gpu_count else None
+
+
+def _measured(run: RunView) -> list[CellResult]:
+    return [x for x in run.agg.decode() if x.has_numbers and x.total_tok_s is not None]
+
+
+def _distance(x: CellResult, point: Point) -> tuple[float, int, int]:
+    d = (abs(math.log2(max(x.context, 1) / max(point.context, 1)))
+         + abs(math.log2(max(x.concurrency, 1) / max(point.concurrency, 1))))
+    return (round(d, 9), x.context, x.concurrency)
+
+
+def pick(run: RunView, point: Point) -> tuple[CellResult | None, bool]:
+    """(the cell standing for the run at point, exact?); (None, False) when the run
+    has no measured decode cell at all."""
+    for x in run.agg.decode():
+        if words.context_label(x.context) == point.context_label and \
+                x.concurrency == point.concurrency:
+            return x, True
+    measured = _measured(run)
+    if not measured:
+        return None, False
+    return min(measured, key=lambda x: _distance(x, point)), False
+
+
+def cell_values(run: RunView, cell: CellResult | None,
+                price: prices.Price | None = None) -> dict[str, float | None]:
+    """Every metric's raw value at a cell (None where it has none)."""
+    if cell is None or not cell.has_numbers:
+        return {key: None for key, _, _ in [*METRICS, COST_METRIC]}
+    n = gpus(run)
+    total = cell.total_tok_s
+    return {
+        "total": total,
+        "per_gpu": total / n if total is not None and n else None,
+        "per_request": cell.per_request_tok_s,
+        "ttft": cell.ttft_ms,
+        "cost": prices.cost_per_million(price.usd_per_gpu_hour if price else None, n, total),
+    }
+
+
+def priced(runs: list[RunView]) -> bool:
+    """True when some run has a price (build-site --prices): only then is there a cost."""
+    return any(r.price is not None for r in runs)
+
+
+def better(by: str) -> bool:
+    """True when a higher value of metric `by` is better."""
+    return next(hi for key, _, hi in [*METRICS, COST_METRIC] if key == by)
+
+
+def rank(runs: list[RunView], point: Point, by: str = "per_gpu") -> list[Entry]:
+    """The runs at point, best first by metric `by`: runs measured at the point
+    first, then runs standing in with their nearest cell (a cell elsewhere does not
+    compete with cells at the point), then runs without a value for `by` (a status
+    at the point, no GPU count, no price) in title order."""
+    entries = []
+    for run in runs:
+        cell, exact = pick(run, point)
+        entries.append(Entry(run, cell, exact, cell_values(run, cell, run.price)))
+    sign = -1 if better(by) else 1
+    with_value = [e for e in entries if e.values[by] is not None]
+    without = [e for e in entries if e.values[by] is None]
+    with_value.sort(key=lambda e: (not e.exact, sign * e.values[by],  # type: ignore[operator]
+                                   e.run.title, e.run.run_id))
+    without.sort(key=lambda e: (e.run.title, e.run.run_id))
+    return with_value + without
+
+
+def summary_points(runs: list[RunView]) -> list[tuple[str, Point]]:
+    """The common points of the "fastest at" summary: 1 request at the smallest
+    shared context, 8 requests at 32K, and the largest shared context at the most
+    requests every run measured there (1 when they share none). A context is
+    shared when every run measured it (by label); with none shared the smallest
+    and largest measured contexts stand in, and `pick` marks the nearest cells."""
+    per_run = [{words.context_label(x.context): x.context for x in _measured(r)} for r in runs]
+    per_run = [m for m in per_run if m]
+    if not per_run:
+        return []
+    shared = set.intersection(*(set(m) for m in per_run))
+    tokens = {label: n for m in per_run for label, n in m.items()}
+    pool = shared or set(tokens)
+    small = min(pool, key=lambda label: tokens[label])
+    large = max(pool, key=lambda label: tokens[label])
+    levels = [{x.concurrency for x in _measured(r) if words.context_label(x.context) == large}
+              for r in runs if _measured(r)]
+    common = set.intersection(*levels) if levels and shared else set()
+    top = max(common) if common else 1
+    out = [("1 request", Point(tokens[small], 1)), ("8 requests at 32K", Point(32 * 1024, 8)),
+           ("Largest shared context" if shared else "Largest context",
+            Point(tokens[large], top))]
+    seen: set[str] = set()
+    return [(t, p) for t, p in out if not (p.key in seen or seen.add(p.key))]  # type: ignore[func-returns-value]
+
+
+def text_of(by: str) -> Callable[[float | None], str]:
+    """The page's format of a metric (rundir/words.py, formats.py, prices.py)."""
+    return {"total": words.tok_s, "per_gpu": words.tok_s, "per_request": words.tok_s,
+            "ttft": formats.ttft, "cost": prices.dollars}[by]
+
+
+def summary(runs: list[RunView]) -> list[dict[str, Any]]:
+    """The build-time "fastest at" rows: per common point, the best run by each of
+    SUMMARY_METRICS (and the cheapest when there are prices), as the page prints it."""
+    keys = [*SUMMARY_METRICS, *(["cost"] if priced(runs) else [])]
+    rows = []
+    for title, point in summary_points(runs):
+        best = []
+        for by in keys:
+            top = rank(runs, point, by)
+            e = top[0] if top and top[0].values[by] is not None else None
+            best.append({
+                "by": by,
+                "run": e.run if e else None,
+                "text": text_of(by)(e.values[by]) if e else words.MISSING,
+                "nearest": "" if e is None or e.exact else
+                Point(e.cell.context, e.cell.concurrency).label,  # type: ignore[union-attr]
+                "status": words.status_label(e.cell.status)  # type: ignore[union-attr]
+                if e and e.cell.status != contract.VALID else "",  # type: ignore[union-attr]
+            })
+        rows.append({"title": title, "point": point, "best": best})
+    return rows
+
+
+def all_points(runs: list[RunView]) -> list[Point]:
+    """Every context (by label) × concurrency some run has a decode cell at, crossed,
+    so the chooser offers any pair and each run answers with its cell or nearest."""
+    contexts: dict[str, int] = {}
+    levels: set[int] = set()
+    for run in runs:
+        for x in run.agg.decode():
+            label = words.context_label(x.context)
+            contexts[label] = min(contexts.get(label, x.context), x.context)
+            levels.add(x.concurrency)
+    return [Point(n, lv) for n in sorted(contexts.values()) for lv in sorted(levels)]
+
+
+def client_data(runs: list[RunView]) -> dict[str, Any]:
+    """What oppoint.js needs to re-rank without re-deciding anything: per run its
+    decode cells (raw values for sorting, texts for printing), and per point the
+    cell standing for each run: i >= 0 the exact cell i, -(i + 2) the nearest cell
+    i, -1 none."""
+    metrics = [*METRICS, *([COST_METRIC] if priced(runs) else [])]
+    keys = [key for key, _, _ in metrics]
+    out_runs, cells_by_run = [], []
+    for run in runs:
+        price = run.price
+        cells = run.agg.decode()
+        cells_by_run.append(cells)
+        rows = []
+        for x in cells:
+            v = cell_values(run, x, price)
+            rows.append({"label": Point(x.context, x.concurrency).label,
+                         "status": x.status, "status_label": words.status_label(x.status),
+                         "values": [v[k] for k in keys],
+                         "texts": [text_of(k)(v[k]) for k in keys]})
+        out_runs.append({"slug": run.slug, "title": run.title, "family": run.family,
+                         "family_slug": run.family_slug, "label": run.short_label,
+                         "page": run.page, "price": price.note if price else "",
+                         "cells": rows})
+    choices = {}
+    for point in all_points(runs):
+        row = []
+        for run, cells in zip(runs, cells_by_run, strict=True):
+            cell, exact = pick(run, point)
+            i = next((j for j, x in enumerate(cells) if x is cell), -1)
+            row.append(-1 if i < 0 else (i if exact else -(i + 2)))
+        choices[point.key] = row
+    return {"metrics": [{"key": k, "label": label, "higher": hi} for k, label, hi in metrics],
+            "points": {p.key: p.label for p in all_points(runs)}, "choices": choices,
+            "runs": out_runs, "missing": words.MISSING, "valid": contract.VALID}
+
+
+def cost_rows(run: RunView) -> list[tuple[str, list[str]]]:
+    """A run page's cost matrix: (context label, $ per 1M output tokens per
+    concurrency level in run.levels); empty without a price or a GPU count."""
+    price = run.price
+    if price is None or gpus(run) is None:
+        return []
+    rows = []
+    for row in run.matrix:
+        texts = []
+        for x in row.cells:
+            cost = cell_values(run, x, price)["cost"]
+            texts.append(prices.dollars(cost) if cost is not None
+                         else words.status_label(x.status) if not x.has_numbers
+                         else words.MISSING)
+        rows.append((words.context_label(row.context), texts))
+    return rows
+
+
+def default_point(runs: list[RunView]) -> Point | None:
+    """The point a ranking opens at: 32K × 8 when the runs have it, else the first
+    8-request point of the summary, else its first point."""
+    points = all_points(runs)
+    tops = [p for _, p in summary_points(runs) if p in points]
+    for p in tops:
+        if p.key == "32K-8":
+            return p
+    return next((p for p in tops if p.concurrency == 8), tops[0] if tops else
+                (points[0] if points else None))
+
+
+def page_context(runs: list[RunView], *, index: bool) -> dict[str, Any]:
+    """What templates/_partials/oppoint.html prints: the build-time summary, the
+    chooser's options and default, the prices used, and oppoint.js's data."""
+    points = all_points(runs)
+    tops = summary(runs)
+    default = default_point(runs)
+    metrics = [*METRICS, *([COST_METRIC] if priced(runs) else [])]
+    return {
+        "index": index,
+        "summary": tops,
+        "metrics": metrics,
+        "summary_labels": [label for key, label, _ in metrics
+                           if key in (*SUMMARY_METRICS, "cost")],
+        "contexts": list(dict.fromkeys(p.context_label for p in points)),
+        "levels": sorted({p.concurrency for p in points}),
+        "default_at": default.key if default else "",
+        "default_by": "per_gpu",
+        "prices": sorted({r.price.note for r in runs if r.price is not None}),
+        "families": sorted({(r.family_slug, r.family) for r in runs}, key=lambda x: x[1].lower())
+        if index else [],
+        "nearest_note": NEAREST_NOTE,
+        "data": client_data(runs),
+    }

@@ -1,0 +1,255 @@
+/* The explorer (explore.html): per-request tok/s against total tok/s (per GPU), one
+   curve per run through its concurrency levels, the Pareto frontier dashed; or TTFT
+   against concurrency. The view is kept in the address
+   (explore.html#family=SLUG&ctx=TOKENS&y=gpu|total&view=tradeoff|ttft&logx=1&logy=1).
+   Everything comes from data/explore.js, written by the build (site_builder/explore.py):
+   the points with their texts already formatted, the frontier of every view, and the
+   chart templates compiled from Altair (site_builder/explorecharts.py), whose holes are
+   filled here as chartkit.Template.fill does. The A/B page uses `curves` and `summary`. */
+(function () {
+  "use strict";
+  var DATA = window.SPEED_MATRIX_EXPLORE;
+  var ALL = "*";
+  var FRONTIER_COLOR = "#1f2328";
+  var COST = "Cost per 1M output tokens";  /* site_builder/explore.py COST_FIELDS */
+  var SLOT = /\["@(\w+)@"\]|"@(\w+)@"/g;
+
+  /* A template's JSON with every hole filled and the rows in its datasets. */
+  function fill(text, values, datasets) {
+    var spec = JSON.parse(text.replace(SLOT, function (_, a, b) {
+      var name = a || b;
+      if (!values.hasOwnProperty(name)) throw new Error("template hole " + name + " not filled");
+      return JSON.stringify(values[name]);
+    }));
+    spec.datasets = datasets;
+    return spec;
+  }
+
+  function field(name) { return DATA.fields.indexOf(name); }
+
+  /* A point's row for the chart: x and y for the view, the tooltip texts. */
+  function row(p, view, yMode) {
+    var r = { run: DATA.runs[p[0]].label, concurrency: p[field("concurrency")],
+              queued: p[field("status")] === "requests_queued" };
+    ["Context", "Requests at once", "Per request tok/s", "Total tok/s", "Per GPU tok/s", "TTFT",
+     "Status"].forEach(function (k) { r[k] = p[field(k)]; });
+    /* only a build with a price table has the cost's text (and a tooltip line for it) */
+    if (field(COST) >= 0) r[COST] = p[field(COST)];
+    if (view === "ttft") {
+      r.x = p[field("concurrency")];
+      r.y = p[field("ttft")];
+    } else {
+      r.x = p[field("per_request")];
+      r.y = p[field(yMode === "gpu" ? "per_gpu" : "total")];
+    }
+    return r;
+  }
+
+  /* The curves of some runs at one context: rows, run labels in order, their colours. */
+  function curves(runIdx, context, view, yMode, colors) {
+    var want = {};
+    runIdx.forEach(function (i) { want[i] = 1; });
+    var rows = [], seen = {};
+    DATA.points.forEach(function (p) {
+      if (!want[p[0]] || p[1] !== context) return;
+      var r = row(p, view, yMode);
+      if (r.x === null || r.y === null || r.x <= 0 || r.y <= 0) return;
+      rows.push(r);
+      seen[p[0]] = 1;
+    });
+    var drawn = runIdx.filter(function (i) { return seen[i]; });
+    var lines = drawn.map(function (i) { return DATA.runs[i].label; });
+    var palette = colors || DATA.colors;
+    return { rows: rows, runs: drawn, lines: lines,
+             colors: lines.map(function (_, i) { return palette[i % palette.length]; }) };
+  }
+
+  function spec(view, logx, logy, drawn, frontier, titles) {
+    if (view === "tradeoff" && !(frontier && frontier.length)) view = "curves";
+    var key = view + "|" + (logx ? 1 : 0) + (logy ? 1 : 0);
+    var data = { points: drawn.rows };
+    if (view === "tradeoff") data.frontier = frontier;
+    return fill(DATA.templates[key], { lines: drawn.lines, colors: drawn.colors,
+                                       x_title: titles[0], y_title: titles[1] }, data);
+  }
+
+  /* Median and geometric-mean change from A to B over (a, b) pairs with positive
+     values, as fractions (0.1 = +10%); n: how many pairs count. */
+  function summary(pairs) {
+    var ratios = pairs.filter(function (p) { return p[0] > 0 && p[1] > 0; })
+      .map(function (p) { return p[1] / p[0]; }).sort(function (x, y) { return x - y; });
+    var n = ratios.length;
+    if (!n) return { n: 0, median: null, geomean: null };
+    var mid = n % 2 ? ratios[(n - 1) / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+    var logs = ratios.reduce(function (s, r) { return s + Math.log(r); }, 0);
+    return { n: n, median: mid - 1, geomean: Math.exp(logs / n) - 1 };
+  }
+
+  /* vega-embed makes its box inline-block: the box is given its figure's width (whole
+     pixels, as site.js does) so a "container" width has something to fit to. */
+  function fitBox(target) {
+    var fig = target.parentNode;
+    target.style.width = Math.floor(fig.getBoundingClientRect().width) + "px";
+    if (!target._fitting) {
+      target._fitting = true;
+      window.addEventListener("resize", function () { fitBox(target); });
+    }
+  }
+
+  function draw(target, theSpec) {
+    if (target._view) { target._view.finalize(); target._view = null; }
+    target.textContent = "";
+    fitBox(target);
+    return window.vegaEmbed(target, theSpec, { actions: false, renderer: "svg", mode: "vega-lite" })
+      .then(function (result) { target._view = result; return result; });
+  }
+
+  window.SpeedMatrixExplore = DATA ? { curves: curves, spec: spec, draw: draw, summary: summary,
+                                       data: DATA } : { summary: summary };
+
+  /* ---- the explorer page ------------------------------------------------ */
+  var form = document.getElementById("explore-form");
+  if (!form || !DATA) return;
+  var fig = document.getElementById("explore-chart");
+  var selFamily = document.getElementById("ex-family");
+  var selCtx = document.getElementById("ex-ctx");
+  var selY = document.getElementById("ex-y");
+  var selView = document.getElementById("ex-view");
+  var boxX = document.getElementById("ex-logx");
+  var boxY = document.getElementById("ex-logy");
+  var permalink = document.getElementById("ex-permalink");
+  var caption = fig.querySelector("figcaption span");
+  var title = fig.querySelector("figcaption strong");
+  var note = document.getElementById("ex-note");
+  Array.prototype.forEach.call(document.querySelectorAll("[data-needs-js]"), function (e) {
+    e.hidden = false;
+  });
+
+  function members(scope) {
+    if (scope === ALL) return DATA.runs.map(function (_, i) { return i; });
+    for (var i = 0; i < DATA.families.length; i++) {
+      if (DATA.families[i].slug === scope) return DATA.families[i].runs;
+    }
+    return null;
+  }
+
+  function fillContexts(scope, wanted) {
+    selCtx.textContent = "";
+    (DATA.contexts[scope] || []).forEach(function (c) {
+      var o = document.createElement("option");
+      o.value = String(c);
+      o.textContent = DATA.context_labels[String(c)];
+      selCtx.appendChild(o);
+    });
+    if (wanted !== null) selCtx.value = String(wanted);
+  }
+
+  /* The view in the address, else the build's default; names no run has are said. */
+  function state() {
+    var params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+    var d = DATA["default"];
+    var problems = [];
+    var scope = params.get("family") || d.family;
+    if (!members(scope)) { problems.push("family \u201c" + scope + "\u201d"); scope = d.family; }
+    var ctx = params.get("ctx") ? Number(params.get("ctx")) : DATA.best_context[scope];
+    if (DATA.contexts[scope].indexOf(ctx) < 0) {
+      if (params.get("ctx")) problems.push("context \u201c" + params.get("ctx") + "\u201d");
+      ctx = DATA.best_context[scope];
+    }
+    var y = params.get("y") === "total" || params.get("y") === "gpu" ? params.get("y") : d.y;
+    var view = params.get("view") === "ttft" ? "ttft" : "tradeoff";
+    return { family: scope, ctx: ctx, y: y, view: view, logx: params.get("logx") === "1",
+             logy: params.get("logy") === "1", problems: problems };
+  }
+
+  function show(s) {
+    selFamily.value = s.family;
+    fillContexts(s.family, s.ctx);
+    selY.value = s.y;
+    selView.value = s.view;
+    boxX.checked = s.logx;
+    boxY.checked = s.logy;
+    selY.disabled = s.view === "ttft";
+  }
+
+  function hash() {
+    return "#family=" + encodeURIComponent(selFamily.value) + "&ctx=" + encodeURIComponent(selCtx.value) +
+      "&y=" + selY.value + "&view=" + selView.value + "&logx=" + (boxX.checked ? 1 : 0) +
+      "&logy=" + (boxY.checked ? 1 : 0);
+  }
+
+  function render() {
+    var s = state();
+    show(s);
+    permalink.href = "explore.html" + hash();
+    var ctx = Number(selCtx.value);
+    var runs = members(selFamily.value);
+    var gpuMode = s.view === "tradeoff" && selY.value === "gpu";
+    var usable = gpuMode ? runs.filter(function (i) { return DATA.runs[i].gpus; }) : runs;
+    var drawn = curves(usable, ctx, s.view, selY.value);
+    var left = runs.filter(function (i) { return usable.indexOf(i) < 0; })
+      .map(function (i) { return DATA.runs[i].label; });
+    var absent = usable.filter(function (i) { return drawn.runs.indexOf(i) < 0; })
+      .map(function (i) { return DATA.runs[i].label; });
+    var texts = [];
+    if (s.problems.length) texts.push("No run of this site has the " + s.problems.join(" or the ") +
+      " in the address; showing the nearest view instead.");
+    if (left.length) texts.push("Left out of the per-GPU view (no GPU count): " + left.join("; ") + ".");
+    if (absent.length) texts.push("No numbers at " + DATA.context_labels[String(ctx)] + ": " + absent.join("; ") + ".");
+    note.textContent = texts.join(" ");
+    var label = DATA.context_labels[String(ctx)] || "";
+    var yTitle = gpuMode ? "Total tok/s per GPU" : "Total tok/s";
+    var titles, frontier = [];
+    if (s.view === "ttft") {
+      titles = ["Requests at once", "TTFT (ms)"];
+      title.textContent = "TTFT against requests at once at " + label;
+      caption.textContent = "One line per run; lower is better.";
+    } else {
+      titles = ["Per request tok/s", yTitle];
+      (DATA.frontiers[selFamily.value + "|" + ctx + "|" + (gpuMode ? "gpu" : "total")] || [])
+        .forEach(function (k) { frontier.push(row(DATA.points[k], "tradeoff", gpuMode ? "gpu" : "total")); });
+      title.textContent = "Per-request speed against " + (gpuMode ? "throughput per GPU" : "total throughput") + " at " + label;
+      caption.textContent = "One line per run through its concurrency levels (labels: requests at once); " +
+        "dashed dark line and rings: the Pareto frontier over Valid points (no other point is faster on both axes); " +
+        "hollow points: requests queued; up and right is better.";
+    }
+    var target = fig.querySelector(".chart-live");
+    if (!target) {
+      target = document.createElement("div");
+      target.className = "chart-live";
+      fig.appendChild(target);
+    }
+    if (!drawn.rows.length) {  /* never the default view's picture under another view's title */
+      if (target._view) { target._view.finalize(); target._view = null; }
+      target.textContent = "No run has numbers for this view.";
+      var old = fig.querySelector(".chart-fallback");
+      if (old) old.remove();
+      fig.dataset.curves = "0";
+      fig.classList.add("is-live");
+      return;
+    }
+    fig.dataset.curves = String(drawn.runs.length);
+    draw(target, spec(s.view, s.logx, s.logy, drawn, frontier, titles)).then(function () {
+      var fallback = fig.querySelector(".chart-fallback");
+      if (fallback) fallback.remove();
+      fig.classList.add("is-live");
+    }).catch(function (err) { console.error("explorer chart: " + err); });
+  }
+
+  function onChange(event) {
+    var h = hash();
+    /* Another family keeps the context when it has it, else opens at its own. */
+    if (event && event.target === selFamily &&
+        DATA.contexts[selFamily.value].indexOf(Number(selCtx.value)) < 0) {
+      h = h.replace(/&ctx=[^&]*/, "");
+    }
+    window.history.replaceState(null, "", window.location.href.split("#")[0] + h);
+    render();
+  }
+
+  [selFamily, selCtx, selY, selView, boxX, boxY].forEach(function (e) {
+    e.addEventListener("change", onChange);
+  });
+  window.addEventListener("hashchange", render);
+  render();
+})();

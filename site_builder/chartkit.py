@@ -73,7 +73,8 @@ MISSING_FILLS = {contract.OVER_CAPACITY: "#f4c7c3", contract.LOOPED: "#f7dca4", 
                  contract.PENDING: "#d0d0d0"}
 NO_NUMBERS_FILL = "#f6f8fa"
 NO_NUMBERS = "No numbers"
-QUEUED_LABEL = "Requests queued"
+QUEUED_LABEL = words.status_label(contract.REQUESTS_QUEUED)
+VALID_LABEL = words.status_label(contract.VALID)
 # Timeline lines: (colour, stroke width, dash). Waiting is wide and dashed and drawn
 # first, running thin and solid on top, so both show where they coincide.
 TIMELINE_STYLE = {"server (waiting)": ("#d95f02", 3.5, "6 3"),
@@ -146,7 +147,7 @@ def cell_rows(cells: list[CellResult], label: str | None = None) -> list[dict[st
                 "Per request tok/s": words.tok_s(x.per_request_tok_s),
                 "TTFT": formats.ttft(x.ttft_ms),
                 "Time between tokens": formats.tbt(x.tbt_ms),
-                "point": QUEUED_LABEL if x.status == contract.REQUESTS_QUEUED else "Valid",
+                "point": QUEUED_LABEL if x.status == contract.REQUESTS_QUEUED else VALID_LABEL,
             }
         )
     return rows

@@ -23,6 +23,7 @@ from bench.plan import PlanError
 from bench.progress import Progress
 from bench.redact import redact
 from bench.runner import FlagError, RunError, RunOptions, run_benchmark, secrets_of
+from bench.telemetry import MODES, RATE_HZ
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
 from rundir.contract import ContractError
 from rundir.runcard import read_run_card
@@ -88,6 +89,10 @@ Exit status:
 @click.option("--retry-errors", is_flag=True,
               help="With --resume: measure R's Error cells again (their earlier rows are kept "
                    "in superseded_requests.parquet).")
+@click.option("--gpu-telemetry", type=click.Choice(MODES), default="auto", show_default=True,
+              help="auto: sample this host's GPUs (power, energy, clocks, throttling) "
+                   f"{RATE_HZ}× a second into gpu_metrics.parquet when NVML or amdsmi finds "
+                   "some and the server runs here; off: none.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
 def run_cmd(**kw: Any) -> None:
     api_key = kw["api_key"] or os.environ.get("OPENAI_API_KEY") or None
@@ -116,7 +121,7 @@ def run_cmd(**kw: Any) -> None:
             run_card=card, out=Path(kw["out"]) if kw["out"] else None,
             resume=Path(kw["resume"]) if kw["resume"] else None,
             retry_errors=kw["retry_errors"], dry_run=kw["dry_run"],
-            server_wait_s=kw["server_wait"], given=given,
+            server_wait_s=kw["server_wait"], given=given, gpu_telemetry=kw["gpu_telemetry"],
         )
         result = run_benchmark(opts, Progress())
     except (FlagError, PlanError, ContractError) as exc:

@@ -2,6 +2,8 @@
 
 Only presentation lives here; numbers shown live are the figures the
 cell's judge computed with the same `rundir.metrics` functions the site uses.
+With GPU telemetry the live view also shows each GPU's latest sample and a
+line when throttling starts (bench.summary formats both).
 """
 
 from __future__ import annotations
@@ -9,12 +11,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from rich.console import Console
+import pyarrow as pa
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from bench.plan import Cell, Plan
+from bench.summary import CellLine, ThrottleWatch, cell_label, cell_line, gpu_lines, header, row, table_lines
+from bench.telemetry import GpuTelemetry
 from rundir.contract import (
     DECODE,
     ERROR,
@@ -112,6 +118,9 @@ class Progress:
         self.current: Cell | None = None
         self.remaining: list[Cell] = []
         self.eta: Eta | None = None
+        self.telemetry: GpuTelemetry | None = None  # None: nothing GPU-related is shown
+        self.watch = ThrottleWatch()
+        self.lines: list[CellLine] = []  # this session's finished cells, for the end table
 
     def show_plan(self, info, plan: Plan, todo: list[Cell], settings, kv_budget, kv_source, run_dir) -> None:
         self.eta = Eta(settings)
@@ -138,24 +147,29 @@ class Progress:
         p(f"Will run {len(todo)} cells, about {eta / 60:.0f} min (refined as cells finish); "
           f"writing {run_dir}")
 
-    def start(self, plan: Plan, store) -> None:
+    def start(self, plan: Plan, store, telemetry: GpuTelemetry | None = None) -> None:
+        """The live view; `telemetry` (an enabled sampler) adds the GPU panel,
+        read by the display's own refresh thread, never the event loop."""
         self.plan = plan
-        for key, row in store.rows.items():
-            status = row["status"]
+        self.telemetry = telemetry if telemetry is not None and telemetry.enabled else None
+        for key, status in ((k, r["status"]) for k, r in store.rows.items()):
             self.results[key] = NOT_RUN_YET if status == PENDING else status_label(status)
+        self.note(header(self.telemetry is not None))
         if self.console.is_terminal:
-            self.live = Live(self._table(), console=self.console, refresh_per_second=2)
+            self.live = Live(console=self.console, refresh_per_second=2, get_renderable=self._view)
             self.live.start()
 
     def begin(self, cell: Cell) -> None:
         self.current = cell
+        self.watch.new_cell()
         if self.eta is not None:
             self.eta.begin()
         self.results[cell.key] = "running"
         self._refresh()
 
-    def end(self, cell: Cell, outcome) -> None:
-        """A finished cell: its decode total tok/s (the judge's figure) or its status."""
+    def end(self, cell: Cell, outcome, gpu: pa.Table | None = None) -> None:
+        """A finished cell: its line of figures (`gpu`, the run's telemetry so
+        far, gives J/token); in the matrix its decode total tok/s or its status."""
         text = status_label(outcome.status)
         if outcome.window and outcome.status in ("valid", "requests_queued") and outcome.figures:
             text = tok_s(outcome.figures.total_tok_s) + ("*" if outcome.status != "valid" else "")
@@ -164,10 +178,13 @@ class Progress:
             self.eta.end(cell)
         if cell in self.remaining:
             self.remaining.remove(cell)
-        if (outcome.reason and outcome.status != "valid") or self.live is None:
-            reason = f" — {outcome.reason}" if outcome.reason else ""
-            self.note(f"{cell.phase} {context_label(cell.context)}×{cell.concurrency}: "
-                      f"{text}{reason}")
+        line = cell_line(cell, outcome, gpu if self.telemetry is not None else None)
+        self.lines.append(line)
+        self.note(row(line, self.telemetry is not None))
+        if outcome.reason and outcome.status != VALID:
+            self.note(f"  {cell_label(cell)}: {outcome.reason}")
+        if self.live is None:  # no refresh thread: look at the GPUs now
+            self._look()
         self._refresh()
 
     def note(self, text: str) -> None:
@@ -178,11 +195,32 @@ class Progress:
         self.console.print(summary_line(counts), markup=False, highlight=False)
 
     def stop(self) -> None:
+        """The matrix, then every cell measured in this session, one line each."""
         if self.live is not None:
             self.live.stop()
             self.live = None
         elif self.plan is not None:
             self.console.print(self._table())
+        if self.lines:
+            for text in table_lines(self.lines, self.telemetry is not None):
+                self.note(text)
+
+    def _look(self) -> list[str]:
+        """The GPUs' latest sample as panel lines; prints a warning when
+        throttling starts. Nothing without telemetry."""
+        if self.telemetry is None:
+            return []
+        readings = self.telemetry.latest()
+        where = cell_label(self.current) if self.current is not None else "the run"
+        for text in self.watch.check(readings, where):
+            self.note(text)
+        return gpu_lines(readings)
+
+    def _view(self) -> RenderableType:
+        """What the live display draws at each refresh: the matrix and the GPUs."""
+        panel = self._look()
+        table = self._table()
+        return Group(table, *(Text(t) for t in panel)) if panel else table
 
     def _refresh(self) -> None:
         if self.live is not None:

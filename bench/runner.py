@@ -35,6 +35,7 @@ from bench.resume import FlagConflict, resumed_inputs
 from bench.sampler import MetricsSampler
 from bench.store import RunStore, clean_stale_temps, session_tag
 from bench.stream import StreamClient
+from bench.telemetry import start_telemetry
 from rundir.contract import (
     DECODE,
     ERROR,
@@ -82,6 +83,7 @@ class RunOptions:
     retry_errors: bool = False
     dry_run: bool = False
     server_wait_s: float = 30.0
+    gpu_telemetry: str = "auto"  # "off": no GPU sampling, no gpu_metrics.parquet
     # option name -> value, for the options set on the command line (a
     # resumed run compares them with its run.yaml)
     given: dict[str, object] = field(default_factory=dict)
@@ -356,6 +358,7 @@ async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, prog
                           ttft_timeout_s=s.ttft_timeout_s)
     prompts = PromptFactory(info, opts.api_key, tag)
     sampler = MetricsSampler(info, opts.api_key)
+    telemetry = start_telemetry(opts.gpu_telemetry, info.base_url, progress.note)
     runner = CellRunner(info, client, prompts, sampler, s, clean)
     interrupted = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -371,7 +374,8 @@ async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, prog
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     sampler.start()
-    progress.start(plan, store)
+    telemetry.start()
+    progress.start(plan, store, telemetry)
     try:
         for cell in todo:
             progress.begin(cell)
@@ -399,13 +403,14 @@ async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, prog
             if outcome.reason:
                 outcome.reason = clean(outcome.reason)
             store.record(cell, outcome)
+            gpu = telemetry.table() if telemetry.enabled else None  # saved, and the display's J/token
             try:
-                store.flush(sampler.table() if sampler.enabled else None)
+                store.flush(sampler.table() if sampler.enabled else None, gpu)
             except (OSError, ContractError) as exc:
                 raise RunError(f"cannot save {_label(cell)}: {_io_reason(exc, store.run_dir)}; "
                                f"the cells measured before it are kept in {store.run_dir}; "
                                f"continue with `--resume {store.run_dir}`") from None
-            progress.end(cell, outcome)
+            progress.end(cell, outcome, gpu)
             # Collect now and freeze the survivors, so a garbage-collection
             # pass over everything measured so far cannot stall the next window.
             gc.collect()
@@ -421,6 +426,7 @@ async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, prog
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         sampler.stop()
+        telemetry.stop()
         prompts.close()
         progress.stop()
 

@@ -35,6 +35,7 @@ from bench.plan import Cell
 from rundir.contract import (
     CELLS_FILE,
     CELLS_SCHEMA,
+    GPU_METRICS_FILE,
     PENDING,
     REQUESTS_FILE,
     RUN_YAML,
@@ -46,7 +47,8 @@ from rundir.contract import (
 from rundir.io import read_table, write_run_info, write_table
 
 Key = tuple[str, int, int]
-_OUR_FILES = (RUN_YAML, CELLS_FILE, REQUESTS_FILE, SERVER_METRICS_FILE, SUPERSEDED_REQUESTS_FILE)
+_OUR_FILES = (RUN_YAML, CELLS_FILE, REQUESTS_FILE, SERVER_METRICS_FILE, SUPERSEDED_REQUESTS_FILE,
+              GPU_METRICS_FILE)
 # rundir.io.atomic_write's temporary names: ".<name>.<random>.tmp"
 _STALE_TMP = re.compile(r"^\.(?:" + "|".join(re.escape(n) for n in _OUR_FILES) + r")\..+\.tmp$")
 
@@ -65,6 +67,7 @@ class RunStore:
         self._superseded_dirty = False
         self.resumed_metrics: pa.Table = empty_table(SERVER_METRICS_FILE)
         self.server_metrics: pa.Table = self.resumed_metrics
+        self.resumed_gpu: pa.Table = empty_table(GPU_METRICS_FILE)  # earlier sessions' telemetry
 
     @classmethod
     def resume(cls, run_dir: Path, info: RunInfo) -> RunStore:
@@ -77,6 +80,7 @@ class RunStore:
         store.superseded = read_superseded(store.run_dir)
         store.resumed_metrics = read_table(store.run_dir, SERVER_METRICS_FILE, required=False)
         store.server_metrics = store.resumed_metrics
+        store.resumed_gpu = read_table(store.run_dir, GPU_METRICS_FILE, required=False)
         return store
 
     def add_planned(self, cells: list[Cell]) -> None:
@@ -113,8 +117,9 @@ class RunStore:
             self.requests = _concat(self.requests, outcome.table)
         self.rows[cell.key] = row
 
-    def flush(self, sampled: pa.Table | None = None) -> None:
-        """Write everything; `sampled` is this session's whole gauge table.
+    def flush(self, sampled: pa.Table | None = None, gpu: pa.Table | None = None) -> None:
+        """Write everything; `sampled` is this session's whole gauge table, `gpu`
+        its whole GPU telemetry (None: not sampled, gpu_metrics.parquet untouched).
         An OSError (full disk, permissions) leaves every file either as it
         was or whole."""
         if sampled is not None:
@@ -129,6 +134,9 @@ class RunStore:
             write_table(self.run_dir, REQUESTS_FILE, self.requests)
         with _naming(self.run_dir / SERVER_METRICS_FILE):
             write_table(self.run_dir, SERVER_METRICS_FILE, self.server_metrics)
+        if gpu is not None:
+            with _naming(self.run_dir / GPU_METRICS_FILE):
+                write_table(self.run_dir, GPU_METRICS_FILE, pa.concat_tables([self.resumed_gpu, gpu]))
         cells = pa.Table.from_pylist(list(self.rows.values()), schema=CELLS_SCHEMA)
         with _naming(self.run_dir / CELLS_FILE):
             write_table(self.run_dir, CELLS_FILE, cells)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-ORDER = {"ours": 0, "raw": 1, "kernel": 2, "vllm": 3}
+ORDER = {"ours": 0, "ours_gpu": 1, "raw": 2, "kernel": 3, "vllm": 4}  # ours_gpu: sampler on
 # A trial during which other processes took more than this share of the
 # client's or the server's core, or the hypervisor took either (steal: /proc/
 # stat counts it in 10 ms ticks, each longer than a token gap), measured the
@@ -165,6 +165,7 @@ def report(cells: dict[tuple, list[dict]], concs: list[int],
         print(f"| {r} | {ours.get(r)} | {kernel.get(r)} | {raw.get(r)} | {vllm.get(r, '–')} | "
               f"{ours_tls.get(r)} | {raw_tls.get(r)} | {tls_ratios.get(r)} | "
               f"{others('ours', False, r)}; {others('ours', True, r)} |")
+    on = gpu_sampling(cells, ours)
     floods = {c: get("ours", "flood", c, False, "events_per_s_worst") for c in concs}
     lost = sum(s["lost"] for (kind, *_), s in table.items() if kind == "ours")
     worst = max(ours.values()) if ours else None
@@ -190,6 +191,9 @@ def report(cells: dict[tuple, list[dict]], concs: list[int],
         "cpu_s_per_100k_paced_128": get("ours", "paced", 128, False, "cpu_s_per_100k"),
         "cpu_s_per_100k_paced_128_tls": get("ours", "paced", 128, True, "cpu_s_per_100k"),
         "client_bound": calibration(cells),
+        "p99_error_ms_gpu_sampling": get("ours_gpu", "paced", 128, False, "p99_ms"),
+        "p99_error_ms_gpu_sampling_by_round": [on[r] for r in sorted(on)],
+        "p99_error_ms_gpu_sampling_worst_round": max(on.values()) if on else None,
         "attempts_run_again": len(redone),
         "kept_trials_still_disturbed": sum(disturbed(t) for t in kept),
     }
@@ -197,6 +201,28 @@ def report(cells: dict[tuple, list[dict]], concs: list[int],
         "p99_le_0.1ms_every_round": worst is not None and worst <= 0.1,
         "tls_le_1.25x_raw_every_round": worst_tls is not None and worst_tls <= 1.25,
         "ahead_of_vllm": None if worst_vllm is None else worst_vllm < 1,  # None: not compared
+        "p99_le_0.1ms_every_round_gpu_sampling":  # None: not run (--gpu-sampling off)
+            None if not on else max(on.values()) <= 0.1,
         "no_lost_events": lost == 0,
         "flood_ge_150k": fl is not None and fl >= 150_000}
     return summary
+
+
+def gpu_sampling(cells: dict[tuple, list[dict]], off: dict[int, float]) -> dict[int, float]:
+    """Print ours at 128 x 200 tok/s with the GPU sampler off and on, round by
+    round (same run, same rounds); return the on figures by round."""
+    trials = cells.get(("ours_gpu", "paced", 128, False), [])
+    on = _by_round(trials)
+    if not trials:
+        return on
+    print("\n## GPU telemetry sampling at 128 x 200 tok/s: stamp error p99 off vs on (ms)\n")
+    print("| round | sampling off | sampling on | samples | sample wall p50/max ms | "
+          "sampler CPU ms/s | others' CPU client/server core, on |")
+    print("|---|---|---|---|---|---|---|")
+    for t in sorted(trials, key=lambda t: t["round"]):
+        r = t["round"]
+        print(f"| {r} | {off.get(r)} | {on.get(r)} | {t.get('gpu_samples')} | "
+              f"{t.get('sample_ms_p50')}/{t.get('sample_ms_max')} | "
+              f"{t.get('sampler_cpu_ms_per_s')} | "
+              f"{t.get('others_cpu_frac', '?')}/{t.get('others_cpu_frac_server', '?')} |")
+    return on

@@ -9,7 +9,10 @@ right before its send() syscall (the truth); the clients
 probe, `vllm bench serve`) run in this process (pinned to CPU 1), one after
 the other, their order rotated per round. Paced: one event per stream every
 5 ms (200 tok/s), all streams at once; flood: as fast as the client reads.
-TLS: ours vs raw at 128 streams, paced.
+TLS: ours vs raw at 128 streams, paced. GPU telemetry: ours again with the
+collector's GPU sampler thread running (benchmarks/_fidelity_gpu.py: real
+NVML when present, else a stand-in whose calls take a driver's time), paced,
+so its cost shows as off vs on in the same run.
 
 Per cell: events/s, error = client stamp - server send (p50/p99/max pooled,
 and each round's p99; over the events whose send() syscall took at most
@@ -52,6 +55,7 @@ from benchmarks._fidelity_clients import (  # noqa: E402
     client_vllm,
     find_vllm,
 )
+from benchmarks._fidelity_gpu import SamplerPlan, plan_sampler, sampling  # noqa: E402
 from benchmarks._fidelity_report import DISTURBED, disturbed, report  # noqa: E402
 from benchmarks._fidelity_server import INTERVAL_NS, TOKEN, pin, serve  # noqa: E402
 
@@ -103,7 +107,8 @@ def asyncio_run(coro):
 
 def trial(srv, port: int, kind: str, mode: str, c: int, n: int, tls_ctx, workdir: Path,
           interval_ns: int = INTERVAL_NS, hog: tuple[float, float] | None = None,
-          vllm: tuple[Path, Path] | None = None, gc_off: bool = True) -> dict:
+          vllm: tuple[Path, Path] | None = None, gc_off: bool = True,
+          gpu: SamplerPlan | None = None) -> dict:
     tls = tls_ctx is not None
     srv.send({"mode": mode, "c": c, "n": n, "tls": tls, "interval_ns": interval_ns,
               "timeout": 240 if kind == "vllm" else 60})
@@ -111,6 +116,7 @@ def trial(srv, port: int, kind: str, mode: str, c: int, n: int, tls_ctx, workdir
     gc.collect()  # harness garbage must not pause the client under test
     gc.freeze()
     watch = _GcWatch()
+    sampler: dict = {}
     stat0, cpu0, wall0 = _cpu_stat(CLIENT_CPU), time.process_time(), time.monotonic()
     srv0 = _cpu_stat(SERVER_CPU)
     with gc_paused() if gc_off else contextlib.nullcontext():
@@ -118,6 +124,10 @@ def trial(srv, port: int, kind: str, mode: str, c: int, n: int, tls_ctx, workdir
         try:
             if kind == "ours":
                 got = asyncio_run(client_ours(port, c, n, tls_ctx, hog))
+            elif kind == "ours_gpu":  # the sampler thread shares the client's core
+                assert gpu is not None
+                with sampling(gpu) as sampler:
+                    got = asyncio_run(client_ours(port, c, n, tls_ctx, hog))
             elif kind == "raw":
                 got = asyncio_run(client_raw(port, c, n, tls_ctx))
             elif kind == "kernel":
@@ -127,14 +137,14 @@ def trial(srv, port: int, kind: str, mode: str, c: int, n: int, tls_ctx, workdir
                 got = client_vllm(port, c, n, workdir, *vllm)
         finally:
             gc.callbacks.remove(watch)
-    cpu = time.process_time() - cpu0 if kind != "vllm" else float("nan")
+    cpu = time.process_time() - cpu0 if kind != "vllm" else float("nan")  # sampler's included
     wall = time.monotonic() - wall0
     stat1, srv1 = _cpu_stat(CLIENT_CPU), _cpu_stat(SERVER_CPU)
     truth = srv.recv()
     out = {"kind": kind, "mode": mode, "c": c, "tls": tls, "cpu_s": cpu, "hog": hog,
            "interval_ms": interval_ns / 1e6, "gc_pauses": len(watch.pauses),
            "gc_max_ms": round(max(watch.pauses, default=0.0), 2),
-           **{k: v for k, v in got.items() if k not in ("events", "end")}}
+           **sampler, **{k: v for k, v in got.items() if k not in ("events", "end")}}
     if stat0 and stat1 and kind != "vllm":  # vLLM's own process runs on this core
         busy = (stat1[0] - stat0[0]) / _HZ
         out["others_cpu_frac"] = round(max(0.0, busy - cpu) / wall, 3)
@@ -210,6 +220,15 @@ def main(argv: list[str] | None = None) -> int:
                          "it over a cell's window: bench.monitor.gc_paused)")
     ap.add_argument("--no-calibration", action="store_true",
                     help="skip the starved-loop trials of the client-bound flag")
+    ap.add_argument("--gpu-sampling", choices=("auto", "off"), default="auto",
+                    help="auto (default): also run ours with the GPU telemetry sampler on "
+                         "(real NVML when present, else the stand-in); off: skip")
+    ap.add_argument("--standin-gpus", type=int, default=8,
+                    help="GPUs the stand-in NVML reports (default 8)")
+    ap.add_argument("--standin-call-us", type=float, default=200.0,
+                    help="stand-in NVML: microseconds each call waits, GIL released (default 200)")
+    ap.add_argument("--standin-gil-us", type=float, default=10.0,
+                    help="stand-in NVML: microseconds of Python per call, GIL held (default 10)")
     args = ap.parse_args(argv)
     rounds = args.rounds or 3
     seconds = args.seconds or (1.5 if args.quick else 8.0)
@@ -221,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_vllm:
         vllm_note = "`vllm bench serve` not compared: --no-vllm"
     print(f"# {vllm_note}", flush=True)
+    gpu = None
+    if args.gpu_sampling == "auto":
+        gpu = plan_sampler(args.standin_gpus, args.standin_call_us, args.standin_gil_us)
+        print(f"# {gpu.describe()}", flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="client-fidelity-"))
     cert, key = make_cert(workdir)
     parent, child = mp.get_context("fork").Pipe()
@@ -242,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         key = (kind, mode, c, tls) if "hog" not in kw else ("ours", "starved", c, tls)
         for attempt in range(args.retries + 1):
             t = trial(parent, port, kind, mode, c, n, ctx if tls else None, workdir, vllm=vllm,
-                      gc_off=not args.with_gc, **kw)
+                      gc_off=not args.with_gc, gpu=gpu, **kw)
             t["round"], t["attempt"] = r, attempt
             if t.get("left_behind"):
                 print(f"  note: processes still running after {kind}: {t['left_behind']}")
@@ -256,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         for c in concs:
             for mode in ("paced", "flood"):
                 vllm = have_vllm and mode == "paced" and (r == 0 or not args.quick)
-                kinds = ["ours", "raw", "kernel"] + (["vllm"] if vllm else [])
+                kinds = (["ours", "raw", "kernel"] + (["vllm"] if vllm else [])
+                         + (["ours_gpu"] if gpu is not None and mode == "paced" else []))
                 for kind in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
                     run(kind, mode, c, r=r)
         for kind in (["ours", "raw"] if r % 2 == 0 else ["raw", "ours"]):
@@ -273,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {load0[0]:.2f} before, {load1[0]:.2f} after")
     summary = report(cells, concs, redone) | {
         "rounds": rounds, "pinned": pinned, "vllm": have_vllm, "vllm_note": vllm_note,
-        "load_avg_1min": [round(load0[0], 2), round(load1[0], 2)]}
+        "load_avg_1min": [round(load0[0], 2), round(load1[0], 2)],
+        "gpu_sampling": None if gpu is None else gpu.describe()}
     shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(summary))
     return 0

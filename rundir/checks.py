@@ -139,3 +139,28 @@ def list_order(col: pa.ChunkedArray, negative_ok: bool) -> tuple[int, str] | Non
                 return row_of(int(np.argmax(down)) + 1), "order"
         row0 += len(chunk)
     return None
+
+
+GPU_FIGURES = ("power_w", "energy_mj", "util_gpu_pct", "util_mem_pct", "mem_used_mb",
+               "host_cpu_pct", "sm_clock_mhz", "mem_clock_mhz")
+
+
+def gpu_metrics(table: pa.Table) -> str | None:
+    """GPU telemetry a figure can trust: GPU indexes from 0, one row per GPU
+    per sample, finite non-negative readings (empty ones are fine: not offered)."""
+    pairs = pc.count_distinct(pc.binary_join_element_wise(
+        pc.cast(table.column("t_ns"), pa.string()), pc.cast(table.column("gpu"), pa.string()), ":"))
+    if pairs.as_py() != len(table):
+        return "columns t_ns, gpu: a GPU appears twice in one sample"
+    for name in (*GPU_FIGURES, "temp_c"):
+        col = table.column(name)
+        if pa.types.is_floating(col.type):
+            row = _first(pc.invert(pc.is_finite(col)))
+            if row is not None:
+                return f"column {name}: expected a finite number, got {col[row].as_py()} in row {row}"
+    for name in ("gpu", *GPU_FIGURES):
+        col = table.column(name)
+        row = _first(pc.less(col, 0))
+        if row is not None:
+            return f"column {name}: expected >= 0, got {col[row].as_py()} in row {row}"
+    return None

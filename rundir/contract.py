@@ -27,6 +27,7 @@ RUN_YAML = "run.yaml"
 REQUESTS_FILE = "requests.parquet"
 CELLS_FILE = "cells.parquet"
 SERVER_METRICS_FILE = "server_metrics.parquet"
+GPU_METRICS_FILE = "gpu_metrics.parquet"  # optional: GPU telemetry (absent: none taken)
 # Raw rows of attempts a cell no longer reports (a re-measured Error cell, an
 # attempt cut short): kept as evidence, same schema as requests.parquet, and
 # never read by the builder.
@@ -425,10 +426,25 @@ SERVER_METRICS_SCHEMA = pa.schema(
     ]
 )
 
+# One row per GPU per sample of the collector's telemetry; every column but
+# t_ns and gpu may be empty (a counter the driver does not offer is empty, never guessed).
+GPU_METRICS_SCHEMA = pa.schema(
+    [pa.field("t_ns", _NS, nullable=False),  # the run's monotonic clock, as chunk_ns
+     pa.field("gpu", pa.int32(), nullable=False),  # index
+     pa.field("gpu_name", pa.string()), pa.field("power_w", pa.float64()),
+     pa.field("energy_mj", pa.int64()),  # driver's total energy counter, millijoules
+     pa.field("sm_clock_mhz", pa.int32()), pa.field("mem_clock_mhz", pa.int32()),
+     pa.field("temp_c", pa.float64()), pa.field("util_gpu_pct", pa.float64()),
+     pa.field("util_mem_pct", pa.float64()), pa.field("mem_used_mb", pa.float64()),
+     pa.field("throttle_reasons", pa.int64()),  # NVML clocks-event reasons bitmask
+     pa.field("host_cpu_pct", pa.float64())]  # client host CPU, same on a sample's rows
+)
+
 TABLE_SCHEMAS = {
     REQUESTS_FILE: REQUESTS_SCHEMA,
     CELLS_FILE: CELLS_SCHEMA,
     SERVER_METRICS_FILE: SERVER_METRICS_SCHEMA,
+    GPU_METRICS_FILE: GPU_METRICS_SCHEMA,
     SUPERSEDED_REQUESTS_FILE: REQUESTS_SCHEMA,  # earlier attempts of re-measured cells
 }
 _REQUEST_TABLES = (REQUESTS_FILE, SUPERSEDED_REQUESTS_FILE)
@@ -455,6 +471,8 @@ def check_table(name: str, table: pa.Table, where: str | None = None) -> pa.Tabl
     table = table.select(schema.names).cast(schema)
     if name in (*_REQUEST_TABLES, CELLS_FILE):
         _check_values(name, table, where)
+    elif name == GPU_METRICS_FILE and (problem := checks.gpu_metrics(table)):
+        raise ContractError(f"{where}: {problem}")
     return table
 
 

@@ -10,7 +10,7 @@ import errno
 import itertools
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +19,7 @@ import yaml
 
 from rundir.contract import (
     CELLS_FILE,
+    GPU_METRICS_FILE,
     REQUESTS_FILE,
     RUN_YAML,
     SERVER_METRICS_FILE,
@@ -185,6 +186,8 @@ class RunData:
     cells: pa.Table
     requests: pa.Table
     server_metrics: pa.Table
+    # GPU telemetry; empty when the run has none (the file is optional: nothing invented)
+    gpu_metrics: pa.Table = field(default_factory=lambda: empty_table(GPU_METRICS_FILE))
 
     @property
     def imported(self) -> bool:
@@ -199,7 +202,8 @@ def read_run(run_dir: Path) -> RunData:
     cells = read_table(run_dir, CELLS_FILE)
     requests = read_table(run_dir, REQUESTS_FILE, required=not imported)
     metrics = read_table(run_dir, SERVER_METRICS_FILE, required=False)
-    return RunData(run_dir, info, cells, requests, metrics)
+    gpu = read_table(run_dir, GPU_METRICS_FILE, required=False)
+    return RunData(run_dir, info, cells, requests, metrics, gpu)
 
 
 def is_run_dir(path: Path) -> bool:

@@ -364,6 +364,17 @@ def prefill_metrics(chunks: Chunks, prompt_tokens: np.ndarray) -> PrefillMetrics
     )
 
 
+def prefill_used(requests: pa.Table, chunks: Chunks, prompt: np.ndarray) -> np.ndarray:
+    """The prefill samples the figure uses, on the pages and in the terminal: no
+    error (samples rejected as prefix-cache hits, or failed, carry one) and timed.
+    The drill-down marks every other sample with this same mask."""
+    if not len(requests):
+        return np.zeros(0, dtype=bool)
+    ok = np.asarray(pc.is_null(requests.column("error")).to_numpy(zero_copy_only=False),
+                    dtype=bool)
+    return ok & timed_samples(chunks, prompt)
+
+
 def _stops(chunks: Chunks) -> np.ndarray:
     """Per request: when its stream ended (last chunk if the end is unknown)."""
     return np.where(chunks.end_ns >= 0, chunks.end_ns,

@@ -1,5 +1,5 @@
 """The words both towers print: status labels and notes, context labels and
-the throughput format, in the published wording.
+the throughput, TTFT and joules-per-token formats, in the published wording.
 
 The collector's live display and the site builder show the same cells; they
 share these definitions so a cell reads the same in the terminal and on the
@@ -90,3 +90,26 @@ def tok_s(value: float | None, *, whole: bool = False) -> str:
     if abs(thousands) < 1000:
         return trim_zero(f"{thousands:,.1f}") + "K"
     return trim_zero(f"{round_half_up(v / 1e6, 1):,.1f}") + "M"
+
+
+def ttft(value: float | None) -> str:
+    """Time to first token: ``56 ms``, ``1,064 ms``; ``4.8 ms`` below 10 ms (so a
+    fast cached TTFT does not read as ``0 ms``)."""
+    if is_missing(value):
+        return MISSING
+    v = float(value)  # type: ignore[arg-type]
+    if abs(round_half_up(v, 1)) < 10:
+        return f"{round_half_up(v, 1):.1f} ms"
+    return f"{round_half_up(v, 0):,.0f} ms"
+
+
+def j_per_token(value: float | None) -> str:
+    """Energy per token in joules, three significant figures, never an exponent:
+    ``0.421``, ``12.3``, ``0.000512``; the unit goes in the header."""
+    if is_missing(value):
+        return MISSING
+    v = float(value)  # type: ignore[arg-type]
+    if v == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(v))))
+    return f"{round_half_up(v, digits):,.{digits}f}"

@@ -20,21 +20,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir import contract
+from rundir import contract, energy
 from rundir.decode_checks import decode_problems
 from rundir.io import RunData, atomic_write_text
 from rundir.metrics import (
     Chunks,
     Gauge,
     decode_metrics,
+    first_token_ns,
     prefill_metrics,
+    prefill_used,
     summed_gauge,
-    timed_samples,
     window_activity_from_gauge,
 )
 from site_builder import drilldown
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 # Statuses whose cells get numbers on the pages.
 NUMBER_STATUSES = (contract.VALID, contract.REQUESTS_QUEUED)
 
@@ -66,6 +67,16 @@ class CellResult:
     measured_s: float | None = None
     requests: int | None = None  # requests behind the numbers (measure or samples)
     has_detail: bool = False  # a drill-down page exists
+    # GPU telemetry (rundir.energy), only for runs with gpu_metrics.parquet; None
+    # elsewhere. Decode: over the window, per output token; prefill: over the used
+    # samples (send to first token), per prompt token.
+    avg_w: float | None = None  # all GPUs together
+    peak_w: float | None = None
+    energy_j: float | None = None
+    energy_source: str | None = None  # "counter", "integral" or "mixed"
+    j_per_token: float | None = None
+    tok_s_per_kw: float | None = None
+    throttle: list[str] | None = None  # throttle classes over the flag share; [] none
 
     @property
     def key(self) -> str:
@@ -86,6 +97,7 @@ class RunAggregate:
     digest: str
     cells: list[CellResult]
     details: dict[str, dict[str, Any]] = field(default_factory=dict)
+    telemetry: bool = False  # the run has GPU telemetry: its pages show the energy columns
 
     def to_json(self) -> str:
         data = {
@@ -95,6 +107,7 @@ class RunAggregate:
             "digest": self.digest,
             "cells": [asdict(x) for x in self.cells],
             "details": self.details,
+            "telemetry": self.telemetry,
         }
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
 
@@ -105,7 +118,8 @@ class RunAggregate:
             raise ValueError("stale cache format")
         names = {f.name for f in fields(CellResult)}
         cells = [CellResult(**{k: v for k, v in x.items() if k in names}) for x in data["cells"]]
-        return cls(data["run_id"], data["source"], data["digest"], cells, data["details"])
+        return cls(data["run_id"], data["source"], data["digest"], cells, data["details"],
+                   bool(data.get("telemetry", False)))
 
     def decode(self) -> list[CellResult]:
         return [x for x in self.cells if x.phase == contract.DECODE]
@@ -219,9 +233,18 @@ def completed_mask(requests: pa.Table) -> np.ndarray:
     return np.asarray(both.to_numpy(zero_copy_only=False), dtype=bool)
 
 
+def _put_energy(cell: CellResult, fig: energy.CellEnergy | None) -> None:
+    """Copy a cell's telemetry figures onto it (nothing when there are none)."""
+    if fig is None:
+        return
+    cell.avg_w, cell.peak_w, cell.energy_j = fig.avg_w, fig.peak_w, fig.energy_j
+    cell.energy_source, cell.j_per_token = fig.energy_source, fig.j_per_token
+    cell.tok_s_per_kw, cell.throttle = fig.tok_s_per_kw, list(fig.throttle_flags)
+
+
 def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chunks: Chunks,
                  done: np.ndarray, running: Gauge, waiting: Gauge,
-                 details: dict[str, dict[str, Any]]) -> None:
+                 details: dict[str, dict[str, Any]], gpu: pa.Table) -> None:
     start, end = row.get("window_start_ns"), row.get("window_end_ns")
     if start is None or end is None or end <= start:
         return
@@ -245,16 +268,18 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
             cell.completed = m.completed
             cell.output_tokens = m.output_tokens
             cell.measured_s = m.duration_s
+            if len(gpu):
+                _put_energy(cell, energy.cell_energy(gpu, start, end, m.output_tokens))
     if len(requests):
         details[cell.key] = drilldown.decode_detail(
             requests, chunks, start, end, done=done, running=running, waiting=waiting,
-            with_tails=cell.status in (contract.LOOPED, contract.ERROR),
+            with_tails=cell.status in (contract.LOOPED, contract.ERROR), gpu=gpu,
         )
         cell.has_detail = True
 
 
 def _prefill_cell(cell: CellResult, requests: pa.Table, chunks: Chunks,
-                  details: dict[str, dict[str, Any]]) -> None:
+                  details: dict[str, dict[str, Any]], gpu: pa.Table) -> None:
     prompt = np.asarray(
         pc.fill_null(requests.column("prompt_tokens"), 0).to_numpy(zero_copy_only=False)
         if len(requests) else np.zeros(0), dtype=np.int64,
@@ -266,21 +291,14 @@ def _prefill_cell(cell: CellResult, requests: pa.Table, chunks: Chunks,
         cell.total_tok_s = pm.prompt_tok_s
         cell.ttft_ms = pm.ttft_ms
         cell.completed = pm.samples
+        if len(gpu) and used.any():
+            spans = list(zip(chunks.send_ns[used].tolist(),
+                             first_token_ns(chunks)[used].tolist(), strict=True))
+            _put_energy(cell, energy.spans_energy(gpu, spans, int(prompt[used].sum())))
     if len(requests):
         details[cell.key] = drilldown.prefill_detail(
             requests, chunks, prompt, used=used, done=completed_mask(requests))
         cell.has_detail = True
-
-
-def prefill_used(requests: pa.Table, chunks: Chunks, prompt: np.ndarray) -> np.ndarray:
-    """The prefill samples the published figure uses: no error (samples rejected as
-    prefix-cache hits, or failed, carry one) and timed (rundir.metrics.timed_samples).
-    The drill-down marks every other sample with this same mask."""
-    if not len(requests):
-        return np.zeros(0, dtype=bool)
-    ok = np.asarray(pc.is_null(requests.column("error")).to_numpy(zero_copy_only=False),
-                    dtype=bool)
-    return ok & timed_samples(chunks, prompt)
 
 
 _LIST_COLUMNS = ("chunk_ns", "chunk_tokens")
@@ -309,14 +327,15 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
         if cell.phase == contract.DECODE:
             idx = groups.get((*key, contract.PURPOSE_MEASURE), empty)
             _decode_cell(cell, row, _rows(small, idx), chunks.subset(idx), done[idx], running,
-                         waiting, details)
+                         waiting, details, data.gpu_metrics)
         else:
             idx = groups.get((*key, contract.PURPOSE_PREFILL))
             if idx is None:  # samples taken during another cell (e.g. decode warm-up)
                 found = [v for k, v in groups.items()
                          if k[1] == cell.context and k[3] == contract.PURPOSE_PREFILL]
                 idx = np.sort(np.concatenate(found)) if found else empty
-            _prefill_cell(cell, _rows(small, idx), chunks.subset(idx), details)
+            _prefill_cell(cell, _rows(small, idx), chunks.subset(idx), details,
+                          data.gpu_metrics)
         out.append(cell)
     return sorted(out, key=_sort_key), details
 
@@ -326,7 +345,8 @@ def aggregate_run(data: RunData, digest: str = "") -> RunAggregate:
     if data.imported:
         return RunAggregate(data.info.run_id, data.info.source, digest, imported_cells(data.cells))
     cells, details = measured_cells(data)
-    return RunAggregate(data.info.run_id, data.info.source, digest, cells, details)
+    return RunAggregate(data.info.run_id, data.info.source, digest, cells, details,
+                        telemetry=len(data.gpu_metrics) > 0)
 
 
 # --------------------------------------------------------------------------
@@ -340,6 +360,7 @@ _CODE_FILES = (
     Path(contract.__file__).with_name("metrics.py"),
     Path(contract.__file__).with_name("checks.py"),  # a stricter reader must re-judge cached runs
     Path(contract.__file__).with_name("decode_checks.py"),
+    Path(contract.__file__).with_name("energy.py"),
 )
 
 
@@ -390,7 +411,8 @@ class AggregateCache:
     def put(self, aggregate: RunAggregate) -> None:
         details = json.dumps(aggregate.details, separators=(",", ":"), allow_nan=False)
         atomic_write_text(self._path(aggregate.digest, ".details"), details)
-        head = RunAggregate(aggregate.run_id, aggregate.source, aggregate.digest, aggregate.cells)
+        head = RunAggregate(aggregate.run_id, aggregate.source, aggregate.digest, aggregate.cells,
+                            telemetry=aggregate.telemetry)
         atomic_write_text(self._path(aggregate.digest), head.to_json())
 
     def prune(self, keep: set[str]) -> None:

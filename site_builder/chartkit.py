@@ -110,6 +110,9 @@ TBT = Look("Time between tokens (ms)", "Tokens", color=TEAL)
 TBT_MEDIAN = RED  # the dashed rule at the cell's median
 TIMELINE_TOKENS = Look("Seconds into the window", "Output tok/s")
 TIMELINE_ACTIVE = Look("Seconds into the window", "Requests")
+# The power-and-clocks timeline under it (runs with GPU telemetry), on the same x axis.
+POWER = Look("Seconds into the window", "GPU power (W)", color=RED)
+SM_CLOCK = Look("Seconds into the window", "SM clock (MHz)", color=TEAL)
 
 
 def line_colors(n: int) -> list[str]:
@@ -145,7 +148,7 @@ def cell_rows(cells: list[CellResult], label: str | None = None) -> list[dict[st
                 "ttft": x.ttft_ms,
                 "Total tok/s": words.tok_s(x.total_tok_s),
                 "Per request tok/s": words.tok_s(x.per_request_tok_s),
-                "TTFT": formats.ttft(x.ttft_ms),
+                "TTFT": words.ttft(x.ttft_ms),
                 "Time between tokens": formats.tbt(x.tbt_ms),
                 "point": QUEUED_LABEL if x.status == contract.REQUESTS_QUEUED else VALID_LABEL,
             }

@@ -455,6 +455,41 @@ def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> 
                  "requests running at the same time", spec, lambda: fallback.timeline(title, bins, lines))
 
 
+@functools.cache
+def _power_template() -> Template:
+    """GPU power above the SM clock, x from 0 to the window's end like the token timeline."""
+
+    def panel(look: chartkit.Look, field: str, tip: str, height: int) -> alt.Chart:
+        return alt.Chart(alt.Data(name="power")).mark_line(
+            color=look.color, invalid=INVALID, point={"size": 16, "color": look.color}).encode(
+            x=alt.X(field="t", type="quantitative", title=look.x,
+                    scale=alt.Scale(domain=slots("x_domain"), nice=False)),
+            y=alt.Y(field=field, type="quantitative", title=look.y),
+            tooltip=[nominal("Time"), nominal(tip)],
+        ).properties(width=chartkit.FIXED_WIDTH, height=height)
+    return template(alt.vconcat(panel(chartkit.POWER, "w", "Power", 140),
+                                panel(chartkit.SM_CLOCK, "mhz", "SM clock", 110), spacing=12))
+
+
+def power_chart(detail: dict[str, Any], chart_id: str = "chart-power") -> Chart | None:
+    """GPU power and SM clock over the window, aligned with the token timeline
+    (same bins, same x axis); only for a run that recorded GPU telemetry."""
+    pw = detail.get("power") or {}
+    if not pw.get("t_s"):
+        return None
+    width = (pw.get("width_s") or [0.5])[0]
+    rows = [{"t": round(t + width / 2, 4), "w": w, "mhz": mhz, "Time": f"{t:.1f}–{t + width:.1f} s",
+             "Power": "—" if w is None else f"{formats.count(w)} W",
+             "SM clock": "—" if mhz is None else f"{formats.count(mhz)} MHz"}
+            for t, w, mhz in zip(pw["t_s"], pw["power_w"], pw["sm_clock_mhz"], strict=True)]
+    spec = _power_template().fill({"power": rows}, x_domain=[0, round(pw["t_s"][-1] + width, 4)])
+    gpus, title = pw.get("gpus") or 1, "Power and clocks"
+    caption = (f"Power of {f'all {gpus} GPUs together' if gpus > 1 else 'the GPU'} "
+               "and mean SM clock across the window, in the timeline's bins")
+    return _make(chart_id, title, caption, spec, lambda: fallback.power(
+        title, [(r["t"], r["w"]) for r in rows], [(r["t"], r["mhz"]) for r in rows], width))
+
+
 # --------------------------------------------------------------------------
 # SVG fallback
 # --------------------------------------------------------------------------

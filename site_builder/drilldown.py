@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from typing import Any
 
 import numpy as np
@@ -167,9 +168,14 @@ def _time_bins(ns: np.ndarray, weights: np.ndarray, start_ns: int, end_ns: int,
     return np.rint(counts).astype(weights.dtype) if weights.dtype.kind in "iu" else counts
 
 
+def _bin_count(duration_ns: int) -> int:
+    """Bins of a timeline: about half a second each (shared by the token and power timelines)."""
+    return int(np.clip(round(duration_ns / 0.5e9), 10, 120))
+
+
 def _timeline(chunks: Chunks, start_ns: int, end_ns: int) -> dict[str, list[float]]:
     duration = end_ns - start_ns
-    n_bins = int(np.clip(round(duration / 0.5e9), 10, 120))
+    n_bins = _bin_count(duration)
     edges = np.linspace(start_ns, end_ns, n_bins + 1)
     if has_negative_tokens(chunks):
         inwin = (chunks.chunk_ns >= start_ns) & (chunks.chunk_ns <= end_ns)
@@ -194,6 +200,58 @@ def _timeline(chunks: Chunks, start_ns: int, end_ns: int) -> dict[str, list[floa
         "width_s": [round(width_s, 4)],
         "tok_s": _round(toks / width_s, 2),
         "client_active": [int(a) for a in active],
+    }
+
+
+def _bin_means(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Mean of the readings in each bin (NaN where a bin has none)."""
+    ok = ~np.isnan(v)
+    idx = np.searchsorted(edges, t[ok], side="right") - 1
+    idx[t[ok] == edges[-1]] = len(edges) - 2  # the window's end belongs to the last bin
+    keep = (idx >= 0) & (idx < len(edges) - 1)
+    n = len(edges) - 1
+    sums = np.bincount(idx[keep], weights=v[ok][keep], minlength=n)
+    counts = np.bincount(idx[keep], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def _nullable(values: np.ndarray, digits: int) -> list[float | None]:
+    return [None if np.isnan(v) else round(float(v), digits) for v in values]
+
+
+def power_timeline(gpu: pa.Table | None, start_ns: int, end_ns: int) -> dict[str, Any] | None:
+    """GPU power (all GPUs summed) and SM clock (mean over GPUs) on the token
+    timeline's bins, so both charts share their x axis; None without telemetry.
+
+    Each GPU's readings are averaged per bin; a bin where some GPU has no power
+    reading gets no total (a part of the GPUs would understate it)."""
+    if gpu is None or not len(gpu) or end_ns <= start_ns:
+        return None
+    t = gpu.column("t_ns").to_numpy(zero_copy_only=False).astype(np.int64)
+    which = gpu.column("gpu").to_numpy(zero_copy_only=False).astype(np.int64)
+    watts = gpu.column("power_w").to_numpy(zero_copy_only=False).astype(np.float64)
+    sm = gpu.column("sm_clock_mhz").to_numpy(zero_copy_only=False).astype(np.float64)
+    inwin = (t >= start_ns) & (t <= end_ns)
+    if not inwin.any():
+        return None
+    n_bins = _bin_count(end_ns - start_ns)
+    edges = np.linspace(start_ns, end_ns, n_bins + 1)
+    ids = np.unique(which)
+    power = np.vstack([_bin_means(t[which == g], watts[which == g], edges) for g in ids])
+    clocks = np.vstack([_bin_means(t[which == g], sm[which == g], edges) for g in ids])
+    total = power.sum(axis=0)  # NaN where any GPU lacks a reading
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN bin: no clock
+        clock = np.nanmean(clocks, axis=0)
+    if np.isnan(total).all() and np.isnan(clock).all():
+        return None
+    return {
+        "t_s": _round((edges[:-1] - start_ns) / 1e9),
+        "width_s": [round((end_ns - start_ns) / n_bins / 1e9, 4)],
+        "gpus": len(ids),
+        "power_w": _nullable(total, 1),
+        "sm_clock_mhz": _nullable(clock, 0),
     }
 
 
@@ -275,10 +333,12 @@ def decode_detail(
     running: Gauge = None,
     waiting: Gauge = None,
     with_tails: bool = False,
+    gpu: pa.Table | None = None,
 ) -> dict[str, Any]:
     """Everything the decode drill-down page draws, from the cell's measure requests.
 
-    `done` marks the requests that finished normally (the builder's completed mask).
+    `done` marks the requests that finished normally (the builder's completed mask);
+    `gpu` is the run's GPU telemetry (gpu_metrics.parquet), if it has any.
     """
     gaps, weights = token_gaps_ms(chunks, start_ns, end_ns)
     return {
@@ -287,6 +347,7 @@ def decode_detail(
         "ttft_ms": _round(ttft_ms(chunks)),
         "tbt": _histogram(gaps, weights),
         "timeline": _timeline(chunks, start_ns, end_ns),
+        "power": power_timeline(gpu, start_ns, end_ns),
         "running": gauge_in_window(running, start_ns, end_ns),
         "waiting": gauge_in_window(waiting, start_ns, end_ns),
         "outcomes": _outcomes(requests, done),
@@ -314,7 +375,7 @@ def _rejection(error: str) -> str:
 def prefill_detail(requests: pa.Table, chunks: Chunks, prompt_tokens: np.ndarray, *,
                    used: np.ndarray, done: np.ndarray) -> dict[str, Any]:
     """The samples of a prefill cell, one row each, marked by whether the published
-    figure uses them: `used` is the builder's own mask (aggregate.prefill_used), so
+    figure uses them: `used` is the builder's own mask (rundir.metrics.prefill_used), so
     the page and the figure cannot disagree; `done` is its completed mask."""
     first = first_token_ns(chunks)
     cached = requests.column("cached_tokens").to_pylist() if len(requests) else []

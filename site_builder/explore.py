@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rundir import contract, words
-from site_builder import formats, prices
+from site_builder import prices
 from site_builder.views import RunView
 
 ALL = "*"  # the scope of every run (no slug holds "*"), beside each family's slug
@@ -81,7 +81,7 @@ def _point(index: int, run: RunView, x: Any, with_cost: bool) -> list[Any]:
     row = [index, x.context, x.concurrency, x.status, x.total_tok_s, by_gpu,
            x.per_request_tok_s, x.ttft_ms, words.context_label(x.context), str(x.concurrency),
            words.status_label(x.status), words.tok_s(x.total_tok_s), words.tok_s(by_gpu),
-           words.tok_s(x.per_request_tok_s), formats.ttft(x.ttft_ms)]
+           words.tok_s(x.per_request_tok_s), words.ttft(x.ttft_ms)]
     return [*row, *point_cost(run, gpus, x.total_tok_s)] if with_cost else row
 
 

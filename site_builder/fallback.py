@@ -354,6 +354,19 @@ def timeline(label: str, bins: list[tuple[float, float, float]],
     return c.svg()
 
 
+def power(label: str, watts: list[Point], clocks: list[Point], width_s: float) -> str:
+    """GPU power above the SM clock over the window (a missing reading breaks the
+    line), on the token timeline's x axis (0 to the window's end)."""
+    below = 10 + 140 + 45 + 12
+    c = Canvas(530, below + 110 + 45 + 22 + 15, label)
+    end = max((x for x, _ in watts + clocks if x is not None), default=0.0) + width_s / 2
+    ticks = [(v, plain(v)) for v in nice_ticks(end, 6)[1]]
+    for y0, h, pts, look in ((10, 140, watts, chartkit.POWER), (below, 110, clocks, chartkit.SM_CLOCK)):
+        _lines_into(c, y0, h, [(look.y, pts)], [look.color], look, x_ticks=ticks, x_log2=False,
+                    legend_below=y0 == below, x_domain=(0.0, ticks[-1][0] if ticks else 1.0))
+    return c.svg()
+
+
 # Drawn pictures hold only our own markup; a chart whose SVG matched this anyway is
 # published without a fallback rather than with an unchecked one.
 UNSAFE = re.compile(

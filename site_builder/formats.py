@@ -2,11 +2,10 @@
 
 One place decides how a number reads, so the run page, the index, the CSV
 preview and the chart tooltips never disagree. Throughput, context labels,
-the missing mark and the rounding rule are shared with the collector's live
-display and live in rundir/words.py; the rest, from the seeds:
+the missing mark, TTFT (whole milliseconds, one decimal below 10 ms) and the
+rounding rule are shared with the collector's live display and live in
+rundir/words.py; the rest, from the seeds:
 
-* TTFT: whole milliseconds (``56 ms``, ``1,064 ms``); below 10 ms one
-  decimal so a fast cached TTFT does not read as ``0 ms``.
 * time between tokens: one decimal at any size (``4.8 ms``, ``100.6 ms``).
 * durations: one decimal second (``30.0 s``); run parameters as written
   (``30 s``).
@@ -26,16 +25,6 @@ from rundir.words import HALF_UP_NUDGE, MISSING, is_missing, round_half_up, trim
 # cannot be pre-formatted, but its constants come from here.
 PERCENT_DIGITS = 1
 PLUS, MINUS = "+", "\u2212"
-
-
-def ttft(value: float | None) -> str:
-    """Time to first token: ``56 ms``, ``1,064 ms``; ``4.8 ms`` below 10 ms."""
-    if is_missing(value):
-        return MISSING
-    v = float(value)  # type: ignore[arg-type]
-    if abs(round_half_up(v, 1)) < 10:
-        return f"{round_half_up(v, 1):.1f} ms"
-    return f"{round_half_up(v, 0):,.0f} ms"
 
 
 def tbt(value: float | None) -> str:

@@ -134,6 +134,10 @@ _TERMS: list[tuple[str, str, str]] = [
      "Requests that streamed at least one token: the TTFT distribution's requests."),
     ("samples-used", "Samples used",
      "Cold prefill samples the published Prompt tok/s and TTFT are medians of."),
+    # GPU telemetry (runs that recorded it): the methodology's Energy and throttling.
+    ("j-per-token", "J/token", "Energy of all GPUs per generated token, in joules."),
+    ("avg-w", "Avg W", "Average power of all GPUs over the window."),
+    ("throttling", "Throttling", "Throttle reasons active for over 10% of the window."),
 ]
 
 
@@ -185,3 +189,8 @@ MEASUREMENT_HEADERS = [
     "Output tokens",
     "Measured for",
 ]
+
+# After MEASUREMENT_HEADERS, only for runs with GPU telemetry (rundir/energy.py):
+# energy per output token (per prompt token on prefill rows), average watts of all
+# GPUs over the window, and the throttle classes active for over 10% of it.
+ENERGY_HEADERS = ["J/token", "Avg W", "Throttling"]

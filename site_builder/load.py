@@ -25,6 +25,7 @@ RUN_FILES = (
     contract.CELLS_FILE,
     contract.REQUESTS_FILE,
     contract.SERVER_METRICS_FILE,
+    contract.GPU_METRICS_FILE,  # optional; part of the digest, so new telemetry re-aggregates
 )
 
 

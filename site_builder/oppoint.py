@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rundir import contract, words
-from site_builder import formats, prices
+from site_builder import prices
 from site_builder.aggregate import CellResult
 from site_builder.views import RunView
 
@@ -186,7 +186,7 @@ def summary_points(runs: list[RunView]) -> list[tuple[str, Point]]:
 def text_of(by: str) -> Callable[[float | None], str]:
     """The page's format of a metric (rundir/words.py, formats.py, prices.py)."""
     return {"total": words.tok_s, "per_gpu": words.tok_s, "per_request": words.tok_s,
-            "ttft": formats.ttft, "cost": prices.dollars}[by]
+            "ttft": words.ttft, "cost": prices.dollars}[by]
 
 
 def summary(runs: list[RunView]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from site_builder.glossary import (
     CACHE_NOTE,
     CLIENT_BOUND_NOTE,
     COUNTS_NOTES,
+    ENERGY_HEADERS,
     MEASUREMENT_HEADERS,
     MEDIANS_NOTE,
     PHASE_LABELS,
@@ -112,7 +113,8 @@ class Pages:
         self.r.env.filters["filesize"] = _filesize
         self.r.env.globals.update(
             assets=assets, version=version, phase_labels=PHASE_LABELS,
-            headers=MEASUREMENT_HEADERS, cache_note=CACHE_NOTE, medians_note=MEDIANS_NOTE,
+            headers=MEASUREMENT_HEADERS, energy_headers=ENERGY_HEADERS, cache_note=CACHE_NOTE,
+            medians_note=MEDIANS_NOTE,
             client_bound_note=CLIENT_BOUND_NOTE, imported_note=imported_note,
         )
 
@@ -147,6 +149,7 @@ class Pages:
                 ttft,
                 charts.tbt_histogram(detail["tbt"], cell.tbt_ms),
                 charts.timeline_chart(detail),
+                charts.power_chart(detail),  # runs with GPU telemetry only
             ])
         metrics = self._cell_metrics(cell) if cell.has_numbers else []
         note = words.STATUS_NOTES.get(cell.status)
@@ -167,12 +170,12 @@ class Pages:
         """(term, what it counts, value) of the cell's published numbers."""
         if x.phase == contract.PREFILL:
             return [("Prompt tok/s", "median of the samples used", words.tok_s(x.total_tok_s)),
-                    ("TTFT", "median of the samples used", formats.ttft(x.ttft_ms)),
+                    ("TTFT", "median of the samples used", words.ttft(x.ttft_ms)),
                     ("Completed requests", "cold samples used", formats.count(x.completed))]
         return [
             ("Total tok/s", "", words.tok_s(x.total_tok_s)),
             ("Per request tok/s", "", words.tok_s(x.per_request_tok_s)),
-            ("TTFT", "median over the requests", formats.ttft(x.ttft_ms)),
+            ("TTFT", "median over the requests", words.ttft(x.ttft_ms)),
             ("Time between tokens", "", formats.tbt(x.tbt_ms)),
             ("Average active requests", "", formats.average(x.avg_active)),
             ("Completed requests", "ended inside the window", formats.count(x.completed)),

@@ -164,7 +164,7 @@ class Renderer:
         self.env.filters.update(
             tok_s=words.tok_s,
             tok_s_whole=lambda v: words.tok_s(v, whole=True),
-            ttft=formats.ttft,
+            ttft=words.ttft,
             tbt=formats.tbt,
             seconds=formats.seconds,
             count=formats.count,

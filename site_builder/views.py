@@ -341,8 +341,17 @@ class RunView:
                 "requests": x.requests,
                 "token_counting": x.token_counting,
                 "warmup_s": x.warmup_s,
+                **(self._energy_record(x) if self.agg.telemetry else {}),
             })
         return out
+
+    @staticmethod
+    def _energy_record(x: CellResult) -> dict[str, Any]:
+        """A cell's GPU telemetry figures (runs with telemetry only: others keep their columns)."""
+        return {"j_per_token": x.j_per_token, "avg_w": x.avg_w, "peak_w": x.peak_w,
+                "energy_j": x.energy_j, "energy_source": x.energy_source,
+                "tok_s_per_kw": x.tok_s_per_kw,
+                "throttle": None if x.throttle is None else ";".join(x.throttle)}
 
     def compare_data(self) -> dict[str, Any]:
         """The compact per-cell numbers the A/B page needs (loaded as data.js).
@@ -357,10 +366,13 @@ class RunView:
                 x.phase, x.context, x.concurrency, x.status, x.total_tok_s,
                 x.per_request_tok_s, x.ttft_ms, x.tbt_ms, words.context_label(x.context),
                 words.status_label(x.status), words.tok_s(x.total_tok_s, whole=prefill),
-                words.tok_s(x.per_request_tok_s), formats.ttft(x.ttft_ms), formats.tbt(x.tbt_ms)])
+                words.tok_s(x.per_request_tok_s), words.ttft(x.ttft_ms), formats.tbt(x.tbt_ms)])
+            if self.agg.telemetry:  # tok/s per kW: the page compares it only when both runs have it
+                cells[-1] += [x.tok_s_per_kw, words.tok_s(x.tok_s_per_kw)]
+        energy = COMPARE_ENERGY_FIELDS if self.agg.telemetry else []
         return {"slug": self.slug, "run_id": self.run_id, "title": self.title,
-                "engine": self.engine_summary, "page": self.page,
-                "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS], "cells": cells}
+                "engine": self.engine_summary, "page": self.page, "telemetry": self.agg.telemetry,
+                "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS, *energy], "cells": cells}
 
 
 # compare_data's columns: raw values, then the texts the page prints.
@@ -368,6 +380,8 @@ COMPARE_FIELDS = ["phase", "context", "concurrency", "status", "total_tok_s",
                   "per_request_tok_s", "ttft_ms", "tbt_ms"]
 COMPARE_TEXT_FIELDS = ["context_label", "status_label", "total_tok_s_text",
                        "per_request_tok_s_text", "ttft_ms_text", "tbt_ms_text"]
+# Runs with GPU telemetry only: total tok/s per kW of average GPU power, and its text.
+COMPARE_ENERGY_FIELDS = ["tok_s_per_kw", "tok_s_per_kw_text"]
 
 
 def cell_title(x: CellResult) -> str:

@@ -144,7 +144,6 @@ def test_page_numbers_equal_an_independent_recomputation(thin_run: Path, tmp_pat
     import re
 
     from rundir import words
-    from site_builder import formats
     from tests.conftest import run_cli
 
     res = run_cli("build-site", "--data", str(thin_run.parent), "--out", str(tmp_path / "site"))
@@ -164,7 +163,7 @@ def test_page_numbers_equal_an_independent_recomputation(thin_run: Path, tmp_pat
         total, ttft = _independent_decode(run, cell)
         row = rows[("Sustained decode", "1K", str(cell["concurrency"]))]
         assert row[4] == words.tok_s(total)
-        assert row[6] == formats.ttft(ttft)
+        assert row[6] == words.ttft(ttft)
         checked += 1
     assert checked == 2
     assert "tiny on" in page and "llama.cpp" in page

@@ -11,8 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rundir import contract
-from site_builder import formats
+from rundir import contract, words
 from site_builder.publish import build_site
 from tests.browser import Node, parse_html
 from tests.synthetic_runs import make_measured_run
@@ -133,8 +132,8 @@ def test_prefill_rejected_samples_are_marked(site: Path) -> None:
     ttft = [(next(t for t, k in zip(r["chunk_ns"], r["chunk_tokens"], strict=True) if k > 0)
              - r["send_ns"]) / 1e6 for r in samples]
     used = [t for t, mark in zip(ttft, marks, strict=True) if mark == "Used"]
-    assert head["TTFT"][1] == formats.ttft(statistics.median(used)) != formats.ttft(statistics.median(ttft))
-    assert [r[5] for r in body] == [formats.ttft(t) for t in ttft]
+    assert head["TTFT"][1] == words.ttft(statistics.median(used)) != words.ttft(statistics.median(ttft))
+    assert [r[5] for r in body] == [words.ttft(t) for t in ttft]
 
 
 def test_prefill_counts_do_not_count_a_failure_as_finished(site: Path) -> None:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rundir.words import context_label, tok_s
+from rundir.words import context_label, tok_s, ttft
 from site_builder import formats
 
 
@@ -52,7 +52,7 @@ def test_tok_s_whole_for_the_prefill_list(value: float, text: str) -> None:
      (4.84, "4.8 ms"), (9.96, "10 ms"), (0.4, "0.4 ms")],
 )
 def test_ttft(value: float, text: str) -> None:
-    assert formats.ttft(value) == text
+    assert ttft(value) == text
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_durations_counts_and_averages() -> None:
     assert formats.tokens(4096) == "4,096 tokens"
 
 
-@pytest.mark.parametrize("fn", [tok_s, formats.ttft, formats.tbt, formats.seconds, formats.count,
+@pytest.mark.parametrize("fn", [tok_s, ttft, formats.tbt, formats.seconds, formats.count,
                                 formats.average, formats.tokens,
                                 formats.param_seconds])
 def test_missing_is_an_em_dash(fn) -> None:

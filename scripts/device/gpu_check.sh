@@ -7,7 +7,9 @@
 # Here first: bash scripts/device/prepare_gpu_check.sh   (fills .device/)
 # There:      bash scripts/device/gpu_check.sh           (carry [".device"])
 # Everything it learns goes under $OUT (logs, provenance.json, the run
-# directory); the last lines printed are a short summary.
+# directory); the last lines printed are a short summary, GPU telemetry last.
+# Only the telemetry reading of a finished run directory (a fetched $OUT/run):
+#             bash scripts/device/gpu_check.sh --telemetry-summary RUN_DIR
 set -uo pipefail
 
 OUT="${OUT:-/tmp/gpu-check-out}"
@@ -22,6 +24,102 @@ DURATION="${DURATION:-6}" MAX_OUTPUT="${MAX_OUTPUT:-1024}"
 KV_TOKENS="${KV_TOKENS:-163840}"  # the server's -c, shared by its 64 slots
 PORT="${PORT:-18181}"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+
+# Idle and loaded watts, J/token per decode cell, and whether the driver's
+# energy counter and the integral of power agree, from the run directory's
+# gpu_metrics.parquet (rundir/energy.py, the builder's own arithmetic).
+telemetry_summary() {
+    python3 - "$1" <<'PY'
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from rundir import contract
+from rundir.contract import ContractError
+from rundir.energy import cell_energy
+from rundir.io import read_table
+
+AGREE = 0.05  # counter and integral within 5% of each other: "agree"
+run = Path(sys.argv[1])
+try:
+    gm = read_table(run, contract.GPU_METRICS_FILE, required=False)
+    cells = read_table(run, contract.CELLS_FILE)
+    req = read_table(run, contract.REQUESTS_FILE)
+except ContractError as exc:
+    sys.exit(f"telemetry: {exc}")
+if not gm.num_rows:
+    sys.exit(f"telemetry: no {contract.GPU_METRICS_FILE} in {run} (no GPU seen; see bench.log)")
+t = gm.column("t_ns").to_numpy().astype(np.int64)
+gpu = gm.column("gpu").to_numpy().astype(np.int64)
+w = gm.column("power_w").to_numpy(zero_copy_only=False).astype(np.float64)
+names = sorted({(g, n) for g, n in zip(gpu.tolist(), gm.column("gpu_name").to_pylist())})
+have_counter = gm.column("energy_mj").null_count < gm.num_rows
+print(f"telemetry: {len(np.unique(t))} samples of {len(names)} GPU(s) "
+      f"({', '.join(f'{g}: {n}' for g, n in names)}) over {(t.max() - t.min()) / 1e9:.1f} s; "
+      f"energy counter {'present' if have_counter else 'absent (power integral only)'}")
+# Idle: samples before the first request was sent, or over 1 s after the last
+# one ended (NVML's power reading may average over up to a second).
+sends = req.column("send_ns").to_numpy()
+busy0 = int(sends.min()) if len(sends) else int(t.max()) + 1
+ends = req.column("end_ns").to_numpy(zero_copy_only=False)
+busy1 = int(np.nanmax(ends)) + 1_000_000_000 if len(ends) else int(t.min())
+idle = ((t < busy0) | (t > busy1)) & ~np.isnan(w)
+if idle.any():
+    per = [float(np.median(w[idle & (gpu == g)])) for g, _ in names if (idle & (gpu == g)).any()]
+    print(f"idle power: {sum(per):.0f} W in all (median per GPU: "
+          f"{', '.join(f'{x:.0f}' for x in per)} W; {int(idle.sum())} readings)")
+else:
+    print("idle power: no sample outside the requests (the sampler ran only while loaded)")
+no_counter = gm.set_column(gm.schema.get_field_index("energy_mj"), "energy_mj",
+                           pa.nulls(gm.num_rows, pa.int64()))
+worst, loaded = None, []
+for c in cells.to_pylist():
+    s, e = c["window_start_ns"], c["window_end_ns"]
+    if c["phase"] != contract.DECODE or s is None or e is None or e <= s:
+        continue
+    mine = req.filter(pa.compute.and_(
+        pa.compute.equal(req.column("phase"), contract.DECODE),
+        pa.compute.and_(pa.compute.equal(req.column("context"), c["context"]),
+                        pa.compute.equal(req.column("concurrency"), c["concurrency"]))))
+    tokens = 0  # output tokens that arrived inside the window
+    for ns, cum in zip(mine.column("chunk_ns").to_pylist(), mine.column("chunk_tokens").to_pylist()):
+        prev = 0
+        for a, k in zip(ns, cum):
+            tokens += k - prev if s <= a <= e else 0
+            prev = k
+    got = cell_energy(gm, s, e, tokens or None)
+    integ = cell_energy(no_counter, s, e, tokens or None)
+    name = f"decode {c['context']}x{c['concurrency']} {c['status']}"
+    if got is None or got.avg_w is None:
+        print(f"{name}: no telemetry over its window")
+        continue
+    loaded.append(got.avg_w)
+    jpt = f"{got.j_per_token:.4f} J/token ({tokens} tokens)" if got.j_per_token else "no tokens"
+    line = (f"{name}: {got.avg_w:.0f} W avg, {got.peak_w or float('nan'):.0f} W peak, {jpt}, "
+            f"energy {got.energy_j:.1f} J from the {got.energy_source}")
+    if got.energy_source == "counter" and integ is not None and integ.energy_j:
+        diff = (got.energy_j - integ.energy_j) / integ.energy_j
+        worst = diff if worst is None or abs(diff) > abs(worst) else worst
+        line += f"; power integral {integ.energy_j:.1f} J ({diff:+.1%})"
+    flags = f"; throttled: {', '.join(got.throttle_flags)}" if got.throttle_flags else ""
+    print(line + flags)
+if loaded:
+    print(f"loaded power: {min(loaded):.0f}-{max(loaded):.0f} W (decode windows' averages)")
+if worst is None:
+    print("energy counter vs power integral: not compared (no counter, or no decode window)")
+else:
+    verdict = "agree" if abs(worst) <= AGREE else "DISAGREE"
+    print(f"energy counter vs power integral: {verdict} (largest difference {worst:+.1%}, "
+          f"threshold {AGREE:.0%})")
+PY
+}
+if [ "${1:-}" = "--telemetry-summary" ]; then
+    [ -n "${2:-}" ] || { echo "gpu_check: --telemetry-summary needs a run directory" >&2; exit 2; }
+    telemetry_summary "$2"; exit $?
+fi
+
 mkdir -p "$OUT"
 say() { echo "gpu_check: $*" | tee -a "$OUT/summary.txt"; }
 for f in llama-src.tar.gz tiny.gguf; do
@@ -93,7 +191,7 @@ start=$SECONDS
 timeout -s INT -k 30 "${BENCH_LIMIT:-120}" \
     python3 -c "from bench.cli import main; main()" run --base-url "http://127.0.0.1:$PORT" \
     --contexts "$CONTEXTS" --concurrency "$CONCURRENCY" --duration "$DURATION" \
-    --max-output "$MAX_OUTPUT" --warmup-stable 2 \
+    --max-output "$MAX_OUTPUT" --warmup-stable 2 --gpu-telemetry auto \
     --out "$OUT/run" > "$OUT/bench.log" 2>&1
 rc=$?
 say "bench run exited $rc after $((SECONDS - start)) s"
@@ -113,3 +211,6 @@ rows = run.requests.to_pylist()
 multi = sum(1 for r in rows for a, b in zip([0] + r["chunk_tokens"], r["chunk_tokens"]) if b - a > 1)
 print(f"requests {len(rows)}, chunks {sum(len(r['chunk_ns']) for r in rows)}, multi-token chunks {multi}")
 PY
+
+# 6. GPU telemetry of the same run: watts idle and loaded, J/token, counter vs integral.
+telemetry_summary "$OUT/run" 2>&1 | tee -a "$OUT/summary.txt"

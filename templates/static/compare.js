@@ -50,7 +50,7 @@
     if (r === 0) return fixed(0) + "%";
     return (r > 0 ? RULES.plus : RULES.minus) + fixed(Math.abs(r)) + "%";
   }
-  var HIGHER = { total_tok_s: true, per_request_tok_s: true, ttft_ms: false, tbt_ms: false };
+  var HIGHER = { total_tok_s: true, per_request_tok_s: true, ttft_ms: false, tbt_ms: false, tok_s_per_kw: true };
 
   /* One phase's cells of a run: {cells: {"<context>x<concurrency>": cell}, contexts, levels, labels}. */
   function cellsOf(run, phase) {
@@ -340,6 +340,13 @@
       result.appendChild(hint);
       result.appendChild(scrollBox("Sustained decode, A and B", decode.table));
       if (decode.note) result.appendChild(decode.note);
+      if (runs[0].telemetry && runs[1].telemetry) {  /* energy: only when both runs measured it */
+        var kw = matrixTable(cellsOf(runs[0], "decode"), cellsOf(runs[1], "decode"), "tok_s_per_kw",
+          "Sustained decode: change in total tok/s per kW of GPU power from A to B");
+        var kwBox = scrollBox("Tok/s per kW, A and B", kw.table);
+        kwBox.id = "ab-per-kw";
+        result.appendChild(kwBox);
+      }
       if (s.m === "total_tok_s" || s.m === "ttft_ms") {
         var pa = cellsOf(runs[0], "prefill"), pb = cellsOf(runs[1], "prefill");
         if (pa.contexts.length || pb.contexts.length) {

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rundir import contract, words
-from site_builder import charts, explorecharts, formats, oppoint
+from site_builder import charts, drillcharts, explorecharts, formats, oppoint
 from site_builder.aggregate import CellResult
 from site_builder.glossary import (
     CACHE_NOTE,
@@ -139,7 +139,7 @@ class Pages:
                   prev: CellResult | None, nxt: CellResult | None) -> str:
         page_charts: list[charts.Chart] = []
         if detail["kind"] == "decode":
-            ttft = charts.ttft_histogram(detail["ttft_ms"])
+            ttft = drillcharts.ttft_histogram(detail["ttft_ms"])
             if ttft is not None:  # say which requests it holds (the Produced a first token row)
                 ttft = replace(ttft, caption=(
                     f"Time to first token of each of the {formats.count(len(detail['ttft_ms']))} "
@@ -147,9 +147,9 @@ class Pages:
                     "the cell's TTFT is their median."))
             page_charts = self.svg.fill([
                 ttft,
-                charts.tbt_histogram(detail["tbt"], cell.tbt_ms),
-                charts.timeline_chart(detail),
-                charts.power_chart(detail),  # runs with GPU telemetry only
+                drillcharts.tbt_histogram(detail["tbt"], cell.tbt_ms),
+                drillcharts.timeline_chart(detail),
+                drillcharts.power_chart(detail),  # runs with GPU telemetry only
             ])
         metrics = self._cell_metrics(cell) if cell.has_numbers else []
         note = words.STATUS_NOTES.get(cell.status)

@@ -33,6 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rundir import contract
 from rundir.contract import RUN_YAML, ContractError
 from rundir.slugs import unique_slugs
 from site_builder import chartkit, charts, explore, explorecharts, load, runpages, workers
@@ -110,11 +111,18 @@ def write_assets(writer: SiteWriter, folder: Path) -> dict[str, str]:
     return assets
 
 
+def code_files() -> list[Path]:
+    """The code a page's text depends on: the builder and rundir/ (labels and
+    number formats live in rundir.words, families and slugs there too), so a
+    change to either re-renders cached pages."""
+    here = Path(__file__).parent
+    return [*sorted(here.glob("*.py")), *sorted(Path(contract.__file__).parent.glob("*.py"))]
+
+
 def _fingerprint(renderer: Renderer, assets: dict[str, str], methodology: str) -> str:
     h = hashlib.sha256(version().encode())
-    here = Path(__file__).parent
-    for path in [*sorted(here.glob("*.py")), *renderer.fingerprint_files()]:
-        h.update(path.name.encode() + path.read_bytes())
+    for path in [*code_files(), *renderer.fingerprint_files()]:
+        h.update(path.parent.name.encode() + path.name.encode() + path.read_bytes())
     h.update(json.dumps(assets, sort_keys=True).encode() + methodology.encode())
     return h.hexdigest()
 

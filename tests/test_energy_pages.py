@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from rundir import contract, energy, io
-from site_builder import charts, drilldown
+from site_builder import drillcharts, drilldown
 from tests.browser import parse_html
 from tests.synthetic_runs import make_measured_run
 
@@ -142,11 +142,11 @@ def test_power_timeline_shares_the_token_timeline_bins() -> None:
     assert pw["t_s"][:3] == [0.0, 0.5, 1.0] and len(pw["t_s"]) == 20 and pw["gpus"] == 2
     assert pw["power_w"][0] == 250.0 and pw["sm_clock_mhz"][0] == 1100
     assert pw["power_w"][4] is None and pw["sm_clock_mhz"][4] == 1000  # 12.0–12.5 s
-    chart = charts.power_chart({"power": pw})
+    chart = drillcharts.power_chart({"power": pw})
     assert chart is not None and chart.spec["vconcat"][0]["encoding"]["x"]["scale"]["domain"] == [0, 10.0]
     assert drilldown.power_timeline(None, start, end) is None
     assert drilldown.power_timeline(table.slice(0, 0), start, end) is None
-    assert charts.power_chart({"power": None}) is None
+    assert drillcharts.power_chart({"power": None}) is None
 
 
 MARKS_JS = """(id) => document.querySelectorAll('#' + id + ' .chart-live svg .role-mark > *').length"""

@@ -23,7 +23,7 @@ import vl_convert as vlc
 
 from rundir import contract
 from rundir.words import status_label
-from site_builder import chartkit, charts, fallback
+from site_builder import chartkit, charts, drillcharts, fallback
 from site_builder.aggregate import CellResult
 
 LEVELS = (1, 2, 4, 8, 16)
@@ -233,7 +233,7 @@ def _detail() -> dict[str, Any]:
 
 
 def test_timeline_draws_running_over_waiting_and_both_show() -> None:
-    chart = _fill(charts.timeline_chart(_detail()))
+    chart = _fill(drillcharts.timeline_chart(_detail()))
     layers = chart.spec["vconcat"][1]["layer"]
     order = [layer["transform"][0]["filter"]["equal"] for layer in layers]
     assert order == ["server (waiting)", "server (running)"]  # running drawn last: on top
@@ -266,9 +266,9 @@ def _all_charts() -> list[charts.Chart]:
         charts.heatmap_chart(cells), charts.runs_decode_chart(series, 1024, "chart-d"),
         charts.runs_context_chart(series, contract.DECODE, "chart-s"),
         charts.runs_context_chart(series, contract.PREFILL, "chart-p"),
-        charts.ttft_histogram([100.0, 120.0, 180.0]),
-        charts.tbt_histogram({"edges": [0, 10, 20], "counts": [3, 4]}, 12.0),
-        charts.timeline_chart(_detail())])
+        drillcharts.ttft_histogram([100.0, 120.0, 180.0]),
+        drillcharts.tbt_histogram({"edges": [0, 10, 20], "counts": [3, 4]}, 12.0),
+        drillcharts.timeline_chart(_detail())])
 
 
 def _font_sizes(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:

@@ -112,3 +112,16 @@ def test_reset_tally_and_merge(tmp_path: Path) -> None:
     again.write("index.html", "home")
     again.finish()
     assert (out / "runs/b/index.html").read_text() == "b"  # merged: kept
+
+
+def test_page_cache_follows_the_code_pages_are_made_with() -> None:
+    """Labels and number formats live in rundir/ (rundir.words): a change there
+    must re-render cached pages like a change in the builder does."""
+    import sys
+
+    from site_builder.publish import code_files
+
+    hashed = {p.resolve() for p in code_files()}
+    used = {Path(m.__file__).resolve() for name, m in sys.modules.items()
+            if name.split(".")[0] in ("rundir", "site_builder") and getattr(m, "__file__", None)}
+    assert used <= hashed, sorted(str(p) for p in used - hashed)

@@ -1,0 +1,184 @@
+"""The drill-down pages' charts: TTFT and time-between-tokens distributions,
+the token timeline and, for runs with GPU telemetry, power and clocks on the
+same bins.
+
+Written like the run pages' charts (`charts`): each kind an Altair chart over
+named datasets, compiled once per process into a `chartkit` template and
+filled per page, with the no-JS picture drawn by `fallback` from the same
+`Look`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import altair as alt
+
+from rundir import words
+from site_builder import chartkit, fallback, formats
+from site_builder.chartkit import INVALID, WIDTH, Chart, Template, nominal, slots, template
+from site_builder.chartkit import make as _make
+
+CELLS = alt.Data(name="cells")
+
+
+@functools.cache
+def _ttft_template() -> Template:
+    look = chartkit.TTFT
+    return template(alt.Chart(CELLS).mark_bar(color=look.color).encode(
+        x=alt.X(field="ttft", type="quantitative", title=look.x, bin=alt.Bin(maxbins=30),
+                axis=alt.Axis(format="~r")),
+        y=alt.Y(aggregate="count", type="quantitative", title=look.y),
+        tooltip=[alt.Tooltip(field="ttft", type="quantitative", bin=True, title=look.x,
+                             format=",.0f"),
+                 alt.Tooltip(aggregate="count", type="quantitative", title=look.y)],
+    ).properties(width=WIDTH, height=200))
+
+
+def ttft_histogram(values_ms: list[float], chart_id: str = "chart-ttft") -> Chart | None:
+    """Distribution of the cell's per-request TTFTs."""
+    if not values_ms:
+        return None
+    spec = _ttft_template().fill({"cells": [{"ttft": v} for v in values_ms]})
+    title = "TTFT distribution"
+    return _make(chart_id, title, "Time to first token of each request", spec,
+                 lambda: fallback.histogram(title, fallback.value_bins(values_ms), chartkit.TTFT))
+
+
+@functools.cache
+def _tbt_template(median: bool) -> Template:
+    look = chartkit.TBT
+    bars = alt.Chart(alt.Data(name="bins")).mark_bar(color=look.color).encode(
+        x=alt.X(field="lo", type="quantitative", title=look.x, bin="binned"),
+        x2=alt.X2(field="hi"), y=alt.Y(field="tokens", type="quantitative", title=look.y),
+        tooltip=[nominal("Gap"), nominal("Tokens")])
+    chart: Any = bars
+    if median:
+        chart = alt.layer(bars, alt.Chart(alt.Data(name="median")).mark_rule(
+            color=chartkit.TBT_MEDIAN, strokeDash=[4, 3], strokeWidth=2).encode(
+            x=alt.X(field="m", type="quantitative"),
+            tooltip=[nominal("Median", "Median per request")]))
+    return template(chart.properties(width=WIDTH, height=200))
+
+
+def tbt_histogram(tbt: dict[str, Any], median_ms: float | None,
+                  chart_id: str = "chart-tbt") -> Chart | None:
+    """Distribution of per-token gaps (a k-token chunk counts k gaps)."""
+    edges, counts = tbt.get("edges") or [], tbt.get("counts") or []
+    if not counts:
+        return None
+    rows = [{"lo": edges[i], "hi": edges[i + 1], "tokens": counts[i],
+             "Gap": f"{formats.tbt(edges[i])} – {formats.tbt(edges[i + 1])}",
+             "Tokens": formats.count(counts[i])}
+            for i in range(len(counts))]
+    data = {"bins": rows}
+    if median_ms is not None:
+        data["median"] = [{"m": median_ms, "Median": formats.tbt(median_ms)}]
+    spec = _tbt_template(median_ms is not None).fill(data)
+    caption = "Gap before each generated token inside the window; dashed: the cell's median"
+    if tbt.get("overflow"):
+        caption += f" ({formats.count(tbt['overflow'])} slower tokens beyond the axis)"
+    title = "Time between tokens distribution"
+    bins = [(edges[i], edges[i + 1], counts[i]) for i in range(len(counts))]
+    return _make(chart_id, title, caption, spec,
+                 lambda: fallback.histogram(title, bins, chartkit.TBT, rule=median_ms))
+
+
+@functools.cache
+def _timeline_template(who: tuple[str, ...]) -> Template:
+    """Output tok/s bars above the requests running; one line per source in `who`,
+    drawn in that order (waiting first, so running stays visible on top of it)."""
+    tokens, active = chartkit.TIMELINE_TOKENS, chartkit.TIMELINE_ACTIVE
+    tok = alt.Chart(alt.Data(name="bins")).mark_bar(color=tokens.color, opacity=0.85).encode(
+        x=alt.X(field="t", type="quantitative", title=tokens.x, bin="binned"),
+        x2=alt.X2(field="t2"), y=alt.Y(field="tok_s", type="quantitative", title=tokens.y),
+        tooltip=[nominal("Time"), nominal("Output tok/s")],
+    ).properties(width=chartkit.FIXED_WIDTH, height=160)
+    style = [chartkit.TIMELINE_STYLE[w] for w in who]
+    legend = alt.Legend(orient="bottom")
+    color = alt.Color(field="who", type="nominal", title=None, legend=legend, scale=alt.Scale(
+        domain=list(who), range=[s[0] for s in style]))
+    dash = alt.StrokeDash(field="who", type="nominal", title=None, legend=legend, scale=alt.Scale(
+        domain=list(who), range=[[float(v) for v in s[2].split()] or [1, 0] for s in style]))
+    lines = [alt.Chart().transform_filter(alt.FieldEqualPredicate(field="who", equal=w))
+             .mark_line(interpolate="step-after", strokeWidth=s[1], point={"size": 16})
+             .encode(x=alt.X(field="t", type="quantitative", title=active.x),
+                     y=alt.Y(field="v", type="quantitative", title=active.y),
+                     color=color, strokeDash=dash,
+                     tooltip=[nominal("who", "Source"), nominal("Time"), nominal("Requests")])
+             for w, s in zip(who, style, strict=True)]
+    running = alt.layer(*lines, data=alt.Data(name="activity")).properties(
+        width=chartkit.FIXED_WIDTH, height=110)
+    return template(alt.vconcat(tok, running, spacing=12))
+
+
+def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> Chart | None:
+    """Output tok/s over the window, and how many requests were running."""
+    tl = detail.get("timeline") or {}
+    if not tl.get("t_s"):
+        return None
+    width = (tl.get("width_s") or [0.5])[0]
+    rows = [{"t": t, "t2": t + width, "tok_s": v, "Time": f"{t:.1f}–{t + width:.1f} s",
+             "Output tok/s": words.tok_s(v)} for t, v in zip(tl["t_s"], tl["tok_s"], strict=True)]
+    running = detail.get("running")
+    if running:
+        act = [{"t": t, "v": v, "who": "server (running)"}
+               for t, v in zip(running["t_s"], running["value"], strict=True)]
+        act.append({"t": tl["t_s"][-1] + width, "v": running["value"][-1],
+                    "who": "server (running)"})
+    else:
+        act = [{"t": t + width / 2, "v": v, "who": "client (streaming)"}
+               for t, v in zip(tl["t_s"], tl["client_active"], strict=True)]
+    waiting = detail.get("waiting")
+    if waiting and any(v > 0 for v in waiting["value"]):
+        # drawn first (wide, dashed), so the running line stays visible on top of it
+        act = [{"t": t, "v": v, "who": "server (waiting)"}
+               for t, v in zip(waiting["t_s"], waiting["value"], strict=True)] + act
+    for r in act:
+        r["Requests"] = formats.average(r["v"])
+        r["Time"] = f"{r['t']:.2f} s"
+    who = tuple(dict.fromkeys(r["who"] for r in act))
+    spec = _timeline_template(who).fill({"bins": rows, "activity": act})
+    title = "Timeline"
+    lines = [(w, [(float(r["t"]), float(r["v"])) for r in act if r["who"] == w]) for w in who]
+    bins = [(r["t"], r["t2"], r["tok_s"]) for r in rows]
+    return _make(chart_id, title, "Output tokens per second across the window, and the "
+                 "requests running at the same time", spec, lambda: fallback.timeline(title, bins, lines))
+
+
+@functools.cache
+def _power_template() -> Template:
+    """GPU power above the SM clock, x from 0 to the window's end like the token timeline."""
+
+    def panel(look: chartkit.Look, field: str, tip: str, height: int) -> alt.Chart:
+        return alt.Chart(alt.Data(name="power")).mark_line(
+            color=look.color, invalid=INVALID, point={"size": 16, "color": look.color}).encode(
+            x=alt.X(field="t", type="quantitative", title=look.x,
+                    scale=alt.Scale(domain=slots("x_domain"), nice=False)),
+            y=alt.Y(field=field, type="quantitative", title=look.y),
+            tooltip=[nominal("Time"), nominal(tip)],
+        ).properties(width=chartkit.FIXED_WIDTH, height=height)
+    return template(alt.vconcat(panel(chartkit.POWER, "w", "Power", 140),
+                                panel(chartkit.SM_CLOCK, "mhz", "SM clock", 110), spacing=12))
+
+
+def power_chart(detail: dict[str, Any], chart_id: str = "chart-power") -> Chart | None:
+    """GPU power and SM clock over the window, aligned with the token timeline
+    (same bins, same x axis); only for a run that recorded GPU telemetry."""
+    pw = detail.get("power") or {}
+    if not pw.get("t_s"):
+        return None
+    width = (pw.get("width_s") or [0.5])[0]
+    rows = [{"t": round(t + width / 2, 4), "w": w, "mhz": mhz, "Time": f"{t:.1f}–{t + width:.1f} s",
+             "Power": "—" if w is None else f"{formats.count(w)} W",
+             "SM clock": "—" if mhz is None else f"{formats.count(mhz)} MHz"}
+            for t, w, mhz in zip(pw["t_s"], pw["power_w"], pw["sm_clock_mhz"], strict=True)]
+    spec = _power_template().fill({"power": rows}, x_domain=[0, round(pw["t_s"][-1] + width, 4)])
+    gpus, title = pw.get("gpus") or 1, "Power and clocks"
+    caption = (f"Power of {f'all {gpus} GPUs together' if gpus > 1 else 'the GPU'} "
+               "and mean SM clock across the window, in the timeline's bins")
+    return _make(chart_id, title, caption, spec, lambda: fallback.power(
+        title, [(r["t"], r["w"]) for r in rows], [(r["t"], r["mhz"]) for r in rows], width))
+
+

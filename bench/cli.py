@@ -71,7 +71,9 @@ Exit status:
 @click.option("--warmup-stable", default=3.0, show_default=True, type=Seconds(zero_ok=True),
               help="Seconds every stream must be producing before the window opens.")
 @click.option("--server-wait", default=30.0, show_default=True, type=Seconds(zero_ok=True),
-              help="After a failed cell, how long to wait for the server to answer again (s).")
+              help="How long to wait for a server that is still starting (nothing listening, "
+                   "HTTP 502/503/504) before the first request, and for it to answer again "
+                   "after a failed cell (s).")
 @click.option("--stall-timeout", default=60.0, show_default=True, type=Seconds(),
               help="Fail a stream that sends no bytes for this long once tokens flow (s).")
 @click.option("--ttft-timeout", default=900.0, show_default=True, type=Seconds(),

@@ -70,6 +70,20 @@ class ServerError(RuntimeError):
     """The server cannot be benchmarked; the message is one line for the user."""
 
 
+class ServerNotReady(ServerError):
+    """Nothing answers yet, or the server says it is not ready (HTTP 502/503/504:
+    llama-server answers 503 "Loading model" until its model is loaded; a proxy
+    in front of a starting server answers 502 or 504). Worth waiting for;
+    `waiting_for` says what, in a few words."""
+
+    def __init__(self, message: str, waiting_for: str) -> None:
+        super().__init__(message)
+        self.waiting_for = waiting_for
+
+
+NOT_READY_STATUSES = (502, 503, 504)
+
+
 @dataclass
 class ServerInfo:
     base_url: str
@@ -156,12 +170,15 @@ def _models(client: httpx.Client, root: str) -> list[dict]:
     try:
         resp = client.get(path)
     except httpx.HTTPError as exc:
-        raise ServerError(
+        raise ServerNotReady(
             f"no server answers at {public_url(root)}{path} ({transport(exc)}); "
-            "is it running, and is --base-url right?"
+            "is it running, and is --base-url right?", transport(exc),
         ) from None
     if resp.status_code in (401, 403):
         raise _key_refused(path, resp.status_code)
+    if resp.status_code in NOT_READY_STATUSES:
+        said = f"HTTP {resp.status_code}{status_detail(resp)}"
+        raise ServerNotReady(f"{path}: answered {said}: the server is not ready", said)
     if resp.status_code != 200:
         raise ServerError(
             f"{path}: answered HTTP {resp.status_code}{status_detail(resp)}, expected 200 with "

@@ -24,7 +24,7 @@ import yaml
 
 from bench import __version__
 from bench.cells import CellRunner, Settings
-from bench.engines import ServerError, ServerInfo, probe_server
+from bench.engines import ServerError, ServerInfo, ServerNotReady, probe_server
 from bench.lock import LOCK_FILE, LockHeld, RunLock
 from bench.plan import Cell, Plan, make_plan
 from bench.progress import Progress
@@ -55,6 +55,7 @@ from rundir.words import context_label
 
 TOOL_NAME = "speed-matrix"
 AUTH_DENIED = (401, 403)
+SERVER_POLL_S = 0.5  # how often a starting server is asked again
 
 
 class RunError(RuntimeError):
@@ -130,7 +131,7 @@ def run_benchmark(opts: RunOptions, progress: Progress) -> RunResult | None:
 
 
 def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
-    info = _probe(opts, opts.model, clean)
+    info = _probe(opts, opts.model, clean, progress)
     kv_budget = opts.kv_budget or info.kv_budget
     kv_source = "--kv-budget" if opts.kv_budget else info.kv_budget_source
     s = opts.settings
@@ -252,7 +253,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
         raise FlagError(str(exc)) from None
     if not opts.dry_run:
         clean_stale_temps(run_dir)  # a killed writer's; we hold the lock
-    info = _probe(opts, wanted.model, clean, resuming=run_dir)
+    info = _probe(opts, wanted.model, clean, progress, resuming=run_dir)
     _same_server(run_dir, old, info)
     kv_budget, kv_source = wanted.kv_budget, wanted.kv_source
     if kv_budget is None:
@@ -311,9 +312,10 @@ def _same_server(run_dir: Path, old: RunInfo, info: ServerInfo) -> None:
 # -- measuring ----------------------------------------------------------------
 
 
-def _probe(opts: RunOptions, model: str | None, clean, resuming: Path | None = None) -> ServerInfo:
+def _probe(opts: RunOptions, model: str | None, clean, progress: Progress,
+           resuming: Path | None = None) -> ServerInfo:
     try:
-        return probe_server(opts.base_url, opts.api_key, model)
+        return _probe_when_ready(opts, model, clean, progress)
     except ServerError as exc:
         text = clean(str(exc))
         if resuming is not None and model and "not served here" in text and not opts.given.get("model"):
@@ -322,6 +324,28 @@ def _probe(opts: RunOptions, model: str | None, clean, resuming: Path | None = N
     except (httpx.HTTPError, OSError) as exc:  # a safety net: engines.py words its own
         raise RunError(f"the server at {redact_url(opts.base_url)} did not answer as expected "
                        f"({type(exc).__name__}: {clean(str(exc))})") from None
+
+
+def _probe_when_ready(opts: RunOptions, model: str | None, clean, progress: Progress) -> ServerInfo:
+    """probe_server, waiting up to --server-wait for a server that is still
+    starting (nothing listening yet, or 502/503/504 such as llama-server's
+    "Loading model"), with one line per new thing it waits for. Anything else
+    (a refused key, a malformed answer) fails at once."""
+    deadline = time.monotonic() + opts.server_wait_s
+    said = None
+    while True:
+        try:
+            return probe_server(opts.base_url, opts.api_key, model)
+        except ServerNotReady as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerError(f"{exc} (waited {opts.server_wait_s:g} s, --server-wait)"
+                                  if opts.server_wait_s else str(exc)) from None
+            if exc.waiting_for != said:
+                said = exc.waiting_for
+                progress.note(clean(f"waiting for the server at {redact_url(opts.base_url)}: "
+                                    f"{said} (up to {left:.0f} s more, --server-wait)"))
+            time.sleep(min(SERVER_POLL_S, left))
 
 
 def _shown(info: ServerInfo) -> ServerInfo:

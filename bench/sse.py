@@ -16,6 +16,22 @@ _MAX_HEAD = 65536
 _mono = time.monotonic_ns
 
 
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_MAX_SIZE_DIGITS = 15  # 2**60 bytes: a larger size is a broken server, not a big chunk
+
+
+def chunk_size(line: bytes) -> int | None:
+    """The size of a chunked-body chunk from its size line, or None when it is
+    malformed. HTTP allows hex digits only (RFC 9112 `chunk-size = 1*HEXDIG`),
+    then optional extensions after `;`; Python's int(x, 16) would also take
+    `-5`, `+5`, `0x5` and `1_0`, and a negative size would make the parser
+    drop one event and repeat the next."""
+    size = line.split(b";", 1)[0].rstrip(b" \t")
+    if not size or len(size) > _MAX_SIZE_DIGITS or not _HEX.issuperset(size):
+        return None
+    return int(size, 16)
+
+
 @dataclass
 class StreamResult:
     status: int = 0
@@ -114,9 +130,8 @@ class SseStream:
             eol = buf.find(b"\r\n", pos)
             if eol < 0:
                 break
-            try:
-                size = int(buf[pos:eol].split(b";", 1)[0], 16)
-            except ValueError:
+            size = chunk_size(buf[pos:eol])
+            if size is None:
                 return self._fail("malformed HTTP chunk size")
             pos = eol + 2
             if size == 0:

@@ -264,7 +264,7 @@ def test_a_password_in_the_base_url_never_reaches_the_terminal_or_a_file(refserv
     assert "user:<redacted>@" in res.stderr
     assert read_run(out).info.launch_command.endswith("--upstream-user-word <redacted>")
     gone = run_cli("bench", "run", "--base-url", f"http://user:{secret}@127.0.0.1:1",
-                   "--out", str(tmp_path / "gone"))
+                   "--out", str(tmp_path / "gone"), "--server-wait", "1")  # waits, then one line
     assert gone.returncode == 1 and "no server answers" in gone.stderr
     for blob in (res.stdout, res.stderr, gone.stdout, gone.stderr):
         assert secret not in blob

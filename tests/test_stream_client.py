@@ -114,10 +114,39 @@ def test_parser_random_splits_keep_order() -> None:
         assert stamps == [max(i for i, s in enumerate(starts, 1) if s <= end) for _, end in expected]
 
 
-def test_parser_bad_chunk_size_is_an_error() -> None:
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    result, finished = _feed([head + b"zz\r\ndata: x\n\n\r\n"])
+CHUNKED_SSE = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n")
+
+
+# int(x, 16) takes all but the first: a size line is hex digits only (RFC 9112)
+@pytest.mark.parametrize("size", [b"zz", b"-5", b"+9", b"0x9", b"0_9", b" 9", b"", b";ext",
+                                  b"1" * 16])
+def test_parser_bad_chunk_size_is_an_error(size: bytes) -> None:
+    event = b"data: x\n\n"  # 9 bytes
+    result, finished = _feed([CHUNKED_SSE + size + b"\r\n" + event + b"\r\n"
+                              + b"9\r\n" + event + b"\r\n0\r\n\r\n"])
     assert finished and result.error == "malformed HTTP chunk size"
+    assert result.chunks == []  # nothing passed on from a frame that cannot be delimited
+
+
+@pytest.mark.parametrize("size", [b"-5", b"-6", b"-7"])
+def test_parser_negative_chunk_size_fails_between_frames(size: bytes) -> None:
+    """Events of 15 bytes, one frame per read, the second announcing a negative
+    size: before, the parser stepped back into the frame it had read and
+    looped forever (-6) or merged two events and went on (-7)."""
+    events = [b'data: {"a":%d}\n\n' % i for i in range(4)]
+    frames = [b"%x\r\n%b\r\n" % (len(e), e) for e in events]
+    frames[1] = size + frames[1][1:]
+    result, finished = _feed([CHUNKED_SSE, *frames, b"0\r\n\r\n"])
+    assert finished and result.error == "malformed HTTP chunk size"
+    assert [p for _, p in result.chunks] == [b'{"a":0}']
+
+
+@pytest.mark.parametrize("size", [b"9", b"09", b"9;name=value", b"9 ;x", b"9\t"])
+def test_parser_takes_every_well_formed_chunk_size(size: bytes) -> None:
+    event = b"data: x\n\n"
+    result, finished = _feed([CHUNKED_SSE + size + b"\r\n" + event + b"\r\n0\r\n\r\n"])
+    assert finished and result.error is None and [p for _, p in result.chunks] == [b"x"]
 
 
 # ---- against a socket server that dribbles bytes --------------------------

@@ -101,6 +101,10 @@ class Scenario:
     stall_after_tokens: int | None = None
     stall_s: float = 0.5
     fail_after_tokens: int | None = None
+    # a faulty request's frame at this many tokens announces `bad_chunk_size` as its
+    # HTTP chunk size line instead of the true hex length (e.g. "-5", "0x10")
+    bad_chunk_size_after_tokens: int | None = None
+    bad_chunk_size: str = "-5"
     api_key: str | None = None
     # faults: token counts and whole-server freezes (lead). A faulty request's usage
     # is off by `usage_skew` once (negative: the count goes backwards; positive: it
@@ -121,6 +125,10 @@ class Scenario:
     # /v1/models, so a probe passes with a wrong key); `exit_on_tokenize_after` = N: the
     # process exits at the first /tokenize after N completion requests, before answering.
     api_key_scope: str = "all"  # "all" | "completions"
+    # lifecycle: a server still loading its model. The first `loading_answers` HTTP
+    # requests (any path) answer 503 {"error": {"message": "Loading model", ...}}, as
+    # llama-server does until its model is loaded.
+    loading_answers: int = 0
     exit_on_tokenize_after: int | None = None
     # precision: this long before a step the server leaves the event loop's ms-coarse
     # timers for a precise blocking sleep and a final spin (I/O waits meanwhile)

@@ -68,6 +68,7 @@ class Req:
         self.created = int(time.time())
         self.state, self.generated, self.step_i, self.ready_ns = WAITING, 0, 0, 0
         self.faulty = self.malformed_sent = self.stalled = self.skewed = False
+        self.bad_size_sent = self.bad_size_now = False
         self.forced_hit, self.report_cached = False, True
         self.text = ["", ""]  # non-stream body: reasoning, content
         self.rec = {"request_id": rid, "index": index,
@@ -226,7 +227,10 @@ class Engine:
                 r.rec["role_chunk_ns"] = r.conn.send(role)
             if pre:
                 r.conn.send(pre)
-            r.rec["chunks"].append([r.conn.send(frame, r.rec), n, r.generated])
+            size = None
+            if r.bad_size_now:  # this one frame announces a malformed chunk size
+                r.bad_size_now, size = False, self.sc.bad_chunk_size.encode()
+            r.rec["chunks"].append([r.conn.send(frame, r.rec, size), n, r.generated])
         for r in batch:
             if r.state != DONE and r.generated >= r.max_tokens:
                 self._complete(r)
@@ -264,6 +268,10 @@ class Engine:
                     and not r.malformed_sent):
                 r.malformed_sent, pre = True, b"data: {not json\n\n"
                 r.rec.update(fault="malformed", fault_ns=now)
+            if (sc.bad_chunk_size_after_tokens is not None and g >= sc.bad_chunk_size_after_tokens
+                    and not r.bad_size_sent):
+                r.bad_size_sent = r.bad_size_now = True
+                r.rec.update(fault="bad_chunk_size", fault_ns=now)
             if sc.freeze_after_tokens is not None and g >= sc.freeze_after_tokens and not self.frozen:
                 self.frozen = True
                 r.rec.update(fault="freeze", fault_ns=now)
@@ -392,9 +400,11 @@ class Conn(asyncio.Protocol):
             self.transport.write(data)
         return t
 
-    def send(self, event: bytes, rec: dict | None = None) -> int:
-        """One event as one chunked-encoding frame."""
-        return self.write(b"%x\r\n%b\r\n" % (len(event), event), rec)
+    def send(self, event: bytes, rec: dict | None = None, size: bytes | None = None) -> int:
+        """One event as one chunked-encoding frame (`size`: the size line to
+        announce instead of the true one, a fault)."""
+        head = b"%x" % len(event) if size is None else size
+        return self.write(b"%b\r\n%b\r\n" % (head, event), rec)
 
     def end_stream(self, close: bool = False) -> None:
         self.write(b"0\r\n\r\n")
@@ -425,6 +435,7 @@ class App:
 
     def __init__(self, sc: Scenario, truth_path: str):
         self.sc, self.engine = sc, Engine(sc, truth_path)
+        self.loading_left = sc.loading_answers
         r = {("GET", "/v1/models"): self.models}
         if sc.engine == "vllm":
             r.update({("GET", "/health"): lambda d: (b"", JSON),
@@ -439,6 +450,9 @@ class App:
         self.routes = r
 
     def dispatch(self, conn: Conn, method, path, headers, body: bytes, recv_ns: int) -> None:
+        if self.loading_left > 0:  # lifecycle: still loading the model (llama-server's answer)
+            self.loading_left -= 1
+            return conn.respond(503, error_body("Loading model", "unavailable_error", 503))
         key = self.sc.api_key
         checked = self.sc.api_key_scope == "all" or path in COMPLETION_PATHS
         if key and checked and path != "/health" and headers.get("authorization") != f"Bearer {key}":

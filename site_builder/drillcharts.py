@@ -16,7 +16,7 @@ from typing import Any
 import altair as alt
 
 from rundir import words
-from site_builder import chartkit, fallback, formats
+from site_builder import chartkit, fallback, formats, scales
 from site_builder.chartkit import INVALID, WIDTH, Chart, Template, nominal, slots, template
 from site_builder.chartkit import make as _make
 
@@ -43,7 +43,7 @@ def ttft_histogram(values_ms: list[float], chart_id: str = "chart-ttft") -> Char
     spec = _ttft_template().fill({"cells": [{"ttft": v} for v in values_ms]})
     title = "TTFT distribution"
     return _make(chart_id, title, "Time to first token of each request", spec,
-                 lambda: fallback.histogram(title, fallback.value_bins(values_ms), chartkit.TTFT))
+                 lambda: fallback.histogram(title, scales.value_bins(values_ms), chartkit.TTFT))
 
 
 @functools.cache
@@ -64,12 +64,14 @@ def _tbt_template(median: bool) -> Template:
 
 def tbt_histogram(tbt: dict[str, Any], median_ms: float | None,
                   chart_id: str = "chart-tbt") -> Chart | None:
-    """Distribution of per-token gaps (a k-token chunk counts k gaps)."""
+    """Distribution of per-token gaps (a k-token chunk counts k gaps); a bin's
+    Gap text has the decimals its width needs (one at least, as every TBT)."""
     edges, counts = tbt.get("edges") or [], tbt.get("counts") or []
     if not counts:
         return None
+    digits = formats.step_digits(min(b - a for a, b in zip(edges, edges[1:], strict=False)), least=1)
     rows = [{"lo": edges[i], "hi": edges[i + 1], "tokens": counts[i],
-             "Gap": f"{formats.tbt(edges[i])} – {formats.tbt(edges[i + 1])}",
+             "Gap": f"{formats.tbt(edges[i], digits)} – {formats.tbt(edges[i + 1], digits)}",
              "Tokens": formats.count(counts[i])}
             for i in range(len(counts))]
     data = {"bins": rows}
@@ -119,7 +121,8 @@ def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> 
     if not tl.get("t_s"):
         return None
     width = (tl.get("width_s") or [0.5])[0]
-    rows = [{"t": t, "t2": t + width, "tok_s": v, "Time": f"{t:.1f}–{t + width:.1f} s",
+    # t and width carry 3 and 4 decimals: t2 too, without float noise (0.30000000000000004)
+    rows = [{"t": t, "t2": round(t + width, 4), "tok_s": v, "Time": formats.seconds_range(t, width),
              "Output tok/s": words.tok_s(v)} for t, v in zip(tl["t_s"], tl["tok_s"], strict=True)]
     running = detail.get("running")
     if running:
@@ -170,7 +173,7 @@ def power_chart(detail: dict[str, Any], chart_id: str = "chart-power") -> Chart 
     if not pw.get("t_s"):
         return None
     width = (pw.get("width_s") or [0.5])[0]
-    rows = [{"t": round(t + width / 2, 4), "w": w, "mhz": mhz, "Time": f"{t:.1f}–{t + width:.1f} s",
+    rows = [{"t": round(t + width / 2, 4), "w": w, "mhz": mhz, "Time": formats.seconds_range(t, width),
              "Power": "—" if w is None else f"{formats.count(w)} W",
              "SM clock": "—" if mhz is None else f"{formats.count(mhz)} MHz"}
             for t, w, mhz in zip(pw["t_s"], pw["power_w"], pw["sm_clock_mhz"], strict=True)]

@@ -5,7 +5,8 @@ real run has ~150 of them (three on each drill-down page), which alone would
 cost minutes per site. The live chart (vega-embed, the same data) replaces the
 fallback as soon as scripts run, so the fallback only has to be a faithful
 plain picture: axes with nice ticks, bars, lines with points, heatmap cells, a
-legend. Each is a few kilobytes and takes well under a millisecond. Axis
+legend (ticks, bins and scales from `scales`, exact where floats are not).
+Each is a few kilobytes and takes well under a millisecond. Axis
 titles and colours are read from the chart's `chartkit.Look` and palettes, as
 the live chart's are. Every string is escaped; the output holds no ids,
 scripts, links or event attributes.
@@ -15,12 +16,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 
-import numpy as np
-
-from site_builder import chartkit
+from site_builder import chartkit, scales
 from site_builder.chartkit import QUEUED_LABEL, Look, Point
 
 FONT = "system-ui,-apple-system,'Segoe UI',Roboto,sans-serif"
@@ -28,8 +27,10 @@ GRID, AXIS, INK, MUTED = "#e6e8eb", "#888", "#1f2328", "#555"
 
 
 def _mix(stops: list[str], t: float) -> str:
-    """Colour at t in [0, 1] along a list of hex stops (linear in RGB)."""
-    t = min(1.0, max(0.0, t)) * (len(stops) - 1)
+    """Colour at t along a list of hex stops (linear in RGB); t is clamped to
+    [0, 1] (a shade of total / peak may carry rounding noise), NaN or inf is a
+    ValueError (no colour stands for "not a number")."""
+    t = min(1.0, max(0.0, scales.finite(t, "shade"))) * (len(stops) - 1)
     i = min(int(t), len(stops) - 2)
     a, b = stops[i], stops[i + 1]
     f = t - i
@@ -42,37 +43,28 @@ def blues(t: float) -> str:
     return _mix(chartkit.BLUES, t)
 
 
+SI_PREFIXES = ((1e24, "Y"), (1e21, "Z"), (1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"),
+               (1e6, "M"), (1e3, "k"))
+
+
+def _sig3(v: float) -> str:
+    """v (already three significant figures) in plain decimals, zeros trimmed."""
+    digits = max(0, 2 - math.floor(math.log10(abs(v))))
+    text = f"{v:.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def si(v: float) -> str:
-    """d3's "~s": 1.5k, 20k, 2M, 250, 0.5 (trailing zeros trimmed)."""
+    """d3's "~s" from 1,000 up (1.5k, 20k, 2M; 999.9 reads 1k), three significant
+    figures below (250, 0.5, 0.000123), never an exponent; NaN or inf: ValueError."""
+    v = scales.finite(v, "axis value")
     if v == 0:
         return "0"
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g}{suffix}"
-    return f"{v:.3g}"
-
-
-def plain(v: float) -> str:
-    return f"{v:,.0f}" if abs(v) >= 100 or v == int(v) else f"{v:.3g}"
-
-
-def nice_step(span: float, count: int) -> float:
-    """d3's tick step: 1, 2 or 5 × 10^k, about span / count."""
-    if span <= 0 or not math.isfinite(span):
-        return 1.0
-    raw = span / count
-    step = 10 ** math.floor(math.log10(raw))
-    err = raw / step
-    return step * (10 if err >= 7.07 else 5 if err >= 3.16 else 2 if err >= 1.41 else 1)
-
-
-def nice_ticks(hi: float, count: int = 5, integer: bool = False) -> tuple[float, list[float]]:
-    """A domain [0, top] rounded up to a nice step, and its ticks (whole steps for counts)."""
-    hi = hi if hi > 0 and math.isfinite(hi) else 1.0
-    step = nice_step(hi, count)
-    step = max(step, 1.0) if integer else step
-    top = math.ceil(hi / step - 1e-9) * step
-    return top, [i * step for i in range(int(round(top / step)) + 1)]
+    r = float(f"{v:.3g}")  # round first, so the rounded value picks the prefix
+    for scale, prefix in SI_PREFIXES:
+        if abs(r) >= scale:
+            return _sig3(r / scale) + prefix
+    return _sig3(r)
 
 
 def _t(x: float, y: float, text: str, anchor: str = "middle", size: int = 11,
@@ -96,23 +88,24 @@ class Canvas:
 
 
 class Panel:
-    """A plot area at (x0, y0) of size w × h with a linear y axis from 0."""
+    """A plot area at (x0, y0) of size w × h with a linear y axis from 0 to a
+    nice top at or above y_max (labels "~s", or whole numbers for counts)."""
 
     def __init__(self, canvas: Canvas, x0: float, y0: float, w: float, h: float,
                  y_max: float, y_title: str, y_si: bool = True, integer: bool = False) -> None:
         self.c, self.x0, self.y0, self.w, self.h = canvas, x0, y0, w, h
-        self.top, ticks = nice_ticks(y_max, integer=integer)
+        y_max = scales.finite(y_max, "y maximum")
+        ax = scales.axis(0.0, y_max if y_max > 0 else 1.0, 5, integer=integer)
+        self.top = ax.end
+        self.y = scales.linear((0.0, self.top), (y0 + h, y0))
         grid = []
-        for v in ticks:
+        for v in ax.ticks:
             y = self.y(v)
             grid.append(f"M{x0:.1f} {y:.1f}h{w:.1f}")
-            canvas.parts.append(_t(x0 - 5, y + 4, si(v) if y_si else plain(v), "end"))
+            canvas.parts.append(_t(x0 - 5, y + 4, si(v) if y_si else ax.label(v), "end"))
         canvas.parts.append(f'<path d="{"".join(grid)}" stroke="{GRID}" fill="none"/>')
         canvas.parts.append(_t(x0 - 44, y0 + h / 2, y_title, size=12, fill=INK,
                                extra=f' transform="rotate(-90 {x0 - 44:.1f} {y0 + h / 2:.1f})"'))
-
-    def y(self, v: float) -> float:
-        return self.y0 + self.h - (v / self.top) * self.h if self.top else self.y0 + self.h
 
     def x_axis(self, ticks: Sequence[tuple[float, str]], title: str) -> None:
         base = self.y0 + self.h
@@ -199,28 +192,32 @@ def _lines_into(c: Canvas, y0: float, height: float, series: list[tuple[str, lis
                 step: bool = False, y_si: bool = True,
                 x_domain: tuple[float, float] | None = None,
                 styles: list[tuple[float, str]] | None = None) -> None:
-    """Lines into a panel; styles: (stroke width, dash array) per series, drawn in order."""
-    xs = [pt[0] for _, pts in series for pt in pts if pt[0] is not None] + [x for x, _ in x_ticks]
-    ys = [pt[1] for _, pts in series for pt in pts if pt[1] is not None]
+    """Lines into a panel; styles: (stroke width, dash array) per series, drawn in order.
+    x_domain is in data units (log2 or not); without it a log2 axis spans the
+    points and a linear one runs from 0 to a nice end. A point without a
+    finite x or y (or with x <= 0 on a log2 axis) is a gap, never an error."""
+    def placed(pt: Point) -> bool:
+        x, y = pt[0], pt[1]
+        return (x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
+                and (x > 0 or not x_log2))
+
+    pts_ok = [pt for _, pts in series for pt in pts if placed(pt)]
+    xs = [float(pt[0]) for pt in pts_ok] + [x for x, _ in x_ticks]  # type: ignore[arg-type]
+    ys = [float(pt[1]) for pt in pts_ok]  # type: ignore[arg-type]
     p = Panel(c, 60, y0, 440, height, max(ys, default=0), look.y, y_si, integer=not y_si)
-    if x_domain is not None:
-        lo, hi = x_domain
-    elif x_log2:
-        lo = math.log2(max(min(xs, default=1), 1e-9))
-        hi = math.log2(max(max(xs, default=1), 1e-9))
-    else:
-        lo, hi = 0.0, nice_ticks(max(xs, default=1), 6)[0]
-
-    def px(v: float) -> float:
-        if x_log2:
-            v = math.log2(max(v, 1e-9))
-        return p.x0 + (p.w / 2 if hi == lo else (v - lo) / (hi - lo) * p.w)
-
-    if not x_ticks:  # linear axis: nice ticks from 0
-        x_ticks = [(v, plain(v)) for v in nice_ticks(max(xs, default=1), 6)[1]]
+    span = (p.x0, p.x0 + p.w)
+    px: Callable[[float], float]
+    if x_log2:
+        px = scales.log2(x_domain or (min(xs, default=1.0), max(xs, default=1.0)), span)
+    elif x_domain is not None:
+        px = scales.linear(x_domain, span)
+    else:  # linear axis: nice ticks from 0
+        ax = scales.axis(0.0, max(max(xs, default=1.0), 0.0) or 1.0, 6)
+        px = scales.linear((0.0, ax.end), span)
+        x_ticks = x_ticks or [(v, ax.label(v)) for v in ax.ticks]
     any_queued = False
     for i, ((_, pts), color) in enumerate(zip(series, colors, strict=True)):
-        coords = [None if pt[0] is None or pt[1] is None else (px(pt[0]), p.y(pt[1]))
+        coords = [(px(pt[0]), p.y(pt[1])) if placed(pt) else None  # type: ignore[arg-type]
                   for pt in pts]
         queued = [len(pt) > 2 and bool(pt[2]) for pt in pts]
         width, dash = styles[i] if styles else (2.0, "")
@@ -301,43 +298,24 @@ def histogram(label: str, bins: list[tuple[float, float, float]], look: Look,
 
 def _bins_into(c: Canvas, y0: float, height: float, bins: list[tuple[float, float, float]],
                look: Look, *, integer: bool, rule: float | None = None) -> None:
+    """Bars over a nice linear x axis covering every bin and the rule; a bin with
+    a non-finite edge or height is left out (not a measurement)."""
+    bins = [b for b in bins if all(math.isfinite(v) for v in b)]
+    if rule is not None and not math.isfinite(rule):
+        rule = None
     p = Panel(c, 60, y0, 440, height, max((v for _, _, v in bins), default=0), look.y,
               integer=integer)
     x_lo = min((lo for lo, _, _ in bins), default=0.0)
     x_hi = max([hi for _, hi, _ in bins] + ([rule] if rule is not None else []), default=1.0)
-    step = nice_step(x_hi - x_lo, 6)
-    start = math.floor(x_lo / step) * step
-    end = math.ceil(x_hi / step - 1e-9) * step
-    end = end if end > start else start + step
-
-    def px(v: float) -> float:
-        return p.x0 + (v - start) / (end - start) * p.w
-
+    ax = scales.axis(min(x_lo, x_hi), x_hi, 6)
+    px = scales.linear((ax.start, ax.end), (p.x0, p.x0 + p.w))
     d = "".join(f"M{px(lo):.1f} {p.y(v):.1f}H{max(px(hi) - 1, px(lo) + 0.5):.1f}V{p.y(0):.1f}"
                 f"H{px(lo):.1f}Z" for lo, hi, v in bins if v > 0)
     c.parts.append(f'<path d="{d}" fill="{look.color}"/>')
     if rule is not None:
         c.parts.append(f'<path d="M{px(rule):.1f} {p.y0:.1f}V{p.y(0):.1f}" stroke="{chartkit.TBT_MEDIAN}" '
                        f'stroke-width="2" stroke-dasharray="4 3"/>')
-    n = int(round((end - start) / step))
-    p.x_axis([(px(start + i * step), plain(start + i * step)) for i in range(n + 1)], look.x)
-
-
-def value_bins(values: Sequence[float], maxbins: int = 30) -> list[tuple[float, float, float]]:
-    """Counts in nice equal-width bins (at most maxbins), like Vega-Lite's bin."""
-    arr = np.asarray(values, dtype=np.float64)
-    arr = arr[np.isfinite(arr)]
-    if not len(arr):
-        return []
-    lo, hi = float(arr.min()), float(arr.max())
-    step = nice_step(hi - lo, maxbins) if hi > lo else 1.0
-    while (hi - lo) / step > maxbins:
-        step *= 2
-    start = math.floor(lo / step) * step
-    n = max(1, math.floor((hi - start) / step) + 1)
-    counts = np.bincount(np.minimum(((arr - start) // step).astype(np.int64), n - 1),
-                         minlength=n)
-    return [(start + i * step, start + (i + 1) * step, float(k)) for i, k in enumerate(counts)]
+    p.x_axis([(px(v), ax.label(v)) for v in ax.ticks], look.x)
 
 
 def timeline(label: str, bins: list[tuple[float, float, float]],
@@ -359,11 +337,13 @@ def power(label: str, watts: list[Point], clocks: list[Point], width_s: float) -
     line), on the token timeline's x axis (0 to the window's end)."""
     below = 10 + 140 + 45 + 12
     c = Canvas(530, below + 110 + 45 + 22 + 15, label)
-    end = max((x for x, _ in watts + clocks if x is not None), default=0.0) + width_s / 2
-    ticks = [(v, plain(v)) for v in nice_ticks(end, 6)[1]]
+    # the points sit mid-bin, their times rounded to 4 decimals: so is the end
+    end = round(max((x for x, _ in watts + clocks if x is not None), default=0.0) + width_s / 2, 4)
+    ax = scales.axis(0.0, end if end > 0 else 1.0, 6)
+    ticks = [(v, ax.label(v)) for v in ax.ticks]
     for y0, h, pts, look in ((10, 140, watts, chartkit.POWER), (below, 110, clocks, chartkit.SM_CLOCK)):
         _lines_into(c, y0, h, [(look.y, pts)], [look.color], look, x_ticks=ticks, x_log2=False,
-                    legend_below=y0 == below, x_domain=(0.0, ticks[-1][0] if ticks else 1.0))
+                    legend_below=y0 == below, x_domain=(0.0, ax.end))
     return c.svg()
 
 

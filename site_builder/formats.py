@@ -12,13 +12,20 @@ rundir/words.py; the rest, from the seeds:
 * counts: whole numbers with separators (``1,648``); averages one decimal.
 * a change between two runs: ``+12.3%`` (the compare page's script gets this
   rule's constants from js_rules).
+* a bin's range (a chart tooltip): as many decimals as the bin's width needs
+  (`step_digits`), so neighbouring bins never read alike.
+
+A missing value (None, NaN) reads as the missing mark; ±inf is no measurement
+and raises ValueError naming it. Every number reads back to its value within
+half a unit of its last digit (tests/test_site_properties.py).
 """
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
-from rundir.words import HALF_UP_NUDGE, MISSING, is_missing, round_half_up, trim_zero
+from rundir.words import HALF_UP_NUDGE, MISSING, is_missing, round_half_up
 
 # The percent-change rule, also handed to the compare page's script
 # (js_rules): the page formats a change between two runs it loads, so it
@@ -27,28 +34,65 @@ PERCENT_DIGITS = 1
 PLUS, MINUS = "+", "\u2212"
 
 
-def tbt(value: float | None) -> str:
-    """Time between tokens: always one decimal (``4.8 ms``, ``100.6 ms``)."""
-    if is_missing(value):
-        return MISSING
-    return f"{round_half_up(float(value), 1):,.1f} ms"  # type: ignore[arg-type]
+# From 2**53 up every float is a whole number: nothing is left to round (and
+# round_half_up's scaling could overflow near the float maximum).
+_WHOLE = 2.0**53
 
 
-def seconds(value: float | None) -> str:
-    """A measured duration: ``30.0 s``."""
+def _half_up(value: object, digits: int) -> float:
+    """round_half_up of a finite value, never ``-0`` (−0.04 reads ``0.0``)."""
+    v = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(v):
+        raise ValueError(f"cannot show {v!r}: not a measured number")
+    return v if abs(v) >= _WHOLE else round_half_up(v, digits) + 0.0
+
+
+def _fixed(value: object, digits: int) -> str:
+    """``1,234.5``: half-up rounded to `digits` decimals, with separators."""
+    return f"{_half_up(value, digits):,.{digits}f}"
+
+
+def step_digits(step: float, least: int = 0, most: int = 6) -> int:
+    """The fewest decimals (from `least`, at most `most`) whose last digit is no
+    larger than a bin width or tick step (0.05 -> 2, 0.75 -> 1, 2 -> 0): numbers
+    a step apart then never read alike."""
+    step = abs(float(step))
+    if not math.isfinite(step):
+        raise ValueError(f"a step must be a finite number, got {step!r}")
+    d = least
+    while d < most and 10.0**-d > step:
+        d += 1
+    return d
+
+
+def tbt(value: float | None, digits: int = 1) -> str:
+    """Time between tokens: one decimal at any size (``4.8 ms``, ``100.6 ms``);
+    more for a narrow histogram bin's edges (`step_digits`)."""
     if is_missing(value):
         return MISSING
-    return f"{round_half_up(float(value), 1):,.1f} s"  # type: ignore[arg-type]
+    return f"{_fixed(value, digits)} ms"
+
+
+def seconds(value: float | None, digits: int = 1) -> str:
+    """A measured duration: ``30.0 s`` (more decimals for a narrow bin's edges)."""
+    if is_missing(value):
+        return MISSING
+    return f"{_fixed(value, digits)} s"
+
+
+def seconds_range(start: float, width: float) -> str:
+    """A timeline bin: ``1.0–1.5 s``; a bin narrower than 0.1 s keeps its digits
+    (``0.05–0.10 s``)."""
+    d = step_digits(width, least=1)
+    return f"{_fixed(start, d)}–{_fixed(float(start) + float(width), d)} s"
 
 
 def plain_number(value: float | None) -> str:
     """A configured number as written: 30 -> ``30``, 7.5 -> ``7.5``, 141.0 -> ``141``."""
     if is_missing(value):
         return MISSING
-    v = float(value)  # type: ignore[arg-type]
-    if v == int(v):
-        return f"{int(v):,}"
-    return trim_zero(f"{round_half_up(v, 2):,.2f}".rstrip("0"))
+    v = _half_up(value, 2)
+    return f"{v:,.2f}".rstrip("0").rstrip(".")  # 7.50 -> 7.5, 96.00 -> 96
 
 
 def param_seconds(value: float | None) -> str:
@@ -60,7 +104,7 @@ def count(value: float | None) -> str:
     """A count of things: ``1,648``."""
     if is_missing(value):
         return MISSING
-    return f"{int(round_half_up(float(value), 0)):,}"  # type: ignore[arg-type]
+    return f"{int(_half_up(value, 0)):,}"
 
 
 def tokens(value: float | None) -> str:
@@ -72,15 +116,16 @@ def average(value: float | None) -> str:
     """An average count such as average active requests: ``127.4``."""
     if is_missing(value):
         return MISSING
-    return f"{round_half_up(float(value), 1):,.1f}"  # type: ignore[arg-type]
+    return _fixed(value, 1)
 
 
 def percent_change(new: float | None, old: float | None) -> str:
-    """Change from old to new in percent: ``+12.3%``, ``−4.0%``, ``0.0%``."""
+    """Change from old to new in percent: ``+12.3%``, ``−4.0%``, ``0.0%``; a
+    change too large for a float (or an infinite input): ValueError."""
     if is_missing(new) or is_missing(old) or float(old) == 0:  # type: ignore[arg-type]
         return MISSING
     change = (float(new) - float(old)) / float(old) * 100  # type: ignore[arg-type]
-    r = round_half_up(change, PERCENT_DIGITS)
+    r = _half_up(change, PERCENT_DIGITS)
     if r == 0:
         return f"{0:.{PERCENT_DIGITS}f}%"
     return f"{PLUS if r > 0 else MINUS}{abs(r):,.{PERCENT_DIGITS}f}%"

@@ -46,3 +46,15 @@ def browser() -> Iterator[Any]:
         b = launch(p)
         yield b
         b.close()
+
+
+# Property tests (tests/test_site_properties.py): the same examples on every run and
+# machine (derandomized, no example database), no per-example deadline on a busy CI
+# box. HYPOTHESIS_PROFILE=explore draws fresh random examples instead.
+from hypothesis import HealthCheck as _HealthCheck  # noqa: E402
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("ci", derandomize=True, deadline=None, database=None,
+                                      print_blob=True, suppress_health_check=[_HealthCheck.too_slow])
+_hypothesis_settings.register_profile("explore", deadline=None)
+_hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from rundir.checks import KEY
 from rundir.contract import (
     CELLS_FILE,
     GPU_METRICS_FILE,
@@ -201,9 +202,36 @@ def read_run(run_dir: Path) -> RunData:
     imported = info.source == SOURCE_IMPORTED
     cells = read_table(run_dir, CELLS_FILE)
     requests = read_table(run_dir, REQUESTS_FILE, required=not imported)
+    orphan = cell_without_row(cells, requests)
+    if orphan is not None:
+        key, rows = orphan
+        raise ContractError(
+            f"{run_dir / REQUESTS_FILE}: columns phase, context, concurrency: cell "
+            f"({', '.join(map(str, key))}) has {rows} request row(s) but no row in {CELLS_FILE} "
+            "(each request belongs to a cell of the run)")
     metrics = read_table(run_dir, SERVER_METRICS_FILE, required=False)
     gpu = read_table(run_dir, GPU_METRICS_FILE, required=False)
     return RunData(run_dir, info, cells, requests, metrics, gpu)
+
+
+def cell_without_row(cells: pa.Table, requests: pa.Table) -> tuple[tuple, int] | None:
+    """(cell key, request rows) of the first cell, in key order, that holds request
+    rows but no row in cells.parquet; None when every request row has its cell.
+
+    Why: the builder publishes cells from cells.parquet, so a hand-deleted cell
+    row would silently drop a measured cell whose raw rows are still there. A
+    pending cell row is a row (the collector's resume moves such raw rows to
+    the superseded file); only a missing one is refused. Vectorised: the
+    request keys are grouped first (one row per cell), then anti-joined.
+    """
+    if not len(requests):
+        return None
+    counts = requests.select(list(KEY)).group_by(list(KEY)).aggregate([([], "count_all")])
+    missing = counts.join(cells.select(list(KEY)), keys=list(KEY), join_type="left anti")
+    if not len(missing):
+        return None
+    first = missing.sort_by([(k, "ascending") for k in KEY]).slice(0, 1).to_pylist()[0]
+    return tuple(first[k] for k in KEY), int(first["count_all"])
 
 
 def is_run_dir(path: Path) -> bool:

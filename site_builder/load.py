@@ -47,25 +47,80 @@ class RunSource:
 
 
 def find_run_dirs(data_dir: Path, exclude: Path | None = None) -> list[Path]:
-    """Every directory under data_dir holding a run.yaml, in a stable order.
+    """Every directory under data_dir holding a run.yaml, in a stable order (see search)."""
+    return search(data_dir, exclude)[0]
+
+
+def search(data_dir: Path, exclude: Path | None = None,
+           ) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """(run directories under data_dir, [(symlink, one-line problem)]), each sorted.
 
     A run directory's own subfolders are not searched, hidden folders are
     skipped, and so is `exclude` (the output folder, which holds raw copies).
+    A symlinked folder is treated as a symlinked contract file is: followed
+    when its target lies inside the data folder (a folder the search reaches
+    anyway is not searched twice, so an alias publishes its run once, where
+    it lies), refused when it leads outside (a shared data folder must not
+    make the builder publish a folder from elsewhere) or nowhere. Refused
+    links are returned, never dropped without a word.
     """
     data_dir = Path(data_dir)
+    root = data_dir.resolve()
     skip = exclude.resolve() if exclude is not None else None
     found: list[Path] = []
-    for root, dirs, files in os.walk(data_dir):
-        here = Path(root)
-        if skip is not None and here.resolve() == skip:
-            dirs[:] = []
-            continue
-        if contract.RUN_YAML in files:
-            found.append(here)
-            dirs[:] = []
-            continue
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-    return sorted(found, key=lambda p: p.as_posix())
+    refused: list[tuple[Path, str]] = []
+    seen: set[Path] = set()
+    starts = [data_dir]
+    while starts:
+        links: list[Path] = []
+        for start in starts:
+            for top, dirs, files in os.walk(start):
+                here = Path(top)
+                real = here.resolve()
+                if real in seen or _excluded(real, skip, root):
+                    dirs[:] = []
+                    continue
+                seen.add(real)
+                if contract.RUN_YAML in files:
+                    found.append(here)
+                    dirs[:] = []
+                    continue
+                names = sorted(d for d in dirs if not d.startswith("."))
+                links += [here / d for d in names if (here / d).is_symlink()]
+                dirs[:] = [d for d in names if not (here / d).is_symlink()]
+                refused += [(here / f, f"{here / f}: a symlink that leads nowhere")
+                            for f in sorted(files) if not f.startswith(".") and _dangling(here / f)]
+        starts = []
+        for link in links:
+            problem = _outside(link, root, "a symlinked folder")
+            if problem is None:
+                starts.append(link)
+            else:
+                refused.append((link, problem))
+    return sorted(found, key=lambda p: p.as_posix()), sorted(refused, key=lambda r: r[0].as_posix())
+
+
+def _excluded(real: Path, skip: Path | None, root: Path) -> bool:
+    """True for the excluded folder, and for a folder below it when it lies inside
+    the data folder (a link into it); --data may itself lie inside --out."""
+    if skip is None:
+        return False
+    return real == skip or (skip in real.parents and root in skip.parents)
+
+
+def _dangling(path: Path) -> bool:
+    return os.path.islink(path) and not os.path.exists(path)
+
+
+def _outside(path: Path, root: Path, what: str) -> str | None:
+    """One line when the symlink `path` leads nowhere or outside root, else None."""
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return f"{path}: a symlink that leads nowhere"
+    if real != root and root not in real.parents:
+        return f"{path}: {what} leading outside the data folder (to {real}); refused"
+    return None
 
 
 def content_digest(run_dir: Path, salt: str = "") -> str:
@@ -105,20 +160,17 @@ def escaping_file(run_dir: Path, root: Path) -> str | None:
     builder read, and publish as raw download, a file from elsewhere)."""
     for name in RUN_FILES:
         path = Path(run_dir) / name
-        if not path.is_symlink():
-            continue
-        try:
-            real = path.resolve(strict=True)
-        except (OSError, RuntimeError):
-            return f"{path}: a symlink that leads nowhere"
-        if root not in real.parents:
-            return f"{path}: a symlink leading outside the data folder (to {real}); refused"
+        if path.is_symlink() and (problem := _outside(path, root, "a symlink")) is not None:
+            return problem
     return None
 
 
 def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
              known: dict[str, Any] | None = None) -> list[RunSource]:
     """Find and fingerprint the runs under data_dir; LoadError if there are none.
+
+    A symlink the search refuses comes back as a source with its problem
+    set, so the build reports it in one line like any run it cannot read.
 
     `known` maps a run path to [file_signature, digest] from an earlier build:
     a run whose signature is unchanged keeps its digest without re-reading
@@ -130,14 +182,14 @@ def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
         raise LoadError(f"{data_dir}: no such folder")
     if not data_dir.is_dir():
         raise LoadError(f"{data_dir}: not a folder")
-    dirs = find_run_dirs(data_dir, exclude=exclude)
-    if not dirs:
+    dirs, refused = search(data_dir, exclude=exclude)
+    if not dirs and not refused:
         raise LoadError(
             f"{data_dir}: no run directories found (a run directory holds a {contract.RUN_YAML})"
         )
     root = data_dir.resolve()
     fresh: dict[str, Any] = {}
-    out = []
+    out = [RunSource(link, "", problem) for link, problem in refused]
     for d in dirs:
         problem = escaping_file(d, root)
         if problem is not None:
@@ -156,7 +208,7 @@ def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
     if known is not None:
         known.clear()
         known.update(fresh)
-    return out
+    return sorted(out, key=lambda s: s.path.as_posix())
 
 
 def load_run(source: RunSource) -> RunData:

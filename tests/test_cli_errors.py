@@ -18,6 +18,7 @@ from bench.params import Seconds
 from site_builder import cli as site_cli
 from tests.conftest import REPO
 from tests.engines import free_port
+from tests.refserver.harness import refserver_fixture  # noqa: F401
 
 
 def _one_line_error(res) -> str:
@@ -31,8 +32,9 @@ def _one_line_error(res) -> str:
 
 def test_no_server_at_url(cli, tmp_path) -> None:
     port = free_port()
+    # --server-wait 0: fail at once (a server that is starting is waited for, tests/test_server_start.py)
     line = _one_line_error(cli("bench", "run", "--base-url", f"http://127.0.0.1:{port}",
-                               "--out", "x", cwd=tmp_path))
+                               "--out", "x", "--server-wait", "0", cwd=tmp_path))
     assert f"127.0.0.1:{port}" in line and "no server" in line
     assert not (tmp_path / "x").exists()
 
@@ -102,6 +104,41 @@ def test_password_in_a_bad_base_url_is_not_echoed() -> None:
     res = CliRunner().invoke(main, ["run", "--base-url", "ftp://user:hunter2-pass@host"])
     assert res.exit_code == 2 and "--base-url" in res.stderr
     assert "hunter2-pass" not in res.stderr + res.stdout
+
+
+# -- an API key that cannot go into an HTTP header: refused at the flag, never shown -
+
+KEY_PARTS = ("Sv140head", "Sv140tail")
+BAD_KEYS = [f"{KEY_PARTS[0]}{sep}{KEY_PARTS[1]}" for sep in ("\r\n", "\n", "\r", "\t", "\x1b", "é")]
+
+
+@pytest.mark.parametrize("key", BAD_KEYS, ids=["crlf", "lf", "cr", "tab", "esc", "non-ascii"])
+def test_api_key_that_cannot_be_a_header_is_refused_at_the_flag(key, tmp_path) -> None:
+    res = CliRunner().invoke(main, ["run", "--base-url", "http://127.0.0.1:1", "--api-key", key,
+                                    "--server-wait", "0", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2, (res.exit_code, res.stderr, res.exception)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --api-key: expected printable ASCII")
+    assert not any(part in res.stderr + res.stdout for part in KEY_PARTS)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_api_key_with_a_line_end_is_named_not_a_missing_server(how, cli, refserver,
+                                                                tmp_path) -> None:
+    """The issue's case: `--api-key $'abc\\r\\ndef'` was reported as "no server
+    answers ... is --base-url right?" against a server that was there."""
+    srv = refserver()
+    key = BAD_KEYS[0]
+    args = ["bench", "run", "--base-url", srv.base_url, "--server-wait", "0", "--out", "x"]
+    env = {"OPENAI_API_KEY": key} if how == "env" else {"OPENAI_API_KEY": ""}
+    res = cli(*args, *(["--api-key", key] if how == "flag" else []), cwd=tmp_path, env=env)
+    line = _one_line_error(res)
+    assert res.returncode == 2, line
+    named = "error: --api-key: " if how == "flag" else "error: OPENAI_API_KEY (the default of --api-key): "
+    assert line.startswith(named) and "control character (CR" in line, line
+    assert not any(part in res.stderr + res.stdout for part in KEY_PARTS)
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("args, flag", [

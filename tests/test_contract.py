@@ -453,3 +453,40 @@ def test_vectorised_order_check_matches_a_plain_loop() -> None:
         if expect is not None and got is not None and expect[1] != got[1]:
             continue  # both flagged the row; which problem is named first may differ
         assert (got[0] if got else None) == (expect[0] if expect else None), lists
+
+
+def _cells_and_requests(path: Path, cells: list[dict], requests: list[dict]) -> Path:
+    write_table(path, REQUESTS_FILE, pa.Table.from_pylist(requests, schema=REQUESTS_SCHEMA))
+    write_table(path, CELLS_FILE, pa.Table.from_pylist(cells, schema=CELLS_SCHEMA))
+    write_run_info(path, _info())
+    return path
+
+
+def test_request_rows_without_a_cell_row_are_refused(tmp_path: Path) -> None:
+    """A hand-deleted cells.parquet row would drop a measured cell from the site
+    silently: read_run names requests.parquet and the first such cell key."""
+    requests = [_request_row(request_id="a"),
+                _request_row(request_id="b", concurrency=4, stream_index=1),
+                _request_row(request_id="c", concurrency=4),
+                _request_row(request_id="d", phase="prefill", purpose="prefill_sample")]
+    run = _cells_and_requests(tmp_path / "run", [_cell_row()], requests)
+    with pytest.raises(ContractError) as exc:
+        read_run(run)
+    assert str(exc.value) == (
+        f"{run / REQUESTS_FILE}: columns phase, context, concurrency: cell (decode, 1024, 4) "
+        "has 2 request row(s) but no row in cells.parquet "
+        "(each request belongs to a cell of the run)")
+
+
+@pytest.mark.parametrize("cell", [
+    _cell_row(status="pending", window_start_ns=None, window_end_ns=None),  # an attempt cut short
+    _cell_row(status="error", reason="HTTP 500"),
+])
+def test_request_rows_of_any_listed_cell_are_fine(tmp_path: Path, cell: dict) -> None:
+    """Only a missing row is refused: a pending cell holding raw rows is a state the
+    collector leaves and resumes (tests/test_resume.py), and cells without requests
+    (skipped, over capacity) are ordinary."""
+    others = [_cell_row(concurrency=c, status="over_capacity", window_start_ns=None,
+                        window_end_ns=None) for c in (8, 16)]
+    run = read_run(_cells_and_requests(tmp_path / "run", [cell, *others], [_request_row()]))
+    assert len(run.requests) == 1 and len(run.cells) == 3

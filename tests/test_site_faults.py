@@ -7,6 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -124,6 +129,26 @@ def _escaping_symlink(run_dir: Path) -> None:
     (run_dir / contract.REQUESTS_FILE).symlink_to(outside)
 
 
+def _run_dir_linked_outside(run_dir: Path) -> None:
+    """The run directory itself replaced by a link to a (valid) run outside the data folder."""
+    outside = run_dir.parents[1] / "elsewhere-run"
+    run_dir.rename(outside)
+    run_dir.symlink_to(outside, target_is_directory=True)
+
+
+def _run_dir_dangling(run_dir: Path) -> None:
+    """The run directory replaced by a link to a folder that is gone (a drive unmounted)."""
+    shutil.rmtree(run_dir)
+    run_dir.symlink_to(run_dir.parents[1] / "gone", target_is_directory=True)
+
+
+def _drop_cell(phase: str, concurrency: int) -> Callable[[list[dict]], None]:
+    """A cell's row deleted by hand; its raw rows stay in requests.parquet."""
+    def change(rows: list[dict]) -> None:
+        rows[:] = [r for r in rows if (r["phase"], r["concurrency"]) != (phase, concurrency)]
+    return change
+
+
 BAD_RUNS = [
     # (id, imported?, mutation, file, what the line says after the file)
     ("yaml-duration-nan", False, _yaml("parameters.duration_s", float("nan")), contract.RUN_YAML,
@@ -155,6 +180,12 @@ BAD_RUNS = [
      "column pub_total_tok_s: expected >= 0, got -18786.9"),
     ("symlink-out-of-data", False, _escaping_symlink, contract.REQUESTS_FILE,
      "a symlink leading outside the data folder"),
+    # the run directory itself a symlink: "" names the folder, not a file in it
+    ("run-dir-symlink-out-of-data", False, _run_dir_linked_outside, "",
+     "a symlinked folder leading outside the data folder (to "),
+    ("run-dir-symlink-dangling", False, _run_dir_dangling, "", "a symlink that leads nowhere"),
+    ("cells-row-deleted", False, _rows(contract.CELLS_FILE, _drop_cell("decode", 2)),
+     contract.REQUESTS_FILE, "columns phase, context, concurrency: cell (decode, 1024, 2) has "),
 ]
 
 
@@ -486,3 +517,157 @@ def test_serve_hides_cache_and_escaping_links(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# --------------------------------------------------------------------------
+# Symlinked run folders: followed inside --data, refused in one line otherwise
+# --------------------------------------------------------------------------
+
+
+def test_symlinked_run_folders_followed_inside_refused_outside_subprocess(
+        cli, tmp_path: Path) -> None:
+    """Before: every symlinked folder under --data was dropped without a word (exit 0)."""
+    data = tmp_path / "data"
+    _run(data, "good")
+    _run(data / ".stash", "stashed", seed=1)  # hidden: searched only through the link below
+    outside = _run(tmp_path / "elsewhere", "outsider", seed=2)
+    (data / "alias").symlink_to(data / "good", target_is_directory=True)  # published once
+    (data / "linked").symlink_to(data / ".stash" / "stashed", target_is_directory=True)
+    (data / "loop").symlink_to(data, target_is_directory=True)  # no endless search
+    (data / "zz-out").symlink_to(outside, target_is_directory=True)
+    (data / "zz-gone").symlink_to(tmp_path / "gone", target_is_directory=True)
+    res = cli("build-site", "--data", "data", "--out", "site", "--skip-invalid", cwd=tmp_path)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert _lines(res.stderr)[:2] == [
+        "warning: skipped data/zz-gone: a symlink that leads nowhere",
+        f"warning: skipped data/zz-out: a symlinked folder leading outside the data folder "
+        f"(to {outside.resolve()}); refused",
+    ]
+    assert "Published 2 run(s)" in res.stderr
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "runs/good/index.html" in index and "runs/stashed/index.html" in index
+    assert "outsider" not in index and not (tmp_path / "site" / "runs" / "outsider").exists()
+    res = cli("build-site", "--data", "data", "--out", "site", cwd=tmp_path)
+    assert res.returncode == 1
+    assert [ln.split(":")[1] for ln in _lines(res.stderr) if ln.startswith("error:")] == [
+        " data/zz-gone", " data/zz-out"]
+
+
+def test_search_follows_no_link_into_the_output_folder(tmp_path: Path) -> None:
+    """--out holds raw copies of runs: a link into it is never a way back in."""
+    for rel in ("a", "site/runs/x/raw"):
+        (tmp_path / rel).mkdir(parents=True)
+        (tmp_path / rel / contract.RUN_YAML).write_text("x")
+    (tmp_path / "raw-link").symlink_to(tmp_path / "site" / "runs", target_is_directory=True)
+    found, refused = load.search(tmp_path, exclude=tmp_path / "site")
+    assert [p.name for p in found] == ["a"] and refused == []
+
+
+def test_hand_deleted_cell_row_is_one_line_subprocess(cli, tmp_path: Path) -> None:
+    """The issue: a cell's row deleted from cells.parquet published the run without
+    that cell, exit 0, though requests.parquet still held its requests."""
+    _run(tmp_path / "data", "good")
+    bad = _run(tmp_path / "data", "edited", seed=1)
+    _rows(contract.CELLS_FILE, _drop_cell("decode", 1))(bad)
+    res = cli("build-site", "--data", "data", "--out", "site", cwd=tmp_path)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert [ln for ln in _lines(res.stderr) if ln.startswith("error:")] == [
+        "error: data/edited/requests.parquet: columns phase, context, concurrency: cell "
+        "(decode, 1024, 1) has 2 request row(s) but no row in cells.parquet "
+        "(each request belongs to a cell of the run)"]
+
+
+def test_a_pending_cell_row_with_raw_rows_still_publishes(tmp_path: Path) -> None:
+    """Only a missing cell row is refused: a pending one holding rows of an attempt
+    cut short is a state the collector leaves (and resumes), not a broken run."""
+    run = _run(tmp_path / "data", "paused")
+
+    def pend(rows: list[dict]) -> None:
+        for r in rows:
+            if (r["phase"], r["concurrency"]) == ("decode", 2):
+                r.update(status=contract.PENDING, window_start_ns=None, window_end_ns=None)
+    _rows(contract.CELLS_FILE, pend)(run)
+    res = _build(tmp_path / "data", tmp_path / "site")
+    assert res.exit_code == 0, res.output
+
+
+# --------------------------------------------------------------------------
+# `build-site serve` answers hostile paths; never a traceback
+# --------------------------------------------------------------------------
+
+
+HOSTILE_PATHS = [
+    # (request line, status); before, the NUL and surrogate cases got no answer
+    ("GET /index.html HTTP/1.1", 200),
+    ("GET /index.html%00.png HTTP/1.1", 400),
+    ("HEAD /index.html%00 HTTP/1.1", 400),
+    ("GET /runs%00/ HTTP/1.1", 400),
+    ("GET /%ed%a0%80 HTTP/1.1", 400),  # a lone surrogate: no file name holds it
+    ("GET /%2e%2e/%2e%2e/secret.txt HTTP/1.1", 404),
+    ("GET /..%2f..%2fsecret.txt HTTP/1.1", 404),
+    ("GET /..\\..\\secret.txt HTTP/1.1", 404),
+    ("GET //etc/passwd HTTP/1.1", 404),
+    ("GET http://127.0.0.1/../../secret.txt HTTP/1.1", 404),
+    ("GET /%2Fetc%2Fpasswd HTTP/1.1", 404),
+    ("GET /%zz HTTP/1.1", 404),
+    ("GET /% HTTP/1.1", 404),
+    ("GET /%ff%fe HTTP/1.1", 404),
+    ("GET /" + "a" * 1000 + " HTTP/1.1", 404),  # a name longer than the OS allows
+    ("GET /" + "a/" * 2000 + " HTTP/1.1", 404),  # 4 KB; past 64 KB the stdlib answers 414
+]
+
+
+def _ask(port: int, line: str) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(f"{line}\r\nHost: x\r\nConnection: close\r\n\r\n".encode("latin-1"))
+        answer = b""
+        while block := sock.recv(65536):
+            answer += block
+    return answer
+
+
+def test_serve_answers_hostile_paths_without_a_traceback(tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    (out / "runs").mkdir(parents=True)
+    (out / "index.html").write_text("<p>site</p>")
+    (tmp_path / "secret.txt").write_text("not for the web")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from site_builder.cli import main; sys.exit(main())",
+         "--out", "site", "serve", "--port", "0"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()  # "Serving site at http://127.0.0.1:PORT/ ..."
+        assert "http://127.0.0.1:" in first, proc.stderr.read() if proc.poll() is not None else first
+        port = int(first.split("http://127.0.0.1:", 1)[1].split("/", 1)[0])
+        for line, status in HOSTILE_PATHS:
+            answer = _ask(port, line)
+            assert answer.startswith(f"HTTP/1.0 {status} ".encode()), (line[:60], answer[:80])
+            assert b"not for the web" not in answer
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err and "Exception occurred" not in err, err[-2000:]
+    assert err.count("code 400") == 4  # each request logged as usual
+
+
+def test_an_unforeseen_request_failure_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Whatever else fails inside a request (here: a handler bug) is one log line,
+    not socketserver's 25-line traceback."""
+    from site_builder import serve as serve_mod
+
+    def broken(self):  # noqa: ANN001, ANN202
+        raise RuntimeError("handler bug")
+    monkeypatch.setattr(serve_mod._Handler, "send_head", broken)
+    (tmp_path / "index.html").write_text("x")
+    server = serve_mod.make_server(tmp_path, 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        _ask(server.server_address[1], "GET /index.html HTTP/1.1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert [ln for ln in err.splitlines() if "failed" in ln] == [
+        "serve: a request from 127.0.0.1 failed (RuntimeError: handler bug)"]

@@ -9,6 +9,11 @@ before the next cell.
 
 Prefill: cold requests with unique prefixes, one output token each; a
 sample that hit a prefix cache is rejected, kept as evidence, and retried.
+
+A decode cell counted one token per text chunk, with no final usage to
+confirm it, has its count checked after the window and the drain, off the
+clock: the server tokenizes the streamed text, or a short request's final
+usage shows how many tokens its chunks carry (`_check_count`).
 """
 
 from __future__ import annotations
@@ -22,14 +27,25 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from bench.chunks import StreamParser
-from bench.engines import ServerInfo
+from bench.engines import ServerError, ServerInfo
 from bench.monitor import gc_paused
 from bench.plan import Cell
 from bench.prompts import Prompt, PromptFactory, messages
-from bench.records import RequestRecord, Verdict, context_refused, judge_decode, records_table
+from bench.records import (
+    CountCheck,
+    RequestRecord,
+    Verdict,
+    context_refused,
+    judge_decode,
+    probe_check,
+    records_table,
+    tokenized_check,
+    with_count,
+)
 from bench.sampler import MetricsSampler
 from bench.stream import StreamClient, StreamResult
 from rundir.contract import (
+    COUNT_CHUNKS_UNVERIFIED,
     ERROR,
     METRIC_PREFIX_CACHE_HITS,
     METRIC_PROMPT_TOKENS,
@@ -39,12 +55,15 @@ from rundir.contract import (
     PURPOSE_MEASURE,
     PURPOSE_PREFILL,
     PURPOSE_PREFIX_FILL,
+    REQUESTS_QUEUED,
     VALID,
 )
 from rundir.metrics import DecodeMetrics
 
 PARSE_SLICE = 128  # events parsed between yields to the loop (about 1 ms)
 CACHE_HIT_RATIO = 0.1  # a prefill sample with more cached tokens than this is rejected
+TOKENIZE_MAX_REQUESTS = 32  # a cell's count check tokenizes its longest streams, up to this many
+CHECK_REQUEST_TOKENS = 64  # max_tokens of the short request whose final usage checks the count
 
 
 @dataclass
@@ -98,6 +117,12 @@ class CellRunner:
         self._ids = itertools.count()
 
     # -- requests -------------------------------------------------------
+    @property
+    def ignore_eos(self) -> bool:
+        """Engines known to honour ignore_eos are asked for it (and for usage
+        on every chunk): a stream then runs to max_tokens."""
+        return self.info.engine in ("vllm", "sglang", "llama.cpp")
+
     def payload(self, prompt: Prompt, max_tokens: int) -> dict:
         body: dict = {
             "model": self.info.model,
@@ -106,7 +131,7 @@ class CellRunner:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if self.info.engine in ("vllm", "sglang", "llama.cpp"):
+        if self.ignore_eos:
             body["stream_options"]["continuous_usage_stats"] = True
             body["ignore_eos"] = True
         return body
@@ -139,7 +164,7 @@ class CellRunner:
                 break
             await asyncio.sleep(0)
         return RequestRecord.from_stream(cell.key, rid, purpose, index, result, parser.result(),
-                                         self.redact)
+                                         self.redact, self.ignore_eos)
 
     # -- prefill --------------------------------------------------------
     async def prefill(self, cell: Cell) -> CellOutcome:
@@ -269,22 +294,48 @@ class CellRunner:
         metrics_table = self.sampler.table() if self.sampler.enabled else None
         if failure.is_set() and time.monotonic_ns() < end_ns:
             end_ns = max(start_ns + 1, min(end_ns, time.monotonic_ns()))
-        # Flagged only when the client's own delays could move a published
-        # figure by more than its displayed precision (bench/monitor.py).
+        # Flagged only when the client could have moved a published figure by
+        # more than its displayed precision: judged on the cell's own stamps
+        # (bench/monitor.py, bench/stamp_bounds.py).
         table = records_table(records)
         verdict: Verdict = judge_decode(
             records, c, start_ns, end_ns, metrics_table,
-            lambda tbt_ms: self.client.client_bound_reason(start_ns, end_ns, tbt_ms), table)
+            lambda tbt_ms: self.client.client_bound_reason(start_ns, end_ns, tbt_ms, table), table)
         why = verdict.client_bound
         bound = why is not None
         if bound:
             notes.append(f"client-bound: the collector could not keep up ({why})")
+        if verdict.counting == COUNT_CHUNKS_UNVERIFIED and verdict.status in (VALID, REQUESTS_QUEUED):
+            verdict = with_count(verdict, await self._check_count(cell, records))
         if notes:
             verdict.reason = "; ".join(filter(None, [verdict.reason, *notes]))
         return CellOutcome(
             records, verdict.status, verdict.reason, (start_ns, end_ns), warmup_s,
             verdict.counting, bound, verdict.figures, table,
         )
+
+    async def _check_count(self, cell: Cell, records: list[RequestRecord]) -> CountCheck:
+        """Confirm or refute one token per text chunk, after the window: the
+        server's tokenizer counts the text of the cell's longest streams (one
+        call per stream); without one, a short request's final usage shows
+        whether the server packs several tokens into a chunk."""
+        texts = sorted((r for r in records if r.purpose == PURPOSE_MEASURE and r.text),
+                       key=lambda r: r.tokens, reverse=True)[:TOKENIZE_MAX_REQUESTS]
+        pairs: list[tuple[int, int]] = []
+        try:
+            for r in texts if self.prompts.can_tokenize else ():
+                n = await asyncio.to_thread(self.prompts.count_output, r.text)
+                if n is None:  # the endpoint is absent after all
+                    break
+                pairs.append((r.tokens, n))
+        except ServerError as exc:
+            return CountCheck(COUNT_CHUNKS_UNVERIFIED,
+                              f"token count cannot be verified: {self.redact(str(exc))}")
+        if pairs and len(pairs) == len(texts):
+            return tokenized_check(pairs)
+        prompt = self.prompts.short(f"count-check-d{cell.context}-c{cell.concurrency}")
+        probe = await self.send(cell, prompt, CHECK_REQUEST_TOKENS, PURPOSE_PREFIX_FILL, 0)
+        return probe_check(probe)
 
     async def _wait_ready(self, c: int, live: list, failure: asyncio.Event,
                           interrupted: asyncio.Event) -> bool:

@@ -4,7 +4,9 @@ A chunk's token count is the increase of the server's cumulative
 `usage.completion_tokens` (continuous usage stats). Where the server does
 not send it per chunk, each chunk that carries text counts one token: the
 method used is returned so the cell can record it, and the server's final
-usage total is kept so a mismatch is visible, never hidden.
+usage total is kept so a mismatch is visible, never hidden. Such a stream
+also keeps its whole text, so that the cell can have the server tokenize it
+once the window is over (bench.cells) when no usage confirms the count.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class ParsedStream:
     cached_tokens: int | None
     final_usage_tokens: int | None  # completion_tokens of the last usage seen
     error: str | None
+    # reasoning + content in full, only for streams counted by chunks (to be tokenized)
+    text: str | None = None
+    max_tokens: int | None = None  # as the request asked
 
 
 INCONSISTENT_COUNTS = "the server reported inconsistent token counts"
@@ -161,17 +166,20 @@ class StreamParser:
                 running += 1 if t else 0
                 cumulative.append(running)
             counting = COUNT_CHUNKS
+        content, reasoning = "".join(self.content), "".join(self.reasoning)
         return ParsedStream(
             chunk_ns=self.chunk_ns,
             chunk_tokens=cumulative,
             counting=counting,
-            content="".join(self.content)[-TAIL_CHARS:],
-            reasoning="".join(self.reasoning)[-TAIL_CHARS:],
+            content=content[-TAIL_CHARS:],
+            reasoning=reasoning[-TAIL_CHARS:],
             finish_reason=self.finish,
             prompt_tokens=self.prompt,
             cached_tokens=self.cached,
             final_usage_tokens=self.final_usage,
             error=self.error,
+            text=None if continuous else reasoning + content,
+            max_tokens=self.max_tokens,
         )
 
 

@@ -1,32 +1,30 @@
 """Whether the collector itself kept up: read delays and event-loop stalls.
 
-A saturated client stamps late and reads in bursts, which looks exactly like
-a slow server. The stream client feeds every read (kernel stamp to read
-delay) and a small event-loop timer into `LoopLagMonitor`; `bound_reason()` (pure)
-says whether the delays of a window could have moved a published figure.
+A saturated client reads in bursts, which looks exactly like a slow server.
+The stream client feeds every read (kernel stamp to read delay) and a small
+event-loop timer into `LoopLagMonitor`; `bound_reason()` (pure) says whether
+the client's delays in a window could have moved a published figure of the
+cell by more than its displayed precision (docs/performance.md,
+"Client-bound detection").
 
-The rule (docs/performance.md, "Client-bound detection"). A kernel receive
-stamp is exact as long as the packet is read before its stream's next packet
-arrives: TCP merges packets waiting in a socket and keeps the newest stamp.
-So a wait shorter than the time between tokens (TBT) moves no stamp at all,
-and a longer one moves a token's stamp by whole token gaps. A window is
-client-bound when
+With kernel receive stamps a late read moves no stamp: a stamp is the
+packet's arrival, except that TCP merges packets waiting in a socket under
+the newest one's stamp. So the judgement is made on the cell's stamps
+themselves (bench/stamp_bounds.py): which events share a stamp with later
+ones, how far each published figure could move through them, against the
+step it is shown with. The delays do not enter it.
+
+Without kernel stamps (no SO_TIMESTAMPNS, or some reads without one) every
+stamp is a read time and its error unknown, so the conservative delay rule
+stands: a window is client-bound when
 
 1. the 99th percentile of the client's wait exceeds the cell's median TBT:
-   over 1% of the tokens may carry a later token's stamp, which changes the
-   per-token gap distribution the cell page draws up to its 99th percentile
-   (and shown to 0.1 ms); the wait is the kernel-stamp-to-read delay of the
-   events (reads), or the time-weighted wait an event-loop stall imposes on a packet
-   arriving during it (a stall hides merges from the read delay: after it,
-   the newest packet of each socket is young); or
+   over 1% of the tokens may carry a later token's stamp; the wait is the
+   kernel-stamp-to-read delay of the events (reads), or the time-weighted
+   wait an event-loop stall imposes on a packet arriving during it; or
 2. a stall longer than one TBT spans either edge of the window and the
    tokens it could push across the edge (event rate x stall) could change
-   total tok/s by more than half its displayed step (0.1 below 10,000,
-   then 0.1K, then 0.1M, as site_builder/formats.py shows it).
-
-Below that, no published figure can move by its displayed precision: a
-median or a total over seconds does not notice 1% of tokens shifted by one
-gap away from the edges.
+   total tok/s by more than half its displayed step.
 """
 
 from __future__ import annotations
@@ -39,6 +37,9 @@ from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from bench.stamp_bounds import FigureBound, stamp_reason
+from bench.stamp_bounds import tok_s_step as total_display_step
 
 _mono = time.monotonic_ns
 QUANTILE = 0.99
@@ -135,24 +136,29 @@ class WindowDelays:
         return self.events / (self.covered_ns / 1e9)
 
 
-def total_display_step(tok_s: float) -> float:
-    """The step total tok/s is displayed with (site_builder/formats.py: 6,216.0; 17.6K; 1.2M)."""
-    if tok_s < 9_999.95:
-        return 0.1
-    if tok_s < 999_950:
-        return 100.0
-    return 100_000.0
-
-
 def _ms(ns: float) -> str:
     ms = ns / 1e6
     return f"{ms:.1f}" if ms >= 0.95 else f"{ms:.2g}"
 
 
-def bound_reason(delays: WindowDelays, tbt_ms: float | None) -> str | None:
-    """Why the client's delays could have moved a published figure of this
-    window by more than its displayed precision (the rule in the module
-    docstring), or None. `tbt_ms`: the cell's median time between tokens."""
+def bound_reason(delays: WindowDelays, tbt_ms: float | None,
+                 stamps: list[FigureBound] | None = None) -> str | None:
+    """Why the client could have moved a published figure of this window by
+    more than its displayed precision (the rule in the module docstring), or
+    None. `stamps`: the cell's figure bounds from its stamps
+    (`bench.stamp_bounds.table_bounds`); they decide alone when every read
+    of the window carried a kernel stamp. Otherwise, or without them, the
+    delay rule judges against `tbt_ms`, the cell's median time between tokens."""
+    kernel = delays.kernel_events == delays.events
+    merged = stamp_reason(stamps) if stamps is not None else None
+    if stamps is not None and kernel:
+        return merged
+    reasons = [r for r in (delay_reason(delays, tbt_ms), merged) if r]
+    return "; ".join(reasons) or None
+
+
+def delay_reason(delays: WindowDelays, tbt_ms: float | None) -> str | None:
+    """The delay rule (read stamps): rules 1 and 2 of the module docstring."""
     assumed = tbt_ms is None or not math.isfinite(tbt_ms) or tbt_ms <= 0
     tbt_ns = (DEFAULT_TBT_MS if assumed else float(tbt_ms)) * 1e6  # type: ignore[arg-type]
     against = f"{_ms(tbt_ns)} ms between tokens" + (" (assumed)" if assumed else "")
@@ -232,15 +238,15 @@ class _Bin:
 class LoopLagMonitor:
     """Read delays and event-loop stalls in 0.25 s bins kept for `keep_s`.
 
-    Why it matters even with kernel stamps: TCP merges packets waiting in a
-    socket and keeps the newest stamp, so when the client does not read a
-    stream for longer than its token interval, the older events get the
-    newer stamp; without kernel stamps every delay is error. Two figures:
-    the delay from the kernel's stamp to the read, and how late a 2 ms loop
-    timer fires (a stall: GC, CPU busy, preempted). `client_bound_reason()`
-    judges a window by `bound_reason()`; `client_bound()`/`load()` keep the
-    old fixed thresholds (`late_fraction` of events over `delay_limit_ms`,
-    or stalls over `lag_limit_ms` for `late_fraction` of the time)."""
+    Why, given kernel stamps: the bins say whether every read of a window
+    carried one (then the stamps judge the cell, bench/stamp_bounds.py); for
+    a window without, every delay is error, judged by the delay rule. Two
+    figures: the delay from the kernel's stamp to the read, and how late a
+    2 ms loop timer fires (a stall: GC, CPU busy, preempted); the client
+    fidelity benchmark reports both. `client_bound_reason()` judges a window
+    by `bound_reason()`; `client_bound()`/`load()` keep the old fixed
+    thresholds (`late_fraction` of events over `delay_limit_ms`, or stalls
+    over `lag_limit_ms` for `late_fraction` of the time)."""
 
     BIN_NS = 250_000_000
 
@@ -360,9 +366,10 @@ class LoopLagMonitor:
                 out.long_stalls += zip(b.long[::2], b.long[1::2], strict=True)
         return out
 
-    def client_bound_reason(self, start_ns: int, end_ns: int, tbt_ms: float | None) -> str | None:
-        """`bound_reason()` of the window [start_ns, end_ns] against `tbt_ms`."""
-        return bound_reason(self.delays(start_ns, end_ns), tbt_ms)
+    def client_bound_reason(self, start_ns: int, end_ns: int, tbt_ms: float | None,
+                            stamps: list[FigureBound] | None = None) -> str | None:
+        """`bound_reason()` of the window [start_ns, end_ns]."""
+        return bound_reason(self.delays(start_ns, end_ns), tbt_ms, stamps)
 
     def load(self, start_ns: int, end_ns: int) -> ClientLoad:
         """The figures of the bins overlapping [start_ns, end_ns] (monotonic ns)."""

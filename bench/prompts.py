@@ -95,10 +95,10 @@ class PromptFactory:
             )
         return resp
 
-    def _tokenize(self, body: dict) -> dict | None:
+    def _tokenize(self, body: dict, doing: str = "sizing a prompt") -> dict | None:
         """The /tokenize answer as a JSON object; None if the server has no
         such endpoint (404 on the first call: sizing falls back to usage)."""
-        resp = self._post("/tokenize", body, "sizing a prompt")
+        resp = self._post("/tokenize", body, doing)
         if resp.status_code in ABSENT and not self._tokenize_seen:
             self._counter = None
             return None
@@ -127,6 +127,32 @@ class PromptFactory:
             raise ServerError(f"/tokenize: {n} tokens for a {words}-word text is not plausible "
                               f"(expected {max(1, low)} to {high}); cannot size prompts")
         return n
+
+    @property
+    def can_tokenize(self) -> bool:
+        """Whether the server has a tokenize endpoint (as far as known yet)."""
+        return self._counter is not None
+
+    def count_output(self, text: str) -> int | None:
+        """Tokens of streamed output text by the server's tokenizer: the bare
+        text, no chat template, no special tokens (a BOS would add one to each
+        request). None if the server has no tokenize endpoint. Blocking: for
+        after a cell's window, never inside it."""
+        doing = "counting a stream's tokens"
+        if self._counter is None:
+            return None
+        if self.info.tokenize == "llama.cpp":  # /tokenize adds no special tokens unless asked
+            return self._llamacpp_tokens(text, doing)
+        data = self._tokenize({"model": self.info.model, "prompt": text,
+                               "add_special_tokens": False}, doing)
+        try:
+            return None if data is None else integer(data.get("count"), "/tokenize", "count")
+        except BadAnswer as exc:
+            raise ServerError(str(exc)) from None
+
+    def short(self, tag: str, words: int = 32) -> Prompt:
+        """A short prompt with its own tag, for a request that is not measured."""
+        return Prompt(f"[{self.run_tag} {tag}] " + filler(words, f"{self.run_tag}-{tag}"), None)
 
     def _pick_counter(self) -> Callable[[str], int | None] | None:
         if self.info.tokenize == "vllm":
@@ -157,8 +183,8 @@ class PromptFactory:
             self._overhead = (usage - bare) if usage is not None else 0
         return n + self._overhead
 
-    def _llamacpp_tokens(self, text: str) -> int | None:
-        data = self._tokenize({"content": text})
+    def _llamacpp_tokens(self, text: str, doing: str = "sizing a prompt") -> int | None:
+        data = self._tokenize({"content": text}, doing)
         if data is None:
             return None
         tokens = data.get("tokens")

@@ -1,8 +1,10 @@
 """One request's raw record, and the judgement of a finished cell (pure).
 
 A cell's status is decided from the same functions the site builder uses
-to compute its numbers (`rundir.metrics`), so the collector and the page
-can never disagree about what the raw data says.
+to compute its numbers (`rundir.metrics`, `rundir.decode_checks`), so the
+collector and the page can never disagree about what the raw data says.
+A chunk count nothing in the stream confirmed is checked once more after
+the window (`CountCheck`, made by bench.cells) and can only demote the cell.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from bench.stream import StreamResult
 from rundir import decode_checks, metrics
 from rundir.contract import (
     COUNT_CHUNKS,
+    COUNT_CHUNKS_TOKENIZED,
+    COUNT_CHUNKS_UNVERIFIED,
+    COUNT_CHUNKS_USAGE,
     COUNT_USAGE_CONTINUOUS,
     ERROR,
     LOOPED,
@@ -40,7 +45,14 @@ CONTEXT_REFUSED_MARKERS = (
     "kv cache",
     "kv-cache",
 )
-USAGE_MISMATCH_TOLERANCE = 0.005
+USAGE_MISMATCH_TOLERANCE = decode_checks.COUNT_TOLERANCE
+# Re-tokenizing streamed text is not exactly the generated count (tokens merge
+# differently at chunk and request boundaries, special tokens are dropped): a
+# cell's tokenized total may differ from its chunk count by this share, or by
+# TOKENIZED_SLACK tokens per request, whichever is larger. Two tokens in one
+# chunk anywhere near half the time is far outside it.
+TOKENIZED_TOLERANCE = 0.10
+TOKENIZED_SLACK = 2
 
 
 @dataclass
@@ -65,11 +77,16 @@ class RequestRecord:
     counting: str = COUNT_CHUNKS
     final_usage_tokens: int | None = None
     status: int = 0
+    # Not stored: what the judge and the count check need beyond requests.parquet.
+    max_tokens: int | None = None
+    ignore_eos: bool = False
+    text: str | None = None  # the whole streamed text of a chunk-counted stream
 
     @classmethod
     def from_stream(
         cls, key: tuple[str, int, int], request_id: str, purpose: str, index: int,
         result: StreamResult, parsed: ParsedStream, redact: Callable[[str], str],
+        ignore_eos: bool = False,
     ) -> RequestRecord:
         """The record of a finished stream from what the stream parser made of
         its events (`bench.chunks.StreamParser`, fed in slices by the caller).
@@ -89,7 +106,8 @@ class RequestRecord:
             chunk_ns=parsed.chunk_ns, chunk_tokens=parsed.chunk_tokens,
             content_tail=parsed.content or None, reasoning_tail=parsed.reasoning or None,
             counting=parsed.counting, final_usage_tokens=parsed.final_usage_tokens,
-            status=result.status,
+            status=result.status, max_tokens=parsed.max_tokens, ignore_eos=ignore_eos,
+            text=parsed.text,
         )
 
     @property
@@ -135,18 +153,88 @@ class Verdict:
 
 
 def counting_of(records: list[RequestRecord]) -> tuple[str, str | None]:
-    """The cell's token-counting method, and a problem with it if any."""
+    """The cell's token-counting method, and a problem with it if any: chunk
+    counts are confirmed by the final usage of requests that completed, and
+    stay `COUNT_CHUNKS_UNVERIFIED` where none did (see `CountCheck`)."""
     if records and all(r.counting == COUNT_USAGE_CONTINUOUS for r in records if r.tokens):
         return COUNT_USAGE_CONTINUOUS, None
+    confirmed = False
     for r in records:
         if r.final_usage_tokens and not r.cancelled and r.tokens:
-            off = abs(r.final_usage_tokens - r.tokens) / r.final_usage_tokens
-            if off > USAGE_MISMATCH_TOLERANCE:
-                return COUNT_CHUNKS, (
-                    f"server sends several tokens per chunk without per-chunk usage "
-                    f"({r.tokens} chunks for {r.final_usage_tokens} tokens): token times unknown"
-                )
-    return COUNT_CHUNKS, None
+            problem = usage_mismatch(r.tokens, r.final_usage_tokens, "")
+            if problem:
+                return COUNT_CHUNKS_UNVERIFIED, problem
+            confirmed = True
+    return (COUNT_CHUNKS_USAGE if confirmed else COUNT_CHUNKS_UNVERIFIED), None
+
+
+def usage_mismatch(chunks: int, usage: int, which: str) -> str | None:
+    """Why `chunks` text chunks cannot be `usage` tokens one each, or None."""
+    if abs(usage - chunks) <= USAGE_MISMATCH_TOLERANCE * usage:
+        return None
+    return (f"server sends several tokens per chunk without per-chunk usage "
+            f"({which}{chunks} chunks for {usage} tokens): token times unknown")
+
+
+@dataclass
+class CountCheck:
+    """How a cell's chunk count was confirmed after its window (`counting`, a
+    contract TOKEN_COUNTING value), or why it was not (`problem`: a
+    contradiction, or nothing that could confirm it)."""
+
+    counting: str
+    problem: str | None = None
+
+
+UNVERIFIABLE = ("token count cannot be verified: the server sent no token usage and "
+                "has no tokenize endpoint, so one token per text chunk is a guess")
+
+
+def tokenized_check(pairs: list[tuple[int, int]]) -> CountCheck:
+    """Compare (chunk count, tokenized count of its text) per request, over the
+    cell: within TOKENIZED_TOLERANCE the count stands, else it is refuted."""
+    chunks = sum(c for c, _ in pairs)
+    tokenized = sum(t for _, t in pairs)
+    allowed = max(TOKENIZED_TOLERANCE * tokenized, TOKENIZED_SLACK * len(pairs))
+    if abs(tokenized - chunks) <= allowed:
+        return CountCheck(COUNT_CHUNKS_TOKENIZED)
+    return CountCheck(COUNT_CHUNKS_UNVERIFIED, (
+        f"the server's /tokenize counts {tokenized} tokens in the text of {len(pairs)} "
+        f"requests streamed in {chunks} chunks ({tokenized / max(chunks, 1):.2f} per chunk; "
+        f"one per chunk allows {TOKENIZED_TOLERANCE:.0%} off) and it sent no token usage: "
+        "several tokens per chunk, token times unknown"))
+
+
+def probe_check(probe: RequestRecord) -> CountCheck:
+    """Confirm one token per chunk by the final usage of a short request sent
+    after the window, for a server with neither per-chunk usage nor /tokenize."""
+    if probe.error:
+        return CountCheck(COUNT_CHUNKS_UNVERIFIED, (
+            f"token count cannot be verified: the check request after the window failed "
+            f"({probe.error})"))
+    if probe.final_usage_tokens is None or not probe.tokens:
+        return CountCheck(COUNT_CHUNKS_UNVERIFIED, UNVERIFIABLE)
+    problem = usage_mismatch(probe.tokens, probe.final_usage_tokens, "check request: ")
+    return CountCheck(COUNT_CHUNKS_UNVERIFIED if problem else COUNT_CHUNKS_USAGE, problem)
+
+
+def with_count(verdict: Verdict, check: CountCheck) -> Verdict:
+    """The verdict once the after-window count check is in: a refuted or
+    unconfirmed count turns a cell with numbers into an Error naming why."""
+    verdict.counting = check.counting
+    if check.problem and verdict.status in (VALID, REQUESTS_QUEUED):
+        verdict.status = ERROR
+        verdict.reason = "; ".join(filter(None, [check.problem, verdict.reason]))
+    return verdict
+
+
+def finish_facts(records: list[RequestRecord]) -> tuple[list[str | None], np.ndarray, np.ndarray]:
+    """(finish reasons, token counts, completed mask) of records, for the finish checks."""
+    finish = [r.finish_reason for r in records]
+    tokens = np.array([r.tokens for r in records], dtype=np.int64)
+    completed = np.array([not r.cancelled and not r.error and r.finish_reason is not None
+                          for r in records], dtype=bool)
+    return finish, tokens, completed
 
 
 ClientCheck = Callable[[float | None], str | None]
@@ -162,10 +250,11 @@ def judge_decode(
     `table`: the records as `records_table` rows, when the caller already
     holds them (the cell's outcome carries them on to the store).
 
-    `client_check(tbt_ms)`: why the collector itself could not keep up during
-    the window (None: it could), given the cell's median time between tokens.
-    A client-bound cell skips the consistency check (TCP merges what the
-    client did not read under later stamps); the stall check tells the
+    `client_check(tbt_ms)`: why the collector itself could have moved a
+    published figure during the window (None: it could not), given the
+    cell's median time between tokens; it is asked once. A client-bound
+    cell skips the consistency check (TCP merges what the client did not
+    read under later stamps); the stall check tells the
     client's own silences from the server's by their backlog
     (rundir.decode_checks.stall_problem), so a frozen server is named even
     on a busy host."""
@@ -173,8 +262,8 @@ def judge_decode(
         table = records_table(records)
     verdict = _judge_decode(records, table, concurrency, start_ns, end_ns, server_metrics,
                             client_check or (lambda _tbt: None))
-    if verdict.client_bound is None and client_check is not None:
-        verdict.client_bound = client_check(verdict.figures.tbt_ms if verdict.figures else None)
+    if verdict.figures is None and client_check is not None:  # judged before the figures
+        verdict.client_bound = client_check(None)
     return verdict
 
 
@@ -191,6 +280,11 @@ def _judge_decode(records: list[RequestRecord], table: pa.Table, concurrency: in
         return Verdict(ERROR, f"{failed[0].error}{more}", counting)
     if count_problem:
         return Verdict(ERROR, count_problem, counting)
+    finish, tokens, completed = finish_facts(measured)
+    asked = max((r.max_tokens or 0 for r in measured), default=0) or None
+    early = decode_checks.length_problem(finish, tokens, completed, asked)
+    ignored = any(r.ignore_eos for r in measured)
+    stopped = decode_checks.stop_note(finish, tokens, completed) if ignored else None
     for r in measured:
         for kind, text in (("content", r.content_tail), ("reasoning", r.reasoning_tail)):
             period = detect_repetition(text or "")
@@ -207,7 +301,9 @@ def _judge_decode(records: list[RequestRecord], table: pa.Table, concurrency: in
     bound = client_check(m.tbt_ms)
     act = metrics.window_activity_detail(chunks, server_metrics, start_ns, end_ns)
     notes = [act.coverage.describe(start_ns, end_ns)] if act.coverage and not act.from_server else []
+    notes += [stopped] if stopped else []
     problems = decode_checks.decode_problems(chunks, start_ns, end_ns, m, client_bound=bool(bound))
+    problems = [early, *problems] if early else problems
     if problems:
         return Verdict(ERROR, "; ".join(problems + notes), counting, m, bound)
     if metrics.is_queued(concurrency, act.avg_active, act.max_waiting):

@@ -30,8 +30,11 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+import pyarrow as pa
+
 from bench.monitor import ClientLoad, LoopLagMonitor
 from bench.sse import SseStream, StreamResult
+from bench.stamp_bounds import table_bounds
 
 __all__ = ["SO_TIMESTAMPNS", "StreamClient", "StreamResult"]
 
@@ -263,13 +266,17 @@ class StreamClient:
         self._addrs: list | None = None
         self._active = 0
 
-    def client_bound_reason(self, start_ns: int, end_ns: int, tbt_ms: float | None) -> str | None:
-        """Why this client's delays during [start_ns, end_ns] (monotonic ns)
-        could have moved a published figure of a cell whose median time
-        between tokens is `tbt_ms` (None: none measured) by more than its
-        displayed precision; None when they could not. The rule:
-        bench/monitor.py, `bound_reason`."""
-        return self.monitor.client_bound_reason(start_ns, end_ns, tbt_ms)
+    def client_bound_reason(self, start_ns: int, end_ns: int, tbt_ms: float | None,
+                            requests: pa.Table | None = None) -> str | None:
+        """Why this client could have moved a published figure of the cell
+        measured over [start_ns, end_ns] (monotonic ns) by more than its
+        displayed precision; None when it could not. `requests`: the cell's
+        requests.parquet rows, whose stamps decide when every read carried a
+        kernel stamp; `tbt_ms`: its median time between tokens (None: none
+        measured), for the delay rule otherwise. The rule: bench/monitor.py,
+        `bound_reason`."""
+        stamps = None if requests is None else table_bounds(requests, start_ns, end_ns)
+        return self.monitor.client_bound_reason(start_ns, end_ns, tbt_ms, stamps)
 
     def client_bound(self, start_ns: int, end_ns: int) -> bool:
         """The old fixed-threshold flag (5 ms waits or stalls for 1% of the

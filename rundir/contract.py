@@ -59,9 +59,18 @@ PURPOSES = (PURPOSE_MEASURE, PURPOSE_PREFIX_FILL, PURPOSE_PREFILL)
 
 # How a cell's chunk token counts were obtained. Readers show any other value
 # as it is written (the column is free text), so older run directories stay readable.
+# Without per-chunk usage each text chunk counts one token, a guess until the
+# server confirms it; the value says how it did, or that nothing could.
 COUNT_USAGE_CONTINUOUS = "usage_continuous"  # server's cumulative usage per chunk
-COUNT_CHUNKS = "chunks"  # one token per content chunk (last resort)
-TOKEN_COUNTING = (COUNT_USAGE_CONTINUOUS, COUNT_CHUNKS)
+COUNT_CHUNKS_USAGE = "chunks_usage"  # one per text chunk, agreeing with the server's final usage
+COUNT_CHUNKS_TOKENIZED = "chunks_tokenized"  # ... agreeing with /tokenize of the streamed text
+COUNT_CHUNKS_UNVERIFIED = "chunks_unverified"  # ... confirmed by nothing: never published Valid
+TOKEN_COUNTING = (COUNT_USAGE_CONTINUOUS, COUNT_CHUNKS_USAGE, COUNT_CHUNKS_TOKENIZED,
+                  COUNT_CHUNKS_UNVERIFIED)
+# Written by collectors before the values above (one per text chunk, compared with
+# the final usage of requests that completed, if any): read and shown as written.
+# Also the stream parser's per-request method, before the cell's count is checked.
+COUNT_CHUNKS = "chunks"
 
 SOURCE_MEASURED = "measured"
 SOURCE_IMPORTED = "imported"

@@ -1,16 +1,23 @@
 """Sanity checks of a measured decode cell (pure): is the window's number
-one number, or a frozen server averaged with a running one?
+one number, or a frozen server averaged with a running one? And can the
+server's answers carry a decode figure at all: streams that end 'length'
+before max_tokens, no stream with a second token, a chunk count nothing
+confirmed?
 
 Both halves run them on the same raw data: the collector to judge a cell
 while it runs, the builder so that a run written by an older collector (or
 by hand) cannot publish a figure the checks would have refused. The rules
-are stated in docs/methodology.md ("Stalls and consistency").
+are stated in docs/methodology.md ("Stalls and consistency", "Counting tokens").
 """
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Sequence
 
+import numpy as np
+import pyarrow as pa
+
+from rundir.contract import COUNT_CHUNKS_UNVERIFIED
 from rundir.metrics import Chunks, DecodeMetrics, window_scan
 
 STALL_MIN_NS = 1_000_000_000  # a silence this long is never normal token spacing
@@ -23,6 +30,9 @@ CONSISTENCY_TOLERANCE = 0.25  # |total − per-request × producing| / (per-requ
 # within BACKLOG_SPAN of its end, was not the server's.
 BACKLOG_SHARE = 0.5
 BACKLOG_SPAN_NS = 100_000_000  # (or 10 × the median gap, when that is longer)
+# A request's token count may differ this much from the server's own count of
+# it (its final usage, or max_tokens for a 'length' finish) before it is refused.
+COUNT_TOLERANCE = 0.005
 
 
 def token_gaps_ns(chunks: Chunks, start_ns: int, end_ns: int) -> np.ndarray:
@@ -93,7 +103,7 @@ def consistency_problem(m: DecodeMetrics) -> str | None:
 
 
 def decode_problems(chunks: Chunks, start_ns: int, end_ns: int, m: DecodeMetrics,
-                    client_bound: bool = False) -> list[str]:
+                    client_bound: bool | None = False) -> list[str]:
     """Every reason the cell's figures cannot be published as measured.
 
     The stall check always runs: a silence the collector caused ends in a
@@ -101,7 +111,82 @@ def decode_problems(chunks: Chunks, start_ns: int, end_ns: int, m: DecodeMetrics
     named even when the busy host also flagged the cell client-bound. The
     consistency check is left to that flag: a collector that cannot keep up
     makes TCP merge what waited under later stamps, a skew the server did
-    not cause."""
-    found = [stall_problem(chunks, start_ns, end_ns),
-             None if client_bound else consistency_problem(m)]
+    not cause. `client_bound` None means the flag was never recorded (a
+    collector older than it): whether that collector kept up is unknown, so
+    the consistency check is not run either; the builder refutes a stored
+    status only with checks whose inputs it has, as the collector had them."""
+    unknown = client_bound is None
+    found = [no_decode_problem(m), stall_problem(chunks, start_ns, end_ns),
+             None if unknown or client_bound else consistency_problem(m)]
+    return [p for p in found if p]
+
+
+def no_decode_problem(m: DecodeMetrics) -> str | None:
+    """A decode rate needs a stream with two token chunks inside the window:
+    without one there is no per-request rate or time between tokens, and a
+    total made of first tokens (streams that end after one) is no decode figure."""
+    if m.per_request_tok_s is not None:
+        return None
+    return ("no stream received a second token inside the window: "
+            "no decode rate (per-request tok/s, time between tokens) to publish")
+
+
+def _tokens_span(values: np.ndarray) -> str:
+    lo, hi = int(values.min()), int(values.max())
+    return f"{lo}" if lo == hi else f"{lo} to {hi}"
+
+
+def length_problem(finish: Sequence[str | None], tokens: np.ndarray, completed: np.ndarray,
+                   max_tokens: int | None) -> str | None:
+    """Completed requests that ended 'length' short of max_tokens: the server
+    cannot have reached the limit, so either it stopped for another reason and
+    said 'length', or the tokens were counted wrong (several per chunk)."""
+    if not max_tokens or not len(tokens):
+        return None
+    length = completed & (np.asarray(finish, dtype=object) == "length")
+    early = length & (tokens < max_tokens * (1 - COUNT_TOLERANCE))
+    if not early.any():
+        return None
+    return (f"{int(early.sum())} of {int(completed.sum())} completed requests ended 'length' "
+            f"after {_tokens_span(tokens[early])} of max_tokens {max_tokens} tokens: "
+            "short of max_tokens (a full context per slot, or a wrong count or finish)")
+
+
+def stop_note(finish: Sequence[str | None], tokens: np.ndarray, completed: np.ndarray) -> str | None:
+    """Completed requests that ended 'stop' although ignore_eos was asked: the
+    server ignored it, so streams restart sooner than the cell planned. The
+    tokens they sent are real (the figures stand); the reason says so."""
+    stop = completed & (np.asarray(finish, dtype=object) == "stop")
+    if not stop.any():
+        return None
+    return (f"{int(stop.sum())} of {int(completed.sum())} completed requests ended 'stop' "
+            f"after {_tokens_span(tokens[stop])} tokens although ignore_eos was asked")
+
+
+def counting_problem(token_counting: str | None) -> str | None:
+    """A cell whose chunk count nothing confirmed has no figure to publish
+    (docs/methodology.md, "Counting tokens"); older values are read as written."""
+    if token_counting != COUNT_CHUNKS_UNVERIFIED:
+        return None
+    return ("token count not verified: one token per text chunk, and neither the server's "
+            "usage nor its tokenizer confirmed it")
+
+
+def request_tokens(chunks: Chunks) -> np.ndarray:
+    """Per request, its cumulative token count after its last chunk (0: none)."""
+    off = chunks.starts()
+    out = np.zeros(chunks.n_requests, dtype=np.int64)
+    has = off[1:] > off[:-1]
+    out[has] = chunks.cum[off[1:][has] - 1]
+    return out
+
+
+def stored_problems(requests: pa.Table, chunks: Chunks, completed: np.ndarray,
+                    token_counting: str | None, max_tokens: int | None) -> list[str]:
+    """The count and finish checks the collector ran, from what a run
+    directory stores: a decode cell's measure requests (requests.parquet rows,
+    their `chunks`), its `token_counting`, and run.yaml's max_output_tokens."""
+    finish = requests.column("finish_reason").to_pylist() if len(requests) else []
+    found = [counting_problem(token_counting),
+             length_problem(finish, request_tokens(chunks), completed, max_tokens)]
     return [p for p in found if p]

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir import contract, energy
-from rundir.decode_checks import decode_problems
+from rundir import contract, energy, words
+from rundir.decode_checks import decode_problems, stored_problems
 from rundir.io import RunData, atomic_write_text
 from rundir.metrics import (
     Chunks,
@@ -242,9 +242,22 @@ def _put_energy(cell: CellResult, fig: energy.CellEnergy | None) -> None:
     cell.tok_s_per_kw, cell.throttle = fig.tok_s_per_kw, list(fig.throttle_flags)
 
 
+RECHECK = "the site builder's re-check of the raw data"
+
+
+def recheck_reason(stored: str, problems: list[str], reason: str | None) -> str:
+    """The reason of a cell the builder's re-check demoted: the checks that
+    refuse it first (the Error legend reads the causes from them), then that
+    the collector stored another status, and the collector's own reason."""
+    said = f"; collector's reason: {reason}" if reason else ""
+    label = words.status_label(stored)
+    return f"{'; '.join(problems)} (found by {RECHECK}, stored as {label} by the collector){said}"
+
+
 def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chunks: Chunks,
                  done: np.ndarray, running: Gauge, waiting: Gauge,
-                 details: dict[str, dict[str, Any]], gpu: pa.Table) -> None:
+                 details: dict[str, dict[str, Any]], gpu: pa.Table,
+                 max_tokens: int | None = None) -> None:
     start, end = row.get("window_start_ns"), row.get("window_end_ns")
     if start is None or end is None or end <= start:
         return
@@ -252,12 +265,15 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
     if cell.has_numbers:
         m = decode_metrics(chunks, start, end, done)
         act = window_activity_from_gauge(chunks, waiting, start, end)
-        problems = decode_problems(chunks, start, end, m, client_bound=bool(row.get("client_bound")))
+        # The flag as stored: None (never recorded) is not False (decode_problems).
+        problems = decode_problems(chunks, start, end, m, client_bound=row.get("client_bound"))
+        problems = stored_problems(requests, chunks, done, row.get("token_counting"),
+                                   max_tokens) + problems
         if problems:
             # The raw data refutes the stored status (an older collector, a hand-made
-            # run): publish what the collector now would, an Error naming why.
+            # run): publish what the collector now would, an Error naming the checks.
+            cell.reason = recheck_reason(cell.status, problems, cell.reason)
             cell.status = contract.ERROR
-            cell.reason = "; ".join(filter(None, [cell.reason, *problems]))
         else:
             cell.total_tok_s = m.total_tok_s
             cell.per_request_tok_s = m.per_request_tok_s
@@ -327,7 +343,7 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
         if cell.phase == contract.DECODE:
             idx = groups.get((*key, contract.PURPOSE_MEASURE), empty)
             _decode_cell(cell, row, _rows(small, idx), chunks.subset(idx), done[idx], running,
-                         waiting, details, data.gpu_metrics)
+                         waiting, details, data.gpu_metrics, data.info.parameters.max_output_tokens)
         else:
             idx = groups.get((*key, contract.PURPOSE_PREFILL))
             if idx is None:  # samples taken during another cell (e.g. decode warm-up)

@@ -1,7 +1,10 @@
-"""The client-bound rule (bench/monitor.py `bound_reason`) on constructed delay
-distributions: it fires when the client's delays could move a published
-figure by more than its displayed precision, and stays quiet on waits that
-cannot. No network; one test runs a real event loop blocked on purpose."""
+"""The client-bound rule (bench/monitor.py `bound_reason`). Without kernel
+stamps, the delay rule on constructed delay distributions: it fires when the
+client's waits could move a published figure by more than its displayed
+precision, and stays quiet on waits that cannot. With kernel stamps the
+cell's stamps decide (tests/test_stamp_bounds.py tests them; here, how the
+two combine). No network; one test runs a real event loop blocked on
+purpose. tests/test_client_bound_cli.py runs the real collector."""
 
 from __future__ import annotations
 
@@ -13,19 +16,19 @@ import time
 import numpy as np
 import pytest
 
+from bench import stamp_bounds
 from bench.monitor import (
     LoopLagMonitor,
     WindowDelays,
     bound_reason,
     bucket,
     bucket_range,
+    delay_reason,
     gc_paused,
     total_display_step,
 )
 from bench.stream import StreamClient
-
-MS = 1_000_000
-T0 = 10**12  # a monotonic time far from 0, on a bin boundary
+from tests.test_stamp_bounds import E_NS, MS, S_NS, T0, chunks_of, interior_merges, merge, steady
 
 
 def paced_reads(mon: LoopLagMonitor, start: int, seconds: float, streams: int, tbt_ms: float,
@@ -307,3 +310,49 @@ def test_old_flag_sees_a_blocked_loop() -> None:
 
     bound, reason = asyncio.run(main())
     assert bound and "stalled" in (reason or "")
+
+
+# ---- with kernel stamps: the stamps decide, the delay rule otherwise ----
+
+
+def kernel_stamped_stalls(kernel: bool = True) -> LoopLagMonitor:
+    """The audit's busy host: every read kernel-stamped, the loop stalled 20 ms
+    every 250 ms, tokens 10 ms apart (the stall wait p99 is ~18 ms)."""
+    mon = LoopLagMonitor()
+    paced_reads(mon, T0, 4.0, 8, 10.0, delay_ms=0.3)
+    ticks(mon, T0, 4.0, stall_every_ms=250, stall_ms=20)
+    if not kernel:
+        mon.read(S_NS + 5 * MS, -1, 1)  # one read without a kernel stamp
+    return mon
+
+
+def test_stalls_that_merged_only_interior_tokens_are_not_client_bound() -> None:
+    """The false alarm of issue 18, deterministically: the stalls' p99 wait is
+    past the time between tokens, which the delay rule flags, but with kernel
+    stamps the merges they caused are in the cell's stamps and move no
+    published figure."""
+    delays = kernel_stamped_stalls().delays(S_NS, E_NS)
+    old = delay_reason(delays, 10.0)
+    assert old is not None and old.startswith("event-loop stalls: p99 wait ")
+    assert bound_reason(delays, 10.0, interior_merges()) is None
+    # the same stalls with one merge across the window's end are flagged by it
+    streams, sends = steady()
+    k = next(i for i, (t, _) in enumerate(streams[0]) if t > E_NS)
+    merge(streams[0], k - 1, k)
+    edge = stamp_bounds.figure_bounds(chunks_of(streams, sends), S_NS, E_NS, np.zeros(8, bool))
+    reason = bound_reason(delays, 10.0, edge)
+    assert reason == "late reads: total tok/s could be off by up to 0.5 (shown to 0.1)"
+
+
+def test_without_kernel_stamps_the_delay_rule_still_judges() -> None:
+    """A read stamped when read has an unknown error: the delay rule decides,
+    and what the stamps show is added."""
+    mon = kernel_stamped_stalls(kernel=False)
+    reason = mon.client_bound_reason(S_NS, E_NS, 10.0, interior_merges())
+    assert reason is not None and reason.startswith("event-loop stalls: p99 wait ")
+    quiet = LoopLagMonitor()
+    for t in range(T0, T0 + 4000 * MS, 10 * MS):  # read stamps, a loop keeping up
+        for _ in range(8):
+            quiet.read(t, -1, 1)
+    ticks(quiet, T0, 4.0)
+    assert quiet.client_bound_reason(S_NS, E_NS, 10.0, interior_merges()) is None

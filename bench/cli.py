@@ -18,7 +18,7 @@ from click.core import ParameterSource
 from bench import __version__
 from bench.cells import Settings
 from bench.importer.cli import import_cmd
-from bench.params import BaseUrl, Contexts, Levels, Seconds, Tokens
+from bench.params import ApiKey, BaseUrl, Contexts, Levels, Seconds, Tokens, api_key_problem
 from bench.plan import PlanError
 from bench.progress import Progress
 from bench.redact import redact
@@ -55,7 +55,8 @@ Exit status:
 @main.command("run", help=RUN_HELP)
 @click.option("--base-url", required=True, type=BaseUrl(),
               help="Server URL, e.g. http://127.0.0.1:8000")
-@click.option("--api-key", default=None, help="API key (default: $OPENAI_API_KEY).")
+@click.option("--api-key", default=None, type=ApiKey(),
+              help="API key (default: $OPENAI_API_KEY).")
 @click.option("--model", default=None, help="Served model name (default: the first listed).")
 @click.option("--contexts", default=None, type=Contexts(),
               help="e.g. 8k,16k,32k,max (default: 8K…128K and max).")
@@ -98,6 +99,8 @@ Exit status:
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
 def run_cmd(**kw: Any) -> None:
     api_key = kw["api_key"] or os.environ.get("OPENAI_API_KEY") or None
+    if not kw["api_key"] and api_key and (problem := api_key_problem(api_key)):
+        fail(f"OPENAI_API_KEY (the default of --api-key): {problem}", EXIT_USAGE)
     ctx = click.get_current_context()
     given = {name: value for name, value in kw.items()
              if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,

@@ -10,6 +10,7 @@ a NaN window would be written into run.yaml and an infinite one never ends.
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -111,3 +112,36 @@ class BaseUrl(click.ParamType):
             self.fail(f"expected an http:// or https:// URL with a host, e.g. "
                       f"http://127.0.0.1:8000, got {shown(safe)}", param, ctx)
         return text
+
+
+_CONTROL_NAMES = {"\r": "CR", "\n": "LF", "\t": "a tab", "\0": "NUL", "\x7f": "DEL"}
+
+
+def api_key_problem(key: str) -> str | None:
+    """What is wrong with an API key, never quoting it; None when usable.
+
+    Why: the key travels in an HTTP header, which holds printable ASCII only.
+    A key with CR or LF (pasted with its line end) made every request fail as
+    if no server were there, and a non-ASCII one a traceback; said at the
+    flag, the user learns the real cause."""
+    bad = next((c for c in key if not " " <= c <= "~"), None)
+    if bad is None:
+        return None
+    if unicodedata.category(bad) == "Cc":
+        hint = "; a line end pasted with it?" if bad in "\r\n" else ""
+        what = f"a control character ({_CONTROL_NAMES.get(bad, f'U+{ord(bad):04X}')}{hint})"
+    else:
+        what = "a character outside ASCII"
+    return f"expected printable ASCII characters, got a key holding {what}; the key is not shown"
+
+
+class ApiKey(click.ParamType):
+    """An API key of printable ASCII characters (it travels in an HTTP header)."""
+
+    name = "key"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        problem = api_key_problem(str(value))
+        if problem:
+            self.fail(problem, param, ctx)
+        return str(value)

@@ -12,6 +12,8 @@ Two kinds of rule, applied in this order:
    wherever they appear, even inside a longer word; 4-7 characters only as a
    whole word (so a key "test" does not eat "tested"); shorter ones are not
    searched for (a key "a" would eat prose) and rely on the shapes below.
+   From 4 characters, the value's hex and base64 forms too, wherever they
+   appear, also inside a longer base64 string (`_encoded_forms`).
 2. Shapes: a private-key block; well-known token prefixes (``sk-``, ``hf_``,
    ``ghp_``, ...); the password of a URL; secret flags (``--api-key``,
    ``-k``, ``--key``, ``--token``, ``--password``, ``--hf-token`` and every
@@ -43,8 +45,10 @@ tokens" stays prose.
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -131,23 +135,52 @@ def _mask(value: str) -> str:
 # -- literal secrets -----------------------------------------------------------
 
 
-def _literal_variants(secrets: Iterable[str]) -> list[str]:
-    """The secrets worth searching for, with their URL-encoded forms, longest first."""
-    found: set[str] = set()
+def _encoded_forms(secret: str) -> set[str]:
+    """The secret's bytes as a launch command may carry them encoded
+    (``echo <b64> | base64 -d > /run/k``): hex, lower and upper case; the
+    standard and URL-safe base64 of the secret alone, with and without ``=``
+    padding; and, for each of the three byte alignments the secret can sit at
+    inside a longer encoded string (``base64("Bearer " + KEY)`` holds it at
+    offset 1 of a 3-byte group), the run of base64 characters that its bytes
+    alone decide. The one character at either end of that run that also
+    carries bits of a neighbouring byte stays (at most 4 of the key's bits)."""
+    raw = secret.encode("utf-8")
+    forms = {raw.hex(), raw.hex().upper()}
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        whole = encode(raw).decode("ascii")
+        forms |= {whole, whole.rstrip("=")}
+        for offset in range(3):  # the secret's first byte at this place in a 3-byte group
+            text = encode(bytes(offset) + raw).decode("ascii")
+            first = -(-8 * offset // 6)  # the first character made of its bits only
+            last = 8 * (offset + len(raw)) // 6  # past the last such character
+            forms.add(text[first:last])
+    return {f for f in forms if len(f) >= MIN_SECRET_LEN}
+
+
+@functools.lru_cache(maxsize=64)
+def _variants(secrets: tuple[str, ...]) -> tuple[tuple[str, bool], ...]:
+    """(form, wherever) for every form of the secrets worth searching for,
+    longest first: the secret and its URL-encoding (wherever: from
+    SUBSTRING_SECRET_LEN characters, else as a whole word only), and its
+    encoded forms (always wherever: an encoded key sits inside longer text)."""
+    found: dict[str, bool] = {}
     for secret in secrets:
         if not isinstance(secret, str):
             continue
-        for form in (secret, secret.strip(), quote(secret, safe=""), quote(secret.strip(), safe="")):
-            if len(form) >= MIN_SECRET_LEN:
-                found.add(form)
-    return sorted(found, key=len, reverse=True)
+        for plain in {secret, secret.strip()}:
+            for form in (plain, quote(plain, safe="")):
+                if len(form) >= MIN_SECRET_LEN:
+                    found[form] = found.get(form, False) or len(form) >= SUBSTRING_SECRET_LEN
+            if len(plain) >= MIN_SECRET_LEN:
+                found.update(dict.fromkeys(_encoded_forms(plain), True))
+    return tuple(sorted(found.items(), key=lambda item: len(item[0]), reverse=True))
 
 
 def _replace_literals(text: str, secrets: Iterable[str]) -> str:
-    for secret in _literal_variants(secrets):
+    for secret, wherever in _variants(tuple(secrets)):
         if secret not in text:
             continue
-        if len(secret) >= SUBSTRING_SECRET_LEN:
+        if wherever:
             text = text.replace(secret, REDACTED)
         else:
             text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", REDACTED, text)
@@ -297,6 +330,15 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     for pattern, sub in _RULES:
         text = pattern.sub(sub, text)
     return text
+
+
+def redact_literals(text: str, secrets: Iterable[str]) -> str:
+    """Text with only the literal secrets (and their encoded forms) replaced:
+    for long text no shape can matter in, such as a model's answer, where
+    the shapes would cost ~4 ms per 2 KiB and the literals ~10 µs."""
+    if not text or not isinstance(text, str):
+        return text
+    return _replace_literals(text, secrets)
 
 
 def redact_tree(obj: Any, secrets: Iterable[str] = ()) -> Any:

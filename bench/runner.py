@@ -30,7 +30,7 @@ from bench.plan import Cell, Plan, make_plan
 from bench.progress import Progress
 from bench.prompts import PromptFactory
 from bench.provenance import detect_hardware, local_launch_command
-from bench.redact import is_secret_name, redact, redact_tree, redact_url, url_secrets
+from bench.redact import REDACTED, is_secret_name, redact, redact_tree, redact_url, url_secrets
 from bench.resume import FlagConflict, resumed_inputs
 from bench.sampler import MetricsSampler
 from bench.store import RunStore, clean_stale_temps, session_tag
@@ -143,14 +143,14 @@ def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
     if not plan.cells:
         raise RunError("the plan is empty: no context fits the server's max model length")
     run_dir, run_info = _new_run_info(opts, info, plan, kv_budget, kv_source, clean)
-    store = RunStore(run_dir, run_info, plan.cells)
+    store = RunStore(run_dir, run_info, plan.cells, secrets_of(opts))
     todo = plan.to_run
     if opts.dry_run:
-        progress.show_plan(_shown(info), plan, todo, s, kv_budget, kv_source, run_dir)
+        progress.show_plan(_shown(info, clean), plan, todo, s, kv_budget, kv_source, run_dir)
         return None
     lock = _claim_new(run_dir)  # before the plan is shown: a second writer's one line
     try:
-        progress.show_plan(_shown(info), plan, todo, s, kv_budget, kv_source, run_dir)
+        progress.show_plan(_shown(info, clean), plan, todo, s, kv_budget, kv_source, run_dir)
         try:  # the plan, all pending: a run killed in its first cell can be resumed
             store.flush()
         except (OSError, ContractError) as exc:
@@ -179,7 +179,7 @@ def _claim_new(run_dir: Path) -> RunLock:
 
 def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_source, clean):
     now = dt.datetime.now(dt.UTC)
-    run_id = f"{now:%Y%m%d-%H%M%S}-{slugify(info.model)}-{slugify(info.engine)}"
+    run_id = f"{now:%Y%m%d-%H%M%S}-{slugify(clean(info.model))}-{slugify(clean(info.engine))}"
     run_dir = Path(opts.out) if opts.out else Path("runs") / run_id
     if opts.out:
         run_id = slugify(run_dir.name)
@@ -244,17 +244,20 @@ def _resume(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
 
 
 def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -> RunResult | None:
+    given = dict(opts.given)
+    if given.get("model"):  # compared with run.yaml's served name, which is redacted
+        given["model"] = clean(given["model"])
     try:
         old = read_run_info(run_dir)
-        wanted = resumed_inputs(run_dir, old, opts.given, opts.settings)
+        wanted = resumed_inputs(run_dir, old, given, opts.settings)
     except ContractError as exc:
         raise RunError(f"--resume: {clean(str(exc))}") from None
     except FlagConflict as exc:
         raise FlagError(str(exc)) from None
     if not opts.dry_run:
         clean_stale_temps(run_dir)  # a killed writer's; we hold the lock
-    info = _probe(opts, wanted.model, clean, progress, resuming=run_dir)
-    _same_server(run_dir, old, info)
+    info = _probe(opts, _served_name(opts, wanted.model, clean), clean, progress, resuming=run_dir)
+    _same_server(run_dir, old, info, clean)
     kv_budget, kv_source = wanted.kv_budget, wanted.kv_source
     if kv_budget is None:
         kv_budget, kv_source = info.kv_budget, info.kv_budget_source
@@ -265,7 +268,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
         prefill=bool(wanted.prefill_contexts), prefill_contexts=wanted.prefill_contexts or None,
     )
     try:
-        store = RunStore.resume(run_dir, old)
+        store = RunStore.resume(run_dir, old, secrets_of(opts))
     except ContractError as exc:
         raise RunError(f"--resume: {clean(str(exc))}") from None
     store.add_planned(plan.cells)
@@ -282,7 +285,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
         cell.status, cell.reason = row["status"], row["reason"]
     todo = [c for c in cells if c.status in retry]
     plan.cells = cells
-    progress.show_plan(_shown(info), plan, todo, s, kv_budget, kv_source, run_dir)
+    progress.show_plan(_shown(info, clean), plan, todo, s, kv_budget, kv_source, run_dir)
     if opts.dry_run:
         return None
     if not todo:
@@ -297,12 +300,23 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
     return _measure(opts, info, plan, todo, store, progress, clean, tag)
 
 
-def _same_server(run_dir: Path, old: RunInfo, info: ServerInfo) -> None:
+def _served_name(opts: RunOptions, stored: str | None, clean) -> str | None:
+    """The name to ask the server for: run.yaml's, unless it was redacted (a
+    served name holding the key): then --model's, or None (the first served,
+    checked against run.yaml's by _same_server)."""
+    if not stored or REDACTED not in stored:
+        return stored
+    return opts.model if opts.model and clean(opts.model) == stored else None
+
+
+def _same_server(run_dir: Path, old: RunInfo, info: ServerInfo, clean) -> None:
     """A resumed run measures the same model at the same max model length."""
     shown = redact_url(info.base_url)
-    if old.model.served_name and info.model != old.model.served_name:
-        raise RunError(f"--resume: {run_dir} measured model {old.model.served_name!r}; the "
-                       f"server at {shown} serves {info.model!r}")
+    stored = old.model.served_name
+    if stored and clean(info.model) != clean(stored):
+        hint = " (pass --model with the served name)" if REDACTED in stored else ""
+        raise RunError(f"--resume: {run_dir} measured model {stored!r}; the "
+                       f"server at {shown} serves {info.model!r}{hint}")
     if old.model.max_model_len and info.max_model_len and info.max_model_len != old.model.max_model_len:
         raise RunError(f"--resume: {run_dir} was measured at max model length "
                        f"{old.model.max_model_len:,}; the server at {shown} reports "
@@ -348,9 +362,13 @@ def _probe_when_ready(opts: RunOptions, model: str | None, clean, progress: Prog
             time.sleep(min(SERVER_POLL_S, left))
 
 
-def _shown(info: ServerInfo) -> ServerInfo:
-    """ServerInfo as printed: no password in the URL."""
-    return dataclasses.replace(info, base_url=redact_url(info.base_url))
+def _shown(info: ServerInfo, clean) -> ServerInfo:
+    """ServerInfo as printed: no password in the URL, no secret in the
+    server's own strings (a served model name may hold the key)."""
+    return dataclasses.replace(
+        info, base_url=redact_url(info.base_url), model=clean(info.model),
+        engine=clean(info.engine), version=info.version and clean(info.version),
+        notes=[clean(note) for note in info.notes])
 
 
 def _measure(opts, info, plan, todo, store: RunStore, progress: Progress, clean, tag: str) -> RunResult:

@@ -17,13 +17,23 @@ Files are written in the order superseded, requests, metrics, cells,
 run.yaml: a write that fails part-way (a full disk) leaves at worst rows of
 an attempt that cells.parquet does not claim yet, never a cell claimed
 without its rows.
+
+This is also where the run's secrets are removed from what it writes, once
+for every path a string takes (a served model name holding the key, a
+server's error text, a run card): every string of run.yaml and every string
+column of every table passes `bench.redact.redact` with the run's literal
+secrets; the kept answer tails (model output, 2 KiB each) pass the literal
+secrets only, since the shapes would cost ~4 ms a tail. A cell's raw rows
+are redacted as they enter the store (once; they are rewritten at every
+flush), the other tables as they are written, each distinct string once (a
+gauge table repeats a handful of names and labels).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,6 +42,7 @@ import pyarrow.compute as pc
 
 from bench.cells import CellOutcome
 from bench.plan import Cell
+from bench.redact import redact, redact_literals, redact_tree
 from rundir.contract import (
     CELLS_FILE,
     CELLS_SCHEMA,
@@ -49,16 +60,21 @@ from rundir.io import read_table, write_run_info, write_table
 Key = tuple[str, int, int]
 _OUR_FILES = (RUN_YAML, CELLS_FILE, REQUESTS_FILE, SERVER_METRICS_FILE, SUPERSEDED_REQUESTS_FILE,
               GPU_METRICS_FILE)
+_ANSWER_TEXT = frozenset({"content_tail", "reasoning_tail"})  # literal secrets only
 # rundir.io.atomic_write's temporary names: ".<name>.<random>.tmp"
 _STALE_TMP = re.compile(r"^\.(?:" + "|".join(re.escape(n) for n in _OUR_FILES) + r")\..+\.tmp$")
 
 
 class RunStore:
-    """Cells and raw rows of one run directory, in memory, flushed whole."""
+    """Cells and raw rows of one run directory, in memory, flushed whole;
+    `secrets`: the run's literal secrets, removed from everything written."""
 
-    def __init__(self, run_dir: Path, info: RunInfo, cells: list[Cell]) -> None:
+    def __init__(self, run_dir: Path, info: RunInfo, cells: list[Cell],
+                 secrets: Iterable[str] = ()) -> None:
         self.run_dir = Path(run_dir)
         self.info = info
+        self.secrets = tuple(secrets)
+        self._clean: dict[str, str] = {}  # string -> redacted, for the repeating tables
         self.rows: dict[Key, dict] = {}
         for cell in cells:
             self.rows[cell.key] = _cell_row(cell.key, cell.status, cell.reason)
@@ -70,14 +86,17 @@ class RunStore:
         self.resumed_gpu: pa.Table = empty_table(GPU_METRICS_FILE)  # earlier sessions' telemetry
 
     @classmethod
-    def resume(cls, run_dir: Path, info: RunInfo) -> RunStore:
+    def resume(cls, run_dir: Path, info: RunInfo, secrets: Iterable[str] = ()) -> RunStore:
         """Everything already in run_dir, every cell row and raw row kept as
-        read; ContractError names a file that does not meet the contract."""
-        store = cls(run_dir, info, [])
+        read (raw rows redacted with this session's secrets too); ContractError
+        names a file that does not meet the contract."""
+        store = cls(run_dir, info, [], secrets)
         for row in read_table(store.run_dir, CELLS_FILE).to_pylist():
             store.rows[(row["phase"], row["context"], row["concurrency"])] = row
-        store.requests = read_table(store.run_dir, REQUESTS_FILE, required=False)
-        store.superseded = read_superseded(store.run_dir)
+        store.requests = store._redacted(read_table(store.run_dir, REQUESTS_FILE, required=False))
+        superseded = read_superseded(store.run_dir)
+        store.superseded = store._redacted(superseded)
+        store._superseded_dirty = store.superseded is not superseded  # rewritten only if changed
         store.resumed_metrics = read_table(store.run_dir, SERVER_METRICS_FILE, required=False)
         store.server_metrics = store.resumed_metrics
         store.resumed_gpu = read_table(store.run_dir, GPU_METRICS_FILE, required=False)
@@ -114,7 +133,7 @@ class RunStore:
             self.superseded = _concat(self.superseded, old)
             self._superseded_dirty = True
         if outcome.table is not None and len(outcome.table):
-            self.requests = _concat(self.requests, outcome.table)
+            self.requests = _concat(self.requests, self._redacted(outcome.table))
         self.rows[cell.key] = row
 
     def flush(self, sampled: pa.Table | None = None, gpu: pa.Table | None = None) -> None:
@@ -133,15 +152,37 @@ class RunStore:
         with _naming(self.run_dir / REQUESTS_FILE):
             write_table(self.run_dir, REQUESTS_FILE, self.requests)
         with _naming(self.run_dir / SERVER_METRICS_FILE):
-            write_table(self.run_dir, SERVER_METRICS_FILE, self.server_metrics)
+            write_table(self.run_dir, SERVER_METRICS_FILE, self._redacted(self.server_metrics, True))
         if gpu is not None:
+            gpu = self._redacted(pa.concat_tables([self.resumed_gpu, gpu]), True)
             with _naming(self.run_dir / GPU_METRICS_FILE):
-                write_table(self.run_dir, GPU_METRICS_FILE, pa.concat_tables([self.resumed_gpu, gpu]))
+                write_table(self.run_dir, GPU_METRICS_FILE, gpu)
         cells = pa.Table.from_pylist(list(self.rows.values()), schema=CELLS_SCHEMA)
         with _naming(self.run_dir / CELLS_FILE):
-            write_table(self.run_dir, CELLS_FILE, cells)
+            write_table(self.run_dir, CELLS_FILE, self._redacted(cells, True))
+        info = redact_tree(self.info, self.secrets)  # every string field, the served name too
         with _naming(self.run_dir / RUN_YAML):
-            write_run_info(self.run_dir, self.info)  # last: run.yaml marks a run directory
+            write_run_info(self.run_dir, info)  # last: run.yaml marks a run directory
+
+    def _redacted(self, table: pa.Table, remember: bool = False) -> pa.Table:
+        """table with every string redacted; `remember`: keep each distinct
+        string's result for the next flush (tables whose strings repeat)."""
+        shared = self._clean if remember else {}
+        for i, column in enumerate(table.schema):
+            if not pa.types.is_string(column.type) or not len(table):
+                continue
+            values = pc.unique(table.column(i))
+            texts = values.to_pylist()
+            answer = column.name in _ANSWER_TEXT
+            scrub, memo = (redact_literals, {}) if answer else (redact, shared)
+            for text in texts:
+                if text is not None and text not in memo:
+                    memo[text] = scrub(text, self.secrets)
+            clean = [None if text is None else memo[text] for text in texts]
+            if clean != texts:
+                where = pc.index_in(table.column(i), value_set=values)
+                table = table.set_column(i, column, pc.take(pa.array(clean, column.type), where))
+        return table
 
 
 def read_superseded(run_dir: Path) -> pa.Table:

@@ -11,6 +11,7 @@ import` and `bench run` must write no key anywhere in what they produce.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import namedtuple
 from pathlib import Path
 
@@ -368,6 +369,74 @@ def test_bench_run_card_secrets_reach_no_file_and_no_page(refserver, tmp_path) -
     assert res.returncode == 0, res.stderr[-2000:]
     assert _files_hold(site, (key,)) == []
     assert key not in res.stdout + res.stderr
+
+
+def _run_and_site(srv, key: str, tmp_path: Path, *extra: str) -> tuple[Path, Path, str]:
+    """`bench run` with --api-key key into the default runs/<run id> (named
+    after the served model), then `build-site` over it: (run dir, site,
+    everything both printed)."""
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--api-key", key, *FAST, *extra,
+                  cwd=tmp_path)
+    assert res.returncode in (0, 3), res.stderr[-2000:]
+    printed = res.stdout + res.stderr
+    (out,) = (tmp_path / "runs").iterdir()
+    site = tmp_path / "site"
+    res = run_cli("build-site", "--data", str(out.parent), "--out", str(site))
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out, site, printed + res.stdout + res.stderr
+
+
+def test_served_model_name_holding_the_key_reaches_no_file_page_or_terminal(
+        refserver, tmp_path) -> None:
+    """The audit's case: the served name `m-<key>` reached run.yaml,
+    server_metrics.parquet (its labels) and every page, while the launch
+    command beside it was redacted; the run directory is named after it."""
+    key = "Sv120-served-key-0123456789"
+    srv = refserver(api_key=key, model=f"m-{key}", tokens_per_s=200)
+    out, site, printed = _run_and_site(srv, key, tmp_path)
+    assert key not in printed and f"m-{REDACTED}" in printed
+    assert _files_hold(out, (key,)) == [] and _files_hold(site, (key,)) == []
+    assert key.lower() not in out.name.lower(), out.name
+    run = read_run(out)
+    assert run.info.model.served_name == f"m-{REDACTED}"
+    labels = set(run.server_metrics.column("labels").to_pylist())
+    assert any(f"m-{REDACTED}" in text for text in labels), labels
+
+
+def test_run_whose_served_name_holds_the_key_can_be_resumed(refserver, tmp_path) -> None:
+    """run.yaml keeps `m-<redacted>`: --resume still finds the served model,
+    with --model given as the server names it or without it."""
+    key = "Sv121-resume-key-0123456789"
+    srv = refserver(api_key=key, model=f"m-{key}", tokens_per_s=200)
+    out = tmp_path / "run"
+    base = ["bench", "run", "--base-url", srv.base_url, "--api-key", key]
+    res = run_cli(*base, "--out", str(out), *FAST)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for extra in (["--concurrency", "2"], ["--concurrency", "3", "--model", f"m-{key}"]):
+        res = run_cli(*base, "--resume", str(out), "--warmup-stable", "0.3", *extra)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert key not in res.stdout + res.stderr
+    assert sorted(read_run(out).cells.column("concurrency").to_pylist()) == [1, 2, 3]
+    assert _files_hold(out, (key,)) == []
+
+
+def test_server_answer_text_quoting_the_key_reaches_no_file(refserver, tmp_path) -> None:
+    """A server whose streamed answer holds the key (the kept answer tail,
+    which no earlier step redacts): redacted where the rows enter the run
+    directory."""
+    key = "Sv122-answer-key-0123456789"
+    chunk = {"choices": [{"index": 0, "delta": {"content": f"w1 m-{key} w2 "}}]}
+    body = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n"
+    srv = refserver(endpoint_answers={"/v1/chat/completions": {
+        "status": 200, "body": body, "content_type": "text/event-stream"}})
+    out = tmp_path / "run"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--api-key", key, "--out", str(out),
+                  *FAST, "--warmup-timeout", "2")
+    assert res.returncode in (0, 3), res.stderr[-2000:]
+    assert key not in res.stdout + res.stderr
+    assert _files_hold(out, (key,)) == []
+    tails = {t for t in read_run(out).requests.column("content_tail").to_pylist() if t}
+    assert tails and all(f"m-{REDACTED}" in t for t in tails), tails
 
 
 def test_base_url_password_is_never_printed_or_written(refserver, tmp_path) -> None:

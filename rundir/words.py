@@ -35,10 +35,67 @@ STATUS_NOTES: dict[str, str] = {
     "this measurement.",
     OVER_CAPACITY: "Over capacity: not run because this many requests at this context "
     "would exceed the server's KV cache.",
-    ERROR: "Error: a request failed during the measurement, so no numbers are shown; "
-    "the reason is on the cell's page.",
+    # Only for Error cells that record no reason (imported ones): the others'
+    # note says what their reasons say (error_note).
+    ERROR: "Error: the measurement failed, so no numbers are shown (no reason was recorded).",
     PENDING: "Not measured: the run stopped before this cell was measured.",
 }
+
+# What went wrong, by the words an Error cell's reason uses: the checks' own
+# messages (rundir/decode_checks.py, bench/records.py, bench/chunks.py,
+# bench/cells.py). A reason is several parts joined by "; "; a first part that
+# names none of these is the error the collector kept of a failed request
+# (HTTP status, lost connection, malformed event, stalled stream), and any
+# later one a note (client-bound, gauge coverage, readiness).
+ERROR_CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("the server stalled",), "the server sent no token to any stream for too long inside the window"),
+    (("inconsistent figures",),
+     "total tok/s disagreed with per-request tok/s × the streams receiving tokens"),
+    (("ended 'length'",), "requests ended 'length' before max_tokens"),
+    (("token count", "tokens per chunk", "/tokenize"), "the token counts could not be trusted"),
+    (("no tokens arrived", "no stream received a second token"),
+     "no decode rate was measured inside the window"),
+    (("cold samples",), "too few prefill samples missed the prefix cache"),
+)
+FAILED_REQUEST = "a request failed"
+LEAD_CHARS = 60  # of a failed request's error, in the legend
+
+
+def error_cause(reason: str | None) -> str | None:
+    """What an Error cell's reason says went wrong, in the legend's words
+    (None: no reason recorded)."""
+    if not reason:
+        return None
+    parts = reason.split("; ")
+    for markers, cause in ERROR_CAUSES:
+        if any(m in part for part in parts for m in markers):
+            return cause
+    lead = parts[0].split(": ", 1)[0].split(" (", 1)[0]
+    lead = lead if len(lead) <= LEAD_CHARS else lead[:LEAD_CHARS - 1] + "…"
+    return f"{FAILED_REQUEST}: {lead}"
+
+
+def error_note(reasons: list[str | None], on_pages: bool = True) -> str:
+    """The Error legend for cells with these reasons: each cause they name,
+    with how many cells name it when there are several cells."""
+    causes = [error_cause(r) for r in reasons]
+    if not any(causes):
+        return STATUS_NOTES[ERROR]
+    counts: dict[str, int] = {}
+    for cause in causes:
+        key = cause or "no reason was recorded"
+        counts[key] = counts.get(key, 0) + 1
+    shown = [f"{c} ({n} cell{'s' if n > 1 else ''})" if len(reasons) > 1 else c
+             for c, n in counts.items()]
+    where = " Each cell's page gives its full reason." if on_pages else ""
+    return f"Error: no numbers are shown because {'; '.join(shown)}.{where}"
+
+
+def status_note(status: str, reasons: list[str | None], on_pages: bool = True) -> str | None:
+    """The legend entry for cells of one status (an Error's from their reasons)."""
+    if status == ERROR:
+        return error_note(reasons, on_pages)
+    return STATUS_NOTES.get(status)
 
 
 def status_label(status: str) -> str:

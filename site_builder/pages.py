@@ -152,7 +152,7 @@ class Pages:
                 drillcharts.power_chart(detail),  # runs with GPU telemetry only
             ])
         metrics = self._cell_metrics(cell) if cell.has_numbers else []
-        note = words.STATUS_NOTES.get(cell.status)
+        note = words.status_note(cell.status, [cell.reason], on_pages=False)
         if cell.client_bound:
             note = f"{note} {CLIENT_BOUND_NOTE}" if note else CLIENT_BOUND_NOTE
         return self.r.render(

@@ -239,9 +239,16 @@ class RunView:
         return self.prefill_rows + [x for row in self.matrix for x in row.cells]
 
     def status_notes(self, cells: list[CellResult]) -> list[str]:
-        """The notes explaining each status that appears in cells, in the seeds' order."""
-        present = {x.status for x in cells}
-        return [text for status, text in words.STATUS_NOTES.items() if status in present]
+        """The notes explaining each status that appears in cells, in the seeds'
+        order; the Error note says what those cells' reasons say."""
+        notes = []
+        for status in words.STATUS_NOTES:
+            these = [x for x in cells if x.status == status]
+            if these:
+                note = words.status_note(status, [x.reason for x in these],
+                                         on_pages=any(x.has_detail for x in these))
+                notes += [note] if note else []
+        return notes
 
     @property
     def any_client_bound(self) -> bool:

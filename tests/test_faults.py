@@ -14,12 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from rundir.io import is_run_dir, read_run
+from rundir.io import read_run
 from tests.conftest import REPO, run_cli
 from tests.refserver.harness import refserver_fixture  # noqa: F401
 
 FAST = ["--duration", "2", "--warmup-stable", "0.5", "--no-prefill", "--server-wait", "2",
         "--max-output", "400", "--contexts", "128"]
+# Decode at 50 tok/s: a 400-token stream (FAST) lasts 8 s, longer than readiness and the
+# window together, so no stream ends and restarts inside a window. At 200 tok/s each one
+# did, and a collector starved on a loaded host took over 100 ms to restart it: an
+# average of 0.94 active streams of 1, Requests queued, where a test wanted Valid.
+STEADY = 50
+D2 = ("decode", 128, 2)  # the second cell of a 128 × 1,2(,4) run
 
 
 def start_bench(srv, out: Path, *extra: str) -> subprocess.Popen:
@@ -35,16 +41,6 @@ def start_bench(srv, out: Path, *extra: str) -> subprocess.Popen:
 def cells(run_dir: Path) -> dict[tuple[str, int, int], dict]:
     return {(c["phase"], c["context"], c["concurrency"]): c
             for c in read_run(run_dir).cells.to_pylist()}
-
-
-def wait_for_a_valid_cell(run_dir: Path, timeout: float = 60) -> None:
-    """Until a running collector has stored its first Valid cell. run.yaml is
-    written last on every flush: before it, the directory is not yet a run."""
-    deadline = time.monotonic() + timeout
-    while not (is_run_dir(run_dir) and any(c["status"] == "valid"
-                                           for c in cells(run_dir).values())):
-        assert time.monotonic() < deadline, f"no Valid cell in {run_dir} after {timeout:g} s"
-        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("fault, expect", [
@@ -127,23 +123,29 @@ def test_api_key_never_leaves_the_process(refserver, tmp_path) -> None:
             assert key.encode() not in path.read_bytes(), path
 
 
+# The server exits, as in a crash, once the second cell's first measured stream
+# (its request 3, after two one-token prefix warm-ups) has sent 5 tokens: the cell
+# is streaming and cannot have ended, since it ends only after readiness and a
+# whole window, both counted from every stream's first token.
+DIES_IN_D2 = {"cell": list(D2), "at": 3, "do": "exit", "after_tokens": 5}
+
+
 def test_server_killed_mid_run_keeps_measured_cells(refserver, tmp_path) -> None:
-    srv = refserver(tokens_per_s=200)
+    srv = refserver(tokens_per_s=STEADY, inject=[DIES_IN_D2])
     out = tmp_path / "run"
     proc = start_bench(srv, out, "--concurrency", "1,2,4", "--duration", "3")
-    wait_for_a_valid_cell(out)  # then kill the server mid second cell
-    time.sleep(1.0)
-    srv.kill()
-    _, stderr = proc.communicate(timeout=120)
+    _, stderr = proc.communicate(timeout=300)
+    assert srv.proc.wait(30) == 3  # it died where the test said, not by some other fault
     assert proc.returncode == 1
     assert "Traceback" not in stderr
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: the server at") and "--resume" in last
     got = cells(out)
     assert got[("decode", 128, 1)]["status"] == "valid"
-    assert got[("decode", 128, 2)]["status"] == "error"
+    assert got[D2]["status"] == "error"
     assert got[("decode", 128, 4)]["status"] == "pending"
-    # the server comes back: --resume runs only what is missing or unfinished
+    # the server comes back (its fault does not fire twice: request numbers go on
+    # across a restart): --resume runs only what is missing or unfinished
     srv.restart()
     # R's 3 s windows, not FAST's 2 s: a resumed run keeps its parameters
     res = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(out),
@@ -151,33 +153,54 @@ def test_server_killed_mid_run_keeps_measured_cells(refserver, tmp_path) -> None
     assert res.returncode == 0, res.stderr
     again = cells(out)
     assert again[("decode", 128, 1)] == got[("decode", 128, 1)]  # kept, not re-run
-    assert again[("decode", 128, 2)]["status"] == "valid"  # --retry-errors
+    assert again[D2]["status"] == "valid"  # --retry-errors
     assert again[("decode", 128, 4)]["status"] == "valid"
 
 
 def test_server_restarted_mid_run_goes_on(refserver, tmp_path) -> None:
-    srv = refserver(tokens_per_s=200)
+    """The server dies at the second cell's first measured stream and is
+    started again: that cell is Error, the collector waits for the server
+    (--server-wait) and measures the next cell."""
+    srv = refserver(tokens_per_s=STEADY, inject=[DIES_IN_D2])
     out = tmp_path / "run"
-    proc = start_bench(srv, out, "--concurrency", "1,2", "--duration", "3", "--server-wait", "20")
-    time.sleep(0.5)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (out / "cells.parquet").exists():
-        time.sleep(0.2)
-    time.sleep(2.0)
-    srv.restart()  # kill and start again on the same port
-    _, stderr = proc.communicate(timeout=120)
-    statuses = [c["status"] for c in cells(out).values()]
-    assert proc.returncode == (3 if "error" in statuses else 0), stderr
-    assert "pending" not in statuses
-    assert "valid" in statuses
+    proc = start_bench(srv, out, "--concurrency", "1,2,4", "--server-wait", "300")
+    try:
+        assert srv.proc.wait(300) == 3  # died inside the second cell
+        srv.restart()  # on the same port
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, stderr
+    got = cells(out)
+    assert got[("decode", 128, 1)]["status"] == "valid"
+    assert got[D2]["status"] == "error"
+    assert got[("decode", 128, 4)]["status"] == "valid"
 
 
-def interrupt(proc: subprocess.Popen) -> tuple[str, float]:
-    """Ctrl-C the collector; its stderr and the seconds it took to exit."""
-    sent = time.monotonic()
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "collector bug, not in this file: a decode cell whose streams got no chunk at all "
+    "raises IndexError in bench/stamp_bounds.py _end_bounds (client_bound_reason), a traceback"))
+def test_server_dying_before_a_cells_first_token_is_one_line(refserver, tmp_path) -> None:
+    """The server exits as the second cell's first measured stream arrives,
+    before any stream of that cell has a token."""
+    srv = refserver(tokens_per_s=STEADY, inject=[{"cell": list(D2), "at": 3, "do": "exit"}])
+    out = tmp_path / "run"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST,
+                  "--concurrency", "1,2")
+    assert srv.proc.wait(30) == 3
+    assert "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert res.returncode == 1 and res.stderr.strip().splitlines()[-1].startswith(
+        "error: the server at")
+    assert cells(out)[D2]["status"] == "error"
+
+
+def interrupt(proc: subprocess.Popen) -> str:
+    """Ctrl-C the collector; its stderr. The deadline is generous: each test
+    holds the collector in a phase it could not leave for far longer."""
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
-    return stderr, time.monotonic() - sent
+    _, stderr = proc.communicate(timeout=120)
+    return stderr
 
 
 def waiting(srv) -> float:
@@ -189,41 +212,46 @@ def waiting(srv) -> float:
 
 
 def test_interrupt_keeps_finished_cells_and_resumes(refserver, tmp_path) -> None:
-    srv = refserver(tokens_per_s=200)
+    """Ctrl-C once the server has the second cell's first measured stream,
+    which it holds unanswered: the cell cannot reach readiness (for up to
+    --warmup-timeout 600 s), so the collector is inside it when interrupted,
+    and only stopping at once ends it within the deadline."""
+    srv = refserver(tokens_per_s=STEADY, inject=[{"cell": list(D2), "at": 3, "do": "hold"}])
     out = tmp_path / "run"
-    proc = start_bench(srv, out, "--concurrency", "1,2", "--duration", "3")
-    wait_for_a_valid_cell(out)
-    time.sleep(1.0)  # inside the second cell
-    stderr, took = interrupt(proc)
+    proc = start_bench(srv, out, "--concurrency", "1,2", "--duration", "3",
+                       "--warmup-timeout", "600")
+    srv.wait_arrival(D2, 3)
+    stderr = interrupt(proc)
     assert proc.returncode == 1 and "Traceback" not in stderr, stderr
-    assert took < 15, f"{took:.1f} s to stop after Ctrl-C"
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: interrupted") and f"--resume {out}" in last
     got = cells(out)
     assert got[("decode", 128, 1)]["status"] == "valid"
-    assert got[("decode", 128, 2)]["status"] == "pending"
+    assert got[D2]["status"] == "pending"
     res = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(out),
                   "--warmup-stable", "0.5", "--server-wait", "2")
     assert res.returncode == 0, res.stderr
     again = cells(out)
     assert again[("decode", 128, 1)] == got[("decode", 128, 1)]
-    assert again[("decode", 128, 2)]["status"] == "valid"
+    assert again[D2]["status"] == "valid"
 
 
 def test_interrupt_during_prefix_warmup_stops_at_once(refserver, tmp_path) -> None:
     """Ctrl-C while the cell's prefix warm-ups queue on a busy server: the
     collector stops them and exits; it does not wait for them and then
     start the cell's streams (seen on an H200 whose llama-server stalled)."""
-    srv = refserver(tokens_per_s=200, slots=1, prefill_tok_per_s=20)  # 6.4 s per warm-up
+    # one token a second: a warm-up of 128 tokens takes 128 s, four in a row over 8 minutes,
+    # so only a collector that stops them exits within the deadline
+    srv = refserver(tokens_per_s=200, slots=1, prefill_tok_per_s=1)
     out = tmp_path / "run"
     proc = start_bench(srv, out, "--concurrency", "4")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while waiting(srv) < 3:  # the warm-ups have reached the server: one runs, three queue
+        assert proc.poll() is None, proc.communicate()[1]
         assert time.monotonic() < deadline, "the prefix warm-ups never queued"
-        time.sleep(0.2)
-    stderr, took = interrupt(proc)
+        time.sleep(0.05)
+    stderr = interrupt(proc)
     assert proc.returncode == 1 and "Traceback" not in stderr, stderr
-    assert took < 10, f"{took:.1f} s to stop after Ctrl-C"  # unstopped: ~20 s more
     assert cells(out)[("decode", 128, 4)]["status"] == "pending"
     measured = [r for r in srv.truth(min_records=4) if (r["max_tokens"] or 0) > 1]
     assert not measured, "a measurement stream started after Ctrl-C"

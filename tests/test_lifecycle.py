@@ -16,8 +16,10 @@ import pytest
 
 from rundir.io import read_run
 from tests.conftest import REPO, run_cli
-from tests.refserver.harness import refserver_fixture  # noqa: F401
-from tests.test_faults import FAST, cells, start_bench, wait_for_a_valid_cell
+from tests.refserver.harness import refserver_fixture, release, wait_arrival  # noqa: F401
+from tests.test_faults import D2, FAST, STEADY, cells, start_bench
+
+C1 = ("decode", 128, 1)
 
 
 def last_line(stderr: str) -> str:
@@ -40,10 +42,13 @@ def holder_pid(run_dir: Path, timeout: float = 30) -> int:
 
 
 def test_a_second_writer_is_refused_with_the_holders_pid(refserver, tmp_path) -> None:
-    srv = refserver(tokens_per_s=200)
+    """The first writer is held inside its first cell (the server does not answer
+    its first request until released) while two more writers try the directory."""
+    srv = refserver(tokens_per_s=STEADY, inject=[{"cell": list(C1), "at": 1, "do": "hold"}])
     out = tmp_path / "run"
     first = start_bench(srv, out, "--concurrency", "1,2")
     try:
+        srv.wait_arrival(C1, 1)
         assert holder_pid(out) == first.pid
         for how in ("--out", "--resume"):
             res = run_cli("bench", "run", "--base-url", srv.base_url, how, str(out), *FAST)
@@ -51,7 +56,8 @@ def test_a_second_writer_is_refused_with_the_holders_pid(refserver, tmp_path) ->
             lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
             assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
             assert str(out) in lines[0] and f"pid {first.pid}" in lines[0], lines[0]
-        _, stderr = first.communicate(timeout=120)
+        assert srv.release() == 1
+        _, stderr = first.communicate(timeout=300)
     finally:
         if first.poll() is None:
             first.kill()
@@ -63,10 +69,11 @@ def test_a_second_writer_is_refused_with_the_holders_pid(refserver, tmp_path) ->
 
 
 def test_a_killed_writer_leaves_no_lock_and_its_temp_files_are_cleaned(refserver, tmp_path) -> None:
-    srv = refserver(tokens_per_s=200)
+    # the second cell's first request is held: the writer is inside it, cell 1 stored
+    srv = refserver(tokens_per_s=STEADY, inject=[{"cell": list(D2), "at": 1, "do": "hold"}])
     out = tmp_path / "run"
     proc = start_bench(srv, out, "--concurrency", "1,2", "--duration", "3")
-    wait_for_a_valid_cell(out)
+    srv.wait_arrival(D2, 1)
     proc.kill()  # SIGKILL: no cleanup of any kind
     proc.communicate(timeout=30)
     # what a writer killed inside rundir.io.atomic_write leaves behind
@@ -87,7 +94,7 @@ def test_a_killed_writer_leaves_no_lock_and_its_temp_files_are_cleaned(refserver
 def test_server_dying_between_cells_ends_with_one_line_and_resumes(refserver, tmp_path) -> None:
     """The server exits at the next cell's first /tokenize: once a 100-line
     httpx traceback."""
-    srv = refserver(tokens_per_s=200, exit_on_tokenize_after=2)
+    srv = refserver(tokens_per_s=STEADY, exit_on_tokenize_after=2)
     out = tmp_path / "run"
     res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST,
                   "--concurrency", "1,2")
@@ -122,13 +129,14 @@ class _Url:
         self.base_url = base_url
 
 
-def enospc_driver(base_url: str, disk: str, copy_to: str, result: str) -> None:
+def enospc_driver(base_url: str, arrivals: str, disk: str, copy_to: str, result: str) -> None:
     """Runs in a private mount namespace with a tiny tmpfs at `disk`: start
-    `bench run` there, fill the disk once its first cell is stored, then copy
+    `bench run` there; once the server holds the second cell's first request
+    (the first cell is stored), fill the disk and let the request go; then copy
     what it left to `copy_to` and write its exit status and stderr to `result`."""
     out = Path(disk) / "run"
     proc = start_bench(_Url(base_url), out, "--concurrency", "1,2")
-    wait_for_a_valid_cell(out)
+    wait_arrival(arrivals, D2, 1)
     with open(Path(disk) / "filler", "wb") as fh:
         try:
             while True:
@@ -136,7 +144,8 @@ def enospc_driver(base_url: str, disk: str, copy_to: str, result: str) -> None:
                 fh.flush()
         except OSError:
             pass
-    _, stderr = proc.communicate(timeout=120)
+    assert release(base_url) == 1
+    _, stderr = proc.communicate(timeout=300)
     (Path(disk) / "filler").unlink()
     shutil.copytree(out, copy_to)
     Path(result).write_text(json.dumps({"rc": proc.returncode, "stderr": stderr}))
@@ -155,11 +164,12 @@ def _check_full_disk(out: Path, rc: int, stderr: str) -> None:
 
 @pytest.mark.skipif(not _tmpfs_works(), reason="no unprivileged mount namespace for a tmpfs")
 def test_full_disk_on_a_real_tmpfs(refserver, tmp_path) -> None:
-    srv = refserver(tokens_per_s=200)
+    srv = refserver(tokens_per_s=STEADY, inject=[{"cell": list(D2), "at": 1, "do": "hold"}])
     disk, copy, result = tmp_path / "disk", tmp_path / "copy", tmp_path / "result.json"
     disk.mkdir()
     driver = (f"from tests.test_lifecycle import enospc_driver; "
-              f"enospc_driver({srv.base_url!r}, {str(disk)!r}, {str(copy)!r}, {str(result)!r})")
+              f"enospc_driver({srv.base_url!r}, {str(srv.arrivals_path)!r}, {str(disk)!r}, "
+              f"{str(copy)!r}, {str(result)!r})")
     script = f'mount -t tmpfs -o size=512k tmpfs "{disk}" && exec "{sys.executable}" -c "{driver}"'
     res = subprocess.run(["unshare", "-Urm", "sh", "-c", script], capture_output=True, text=True,
                          timeout=300, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
@@ -194,7 +204,7 @@ main()
 def test_full_disk_injected_write_error(refserver, tmp_path) -> None:
     """The same fault where no tmpfs can be mounted: ENOSPC from the third
     write of requests.parquet."""
-    srv = refserver(tokens_per_s=200)
+    srv = refserver(tokens_per_s=STEADY)
     out = tmp_path / "run"
     res = subprocess.run(
         [sys.executable, "-c", INJECT, "run", "--base-url", srv.base_url, "--out", str(out),
@@ -211,7 +221,7 @@ def test_key_refused_only_by_the_completion_endpoints_stops_at_once(refserver, t
     """llama-server checks the key on completions, not on /v1/models: the probe
     passes, the first completion gets 401. Once every cell ended Error and the
     run exited 0."""
-    srv = refserver(tokens_per_s=200, api_key="right-key-123456", api_key_scope="completions")
+    srv = refserver(tokens_per_s=STEADY, api_key="right-key-123456", api_key_scope="completions")
     out = tmp_path / "run"
     args = ["bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST,
             "--concurrency", "1,2"]
@@ -245,7 +255,7 @@ def test_error_cells_give_exit_status_3_and_a_summary(refserver, tmp_path) -> No
 
 
 def test_a_clean_run_exits_0_with_a_summary(refserver, tmp_path) -> None:
-    srv = refserver(tokens_per_s=200)
+    srv = refserver(tokens_per_s=STEADY)
     out = tmp_path / "run"
     res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST,
                   "--concurrency", "1")
@@ -254,7 +264,7 @@ def test_a_clean_run_exits_0_with_a_summary(refserver, tmp_path) -> None:
 
 
 def test_a_password_in_the_base_url_never_reaches_the_terminal_or_a_file(refserver, tmp_path) -> None:
-    srv = refserver(tokens_per_s=200)
+    srv = refserver(tokens_per_s=STEADY)
     secret = "s3cret-pass-xyz"
     url = srv.base_url.replace("http://", f"http://user:{secret}@")
     out = tmp_path / "run"

@@ -13,6 +13,11 @@
 or, in pytest, the `refserver` fixture (import `refserver_fixture` into the
 test module or a conftest): `srv = refserver(tokens_per_s=200)`; its servers
 are killed at teardown.
+
+A fault or lifecycle test lands in a phase by request count and cell, never
+by sleeping (inject.py): `refserver(inject=[{"cell": ["decode", 128, 2],
+"at": 3, "do": "hold"}])`, then `srv.wait_arrival(("decode", 128, 2), 3)`
+returns once the server has seen that request, and `srv.release()` lets it go.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +65,11 @@ class RefServer:
     def log_path(self) -> Path:
         return self.workdir / "server.log"
 
+    @property
+    def arrivals_path(self) -> Path:
+        """Every completion request at arrival, with its cell and number there (inject.py)."""
+        return self.workdir / "arrivals.jsonl"
+
     # ---- lifecycle -----------------------------------------------------
 
     def _start(self, port: int, timeout: float) -> None:
@@ -69,7 +80,8 @@ class RefServer:
                                                           env.get("PYTHONPATH")]))
         cmd = [sys.executable, "-m", "tests.refserver.server",
                "--scenario", str(self.workdir / "scenario.json"), "--port", str(port),
-               "--truth", str(self.truth_path), "--port-file", str(port_file)]
+               "--truth", str(self.truth_path), "--port-file", str(port_file),
+               "--arrivals", str(self.arrivals_path)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=log,
                                          stderr=subprocess.STDOUT)
@@ -103,7 +115,7 @@ class RefServer:
             self.proc.send_signal(signal.SIGKILL)
         return self.proc.wait()
 
-    def restart(self, timeout: float = 10.0, kill: bool = True) -> None:
+    def restart(self, timeout: float = 30.0, kill: bool = True) -> None:
         """A new process on the same port (state such as the prefix cache is lost;
         the truth log is appended to). Kills the old one first if it runs."""
         self.kill() if kill else self.stop()
@@ -149,8 +161,67 @@ class RefServer:
     def truth_by_id(self, min_records: int = 0) -> dict[str, dict[str, Any]]:
         return {r["request_id"]: r for r in self.truth(min_records)}
 
+    # ---- faults by request count and cell (inject.py) ------------------
 
-def start_refserver(scenario: Scenario, tmp_path: Path | str, timeout: float = 10.0,
+    def arrivals(self) -> list[dict[str, Any]]:
+        """The arrivals log so far (restarts included)."""
+        return read_arrivals(self.arrivals_path)
+
+    def wait_arrival(self, cell: tuple[str, int, int], n: int = 1,
+                     timeout: float = 120.0) -> dict[str, Any]:
+        """The arrival of request `n` of `cell`, once the server has logged it."""
+        return wait_arrival(self.arrivals_path, cell, n, timeout, lambda: self.alive)
+
+    def release(self) -> int:
+        """Let every held request go on (POST /_ref/release); how many were held."""
+        return release(self.base_url)
+
+    def cont(self) -> None:
+        """SIGCONT a server that stopped itself (a "stop" trigger)."""
+        if self.alive:
+            self.proc.send_signal(signal.SIGCONT)
+
+
+def read_arrivals(path: Path | str) -> list[dict[str, Any]]:
+    path = Path(path)
+    out = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass  # a line being written
+    return out
+
+
+def wait_arrival(path: Path | str, cell: tuple[str, int, int], n: int = 1, timeout: float = 120.0,
+                 alive=None) -> dict[str, Any]:
+    """Poll the arrivals log at `path` until request `n` of `cell` is in it. The
+    deadline is generous (it only bounds a broken test); a server that died
+    without logging it fails at once. `alive`: whether the server still runs."""
+    want = [cell[0], int(cell[1]), int(cell[2])]
+    deadline = time.monotonic() + timeout
+    while True:
+        gone = alive is not None and not alive()  # asked first: it may log, then exit
+        seen = read_arrivals(path)
+        for a in seen:
+            if a["cell"] == want and a["n"] == n:
+                return a
+        if gone or time.monotonic() > deadline:
+            last = [(a["cell"], a["n"]) for a in seen[-5:]]
+            raise AssertionError(f"request {n} of cell {tuple(want)} never reached the server"
+                                 f"{' (it exited)' if gone else f' in {timeout:g} s'}; "
+                                 f"last arrivals: {last}")
+        time.sleep(0.02)
+
+
+def release(base_url: str) -> int:
+    """POST /_ref/release: held requests go on; returns how many were held."""
+    req = urllib.request.Request(base_url + "/_ref/release", data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())["released"]
+
+
+def start_refserver(scenario: Scenario, tmp_path: Path | str, timeout: float = 30.0,
                     env: dict[str, str] | None = None) -> RefServer:
     """Start a server process for `scenario`, files under `tmp_path`; returns
     once it listens."""

@@ -40,6 +40,13 @@ The toy model the scenario drives (documented here because tests rely on it):
   wrong cumulative `completion_tokens` in one chunk; a freeze blocks the whole
   server (every stream and endpoint) once. Without `max_tokens` a
   request generates `default_max_tokens`, else max_model_len − prompt tokens.
+- **Cells**: each request is also numbered within the collector's cell its
+  prompt's tag names, and `inject` places a fault at the k-th request of a
+  cell (inject.py): how fault and lifecycle tests land in a phase without
+  waiting by the clock.
+  A request ends with finish_reason "length" at its max_tokens, unless
+  `finish_length_after_tokens` (a lying "length") or `finish_stop_after_tokens`
+  ("stop", as if EOS, ignore_eos or not) ends every request sooner.
 - **Engines**: "vllm" serves /health, /version, /tokenize, /metrics (vLLM
   names; kv_cache_usage_perc is 0 without `kv_budget_tokens`); "llamacpp"
   serves /health, /props, /slots, /tokenize, /metrics (llama.cpp names) and has
@@ -57,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.refserver.answers import check as check_answers
+from tests.refserver.inject import check as check_inject
 
 ENGINES = ("vllm", "generic", "llamacpp")
 USAGE_MODES = ("continuous", "final", "none")
@@ -90,6 +98,10 @@ class Scenario:
     loop_after_tokens: int | None = None
     loop_period: int = 8
     loop_in_reasoning: bool = False
+    # finishes: every request ends after this many tokens (if below its max_tokens)
+    # with finish_reason "length" (impossible: a misreporting server) or "stop"
+    finish_length_after_tokens: int | None = None
+    finish_stop_after_tokens: int | None = None
     # protocol
     usage_mode: str = "continuous"  # "continuous" | "final" | "none"
     role_chunk: str = "start"  # "start": at response start; "first_token": just before it
@@ -130,6 +142,9 @@ class Scenario:
     # llama-server does until its model is loaded.
     loading_answers: int = 0
     exit_on_tokenize_after: int | None = None
+    # faults by request count and cell (inject.py): [{"cell": ["decode", 128, 2], "at": 3,
+    # "do": "hold" | "exit" | "stop" | "freeze" | "refuse" | "mark", ...}, ...]
+    inject: list[dict[str, Any]] | None = None
     # precision: this long before a step the server leaves the event loop's ms-coarse
     # timers for a precise blocking sleep and a final spin (I/O waits meanwhile)
     precise_us: int = 1500
@@ -162,6 +177,8 @@ class Scenario:
              'api_key_scope must be "all" or "completions"')
         answers_problem = check_answers(self.endpoint_answers, self.metrics_delay_s)
         need(answers_problem is None, str(answers_problem))
+        inject_problem = check_inject(self.inject)
+        need(inject_problem is None, str(inject_problem))
 
     # ---- serialisation -------------------------------------------------
 

@@ -31,6 +31,7 @@ from collections import deque
 from http import HTTPStatus
 
 from tests.refserver.answers import override
+from tests.refserver.inject import Injector
 from tests.refserver.scenario import Scenario, message_words, prompt_words, token_ids
 
 mono = time.monotonic_ns
@@ -64,11 +65,13 @@ class Req:
         self.prefix: tuple[str, ...] = ()  # what the prefix cache keys on
         mt = body.get("max_completion_tokens") or body.get("max_tokens")
         self.max_tokens = int(mt) if mt is not None else 0
+        self.end_tokens, self.end_reason = 0, "length"  # when and how it finishes (App.completion)
         self.cid = ("chatcmpl-" if chat else "cmpl-") + rid
         self.created = int(time.time())
         self.state, self.generated, self.step_i, self.ready_ns = WAITING, 0, 0, 0
         self.faulty = self.malformed_sent = self.stalled = self.skewed = False
         self.bad_size_sent = self.bad_size_now = False
+        self.late_fault: dict | None = None  # inject.py: a trigger waiting for its token count
         self.forced_hit, self.report_cached = False, True
         self.text = ["", ""]  # non-stream body: reasoning, content
         self.rec = {"request_id": rid, "index": index,
@@ -106,10 +109,11 @@ class Req:
             msg = {"role": "assistant", "content": content}
             if reasoning:
                 msg["reasoning_content"] = reasoning
-            choice = {"index": 0, "message": msg, "logprobs": None, "finish_reason": "length"}
+            choice = {"index": 0, "message": msg, "logprobs": None,
+                      "finish_reason": self.end_reason}
         else:
             choice = {"index": 0, "text": reasoning + content, "logprobs": None,
-                      "finish_reason": "length"}
+                      "finish_reason": self.end_reason}
         return {"id": self.cid, "object": "chat.completion" if self.chat else "text_completion",
                 "created": self.created, "model": model, "choices": [choice],
                 "usage": self.usage()}
@@ -165,7 +169,10 @@ class Engine:
     def finish(self, r: Req, reason) -> None:
         if r.state == DONE:
             return
-        (self.running if r in self.running else self.waiting).remove(r)
+        if r in self.running:
+            self.running.remove(r)
+        elif r in self.waiting:  # a held request (inject.py) is in neither
+            self.waiting.remove(r)
         r.state = DONE
         r.rec.update(finish_ns=mono(), finish_reason=reason)
         self.log(r.rec)
@@ -232,7 +239,7 @@ class Engine:
                 r.bad_size_now, size = False, self.sc.bad_chunk_size.encode()
             r.rec["chunks"].append([r.conn.send(frame, r.rec, size), n, r.generated])
         for r in batch:
-            if r.state != DONE and r.generated >= r.max_tokens:
+            if r.state != DONE and r.generated >= r.end_tokens:
                 self._complete(r)
         if not any(r.state == DECODE for r in self.running):
             self.next_tick = None
@@ -248,6 +255,10 @@ class Engine:
     def _step(self, r: Req, now: int):
         """Advance r by one step; returns what to write, or None."""
         sc, g, pre = self.sc, r.generated, b""
+        if r.late_fault is not None and g >= r.late_fault["after_tokens"]:
+            hit, r.late_fault = r.late_fault, None
+            r.rec.update(fault=hit["do"], fault_ns=now)
+            Injector.act(hit)  # exit, stop or freeze mid-stream
         if r.faulty and r.stream:
             if sc.reset_after_tokens is not None and g >= sc.reset_after_tokens:
                 r.rec.update(fault="reset", fault_ns=now)
@@ -282,7 +293,7 @@ class Engine:
             self.seen.add(r.prefix)
             if r.stream and r.chat and sc.role_chunk == "first_token":
                 role = self._role(r)
-        n = min(self.pattern[r.step_i % len(self.pattern)], r.max_tokens - g)
+        n = min(self.pattern[r.step_i % len(self.pattern)], r.end_tokens - g)
         r.step_i += 1
         delta = {}
         for k in range(g, g + n):
@@ -294,7 +305,7 @@ class Engine:
             r.text[0] += delta.get("reasoning_content", "")
             r.text[1] += delta.get("content", "")
             return None
-        finish = "length" if r.generated >= r.max_tokens else None
+        finish = r.end_reason if r.generated >= r.end_tokens else None
         usage = r.usage() if self._continuous(r) else None
         if (usage and r.faulty and sc.usage_skew_after_tokens is not None and not r.skewed
                 and r.generated >= sc.usage_skew_after_tokens):
@@ -321,7 +332,7 @@ class Engine:
         else:
             t = r.conn.respond(200, r.body(self.sc.model), rid=r.rid)
             r.rec["chunks"].append([t, r.generated, r.generated])
-        self.finish(r, "length")
+        self.finish(r, r.end_reason)
 
 
 class Conn(asyncio.Protocol):
@@ -433,9 +444,10 @@ class Conn(asyncio.Protocol):
 class App:
     """Routing, admission of completion requests, and the per-engine endpoints."""
 
-    def __init__(self, sc: Scenario, truth_path: str):
+    def __init__(self, sc: Scenario, truth_path: str, arrivals_path: str | None = None):
         self.sc, self.engine = sc, Engine(sc, truth_path)
         self.loading_left = sc.loading_answers
+        self.faults, self.held = Injector(sc.inject, arrivals_path), []
         r = {("GET", "/v1/models"): self.models}
         if sc.engine == "vllm":
             r.update({("GET", "/health"): lambda d: (b"", JSON),
@@ -450,6 +462,8 @@ class App:
         self.routes = r
 
     def dispatch(self, conn: Conn, method, path, headers, body: bytes, recv_ns: int) -> None:
+        if (method, path) == ("POST", "/_ref/release"):  # the test's control, never refused
+            return conn.respond(200, self.release())
         if self.loading_left > 0:  # lifecycle: still loading the model (llama-server's answer)
             self.loading_left -= 1
             return conn.respond(503, error_body("Loading model", "unavailable_error", 503))
@@ -493,8 +507,28 @@ class App:
         r.max_tokens = r.max_tokens or sc.default_max_tokens or max(
             1, sc.max_model_len - r.prompt_tokens)
         r.rec.update(recv_ns=recv_ns, max_tokens=r.max_tokens)
+        cell, n, hit = self.faults.arrive(words, {
+            "request_id": rid, "max_tokens": r.max_tokens, "prompt_tokens": r.prompt_tokens,
+            "recv_ns": recv_ns})
+        r.rec.update(cell=list(cell) if cell else None, cell_n=n)
+        if hit and "after_tokens" in hit:  # fires once it has sent that many tokens
+            r.late_fault, hit = hit, None
+        then = self.faults.act(hit) if hit else None  # exit, stop, freeze: done by now
+        r.end_tokens = r.max_tokens
+        for reason, after in (("stop", sc.finish_stop_after_tokens),
+                              ("length", sc.finish_length_after_tokens)):
+            if after is not None and after < r.end_tokens:
+                r.end_tokens, r.end_reason = after, reason
+        if then == "hold":  # no answer until released or the client goes away
+            conn.req, r.rec["accepted"] = r, True
+            r.rec.update(fault="hold", fault_ns=mono())
+            return self.held.append(r)
         error, need = None, r.prompt_tokens + r.max_tokens
-        if sc.status_every and e.n_requests % sc.status_every["n"] == 0:
+        if then == "refuse":
+            code = hit.get("status", 503)
+            error = code, error_body(f"injected HTTP {code} (refserver)", "injected", code)
+            r.rec["fault"] = "inject"
+        elif sc.status_every and e.n_requests % sc.status_every["n"] == 0:
             code = sc.status_every["code"]
             error = code, error_body(f"injected HTTP {code} (refserver)", "injected", code)
             r.rec["fault"] = "status"
@@ -517,6 +551,14 @@ class App:
             return e.log(r.rec)
         conn.req, r.rec["accepted"] = r, True
         e.start(r)
+
+    def release(self) -> dict:
+        """Start every held request whose client is still there."""
+        held, self.held = self.held, []
+        for r in held:
+            if r.state == WAITING and not r.conn.closed:
+                self.engine.start(r)
+        return {"released": len(held)}
 
     # ---- information endpoints -----------------------------------------
 
@@ -589,7 +631,7 @@ class App:
 
 
 async def serve(args) -> None:
-    app = App(Scenario.load(args.scenario), args.truth)
+    app = App(Scenario.load(args.scenario), args.truth, args.arrivals)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: Conn(app), args.host, args.port,
                                       reuse_address=True, backlog=1024)
@@ -617,6 +659,7 @@ def main(argv=None) -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--truth", required=True, help="truth JSONL, appended to")
     p.add_argument("--port-file", help="written with the bound port once listening")
+    p.add_argument("--arrivals", help="arrivals JSONL (inject.py), appended to and read back")
     p.add_argument("--no-uvloop", action="store_true")
     args = p.parse_args(argv)
     factory = None

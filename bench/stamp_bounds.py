@@ -220,6 +220,8 @@ def _end_bounds(chunks: metrics.Chunks, low: np.ndarray, pos: np.ndarray, a: np.
     earliest arrival and its stamp."""
     off, end = chunks.starts(), chunks.end_ns
     nonempty = off[1:] > off[:-1]
+    if not len(chunks.chunk_ns):  # no stream got a chunk: no stamp to be uncertain about
+        return []
     last_ns = np.where(nonempty, chunks.chunk_ns[np.maximum(off[1:] - 1, 0)], -1)
     ended = done & nonempty & (end >= 0)
     late = np.clip(np.minimum(end, e) - np.maximum(last_ns, s), 0, None)

@@ -86,11 +86,30 @@ def truth_metrics(records: list[dict], page: dict) -> dict:
             gaps.append(span / 1e6 / after)
     grid = np.arange(s, e, 2_000_000)
     active = float(np.mean([true_running(records, int(t)) for t in grid]))
+    transit = sum(in_transit_ns(r, ours[r["request_id"]], s, e) for r in recs) / (e - s)
     completed = sum(1 for r in recs if r["finish_reason"] == "length" and not r["cancelled"]
                     and s <= r["finish_ns"] <= e)
     return dict(total=tokens / ((e - s) / 1e9), per_request=statistics.median(rates),
                 tbt=statistics.median(gaps), ttft=statistics.median(ttfts), active=active,
-                completed=completed, tokens=tokens)
+                completed=completed, tokens=tokens, transit=transit)
+
+
+def in_transit_ns(rec: dict, row: dict, start_ns: int, end_ns: int) -> int:
+    """Time inside the window a request spent between the client and the
+    server: sent but not yet received, finished but not yet seen to end.
+
+    The client counts a request active from its send to its stream's end; the
+    server holds a slot from receipt to finish. The difference is transport
+    and scheduling, which grows on a busy host (each restart adds both ends),
+    so the page's average active may exceed the server's by this much and no
+    more."""
+    def overlap(a: int | None, b: int | None) -> int:
+        if a is None or b is None:
+            return 0
+        return max(0, min(b, end_ns) - max(a, start_ns))
+    last = max((t for t in row["chunk_ns"] or []), default=None)
+    stop = row["end_ns"] if row["end_ns"] is not None else last
+    return overlap(row["send_ns"], rec["slot_ns"]) + overlap(rec["finish_ns"], stop)
 
 
 def assert_close(ours: float, truth: float, what: str, abs_ms: float | None = None) -> None:
@@ -108,7 +127,11 @@ def check_against_truth(srv, run_dir: Path) -> dict:
         assert_close(m.per_request_tok_s, t["per_request"], f"{key} per-request tok/s")
         assert_close(m.tbt_ms, t["tbt"], f"{key} time between tokens", abs_ms=0.5)
         assert_close(m.ttft_ms, t["ttft"], f"{key} TTFT", abs_ms=0.5)
-        assert_close(page["active"], t["active"], f"{key} average active")
+        # transport time counts as active on the client's side, never less
+        assert t["active"] - 0.01 * t["active"] <= page["active"] \
+            <= (t["active"] + t["transit"]) * 1.01, (
+            f"{key} average active: ours {page['active']:.4f}, truth {t['active']:.4f}"
+            f" (+{t['transit']:.4f} in transit)")
         assert m.completed == t["completed"], key
         assert abs(m.output_tokens - t["tokens"]) <= max(2, 0.01 * t["tokens"]), key
     return pages
@@ -125,7 +148,8 @@ def test_steady_decode_matches_truth(refserver, tmp_path) -> None:
                          "--max-output", "300")
     pages = check_against_truth(srv, run_dir)
     assert {p["cell"]["status"] for p in pages.values()} == {"valid"}
-    assert pages[(256, 4)]["m"].total_tok_s == pytest.approx(800, rel=0.05)
+    # restarts inside the window: completions are counted, not only streams
+    assert pages[(256, 1)]["m"].completed >= 1 and pages[(256, 4)]["m"].completed >= 4
 
 
 def test_speculative_chunks_count_every_token(refserver, tmp_path) -> None:
@@ -135,8 +159,11 @@ def test_speculative_chunks_count_every_token(refserver, tmp_path) -> None:
     pages = check_against_truth(srv, run_dir)
     page = pages[(256, 2)]
     assert page["cell"]["token_counting"] == "usage_continuous"
-    # two tokens per step on average: 200 tok/s per stream, TBT 5 ms per token
-    assert page["m"].per_request_tok_s == pytest.approx(200, rel=0.05)
+    # 1, 3, 2 tokens per chunk: two per chunk on average, whatever pace the
+    # host let the server keep (check_against_truth holds the rates to truth)
+    chunks = sum(len(r["chunk_ns"]) for r in page["requests"])
+    tokens = sum(r["chunk_tokens"][-1] for r in page["requests"] if r["chunk_tokens"])
+    assert tokens / chunks == pytest.approx(2, rel=0.02)
 
 
 def test_reasoning_tokens_are_output(refserver, tmp_path) -> None:

@@ -38,7 +38,8 @@ flowing", whatever the host's speed.
 
 Every completion request is logged, at arrival and before any fault acts, as
 one flushed JSON line of the arrivals log: {"cell", "n", "request_id",
-"max_tokens", "prompt_tokens", "recv_ns", "do"}. A test waits on that line
+"max_tokens", "prompt_tokens", "recv_ns", "do"} ("do": the trigger the request
+hit, which with "after_tokens" acts later, or null). A test waits on that line
 (`RefServer.wait_arrival`), not on the clock: a frozen or stopped server
 cannot answer a state endpoint, but its log line is already written.
 """

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import numpy as np
 import pyarrow.compute as pc
 import pytest
 
@@ -76,11 +77,34 @@ def stopped_now_and_then(pid: int, stop_s: float, every_s: float) -> Iterator[No
             os.kill(pid, signal.SIGCONT)
 
 
-def run_stopped(srv, out: Path, stop_s: float, every_s: float, *extra: str) -> None:
+def run_stopped(srv, out: Path, stop_s: float, every_s: float, *extra: str,
+                check: bool = True) -> tuple[int, str]:
     proc = start_bench(srv, out, *CELL, *extra)
     with stopped_now_and_then(proc.pid, stop_s, every_s):
         _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
+    if check:
+        assert proc.returncode == 0, err
+    return proc.returncode, err
+
+
+def server_went_silent(srv, run_dir: Path, limit_s: float) -> bool:
+    """Whether the server's own send log shows a silence longer than limit_s
+    inside a cell's window: the host starved the server itself, which no
+    collector can be blamed or flagged for (the case's premise is gone)."""
+    run = read_run(run_dir)
+    sends: dict[str, list[int]] = {}
+    for rec in srv.truth(min_records=1):
+        sends[rec["request_id"]] = [t for t, n, _ in rec["chunks"] if n > 0]
+    for cell in run.cells.to_pylist():
+        if cell["window_start_ns"] is None:
+            continue
+        s, e = cell["window_start_ns"], cell["window_end_ns"]
+        ids = {r["request_id"] for r in run.requests.to_pylist()
+               if r["concurrency"] == cell["concurrency"]}
+        times = sorted(t for i in ids for t in sends.get(i, []) if s <= t <= e)
+        if max(np.diff([s, *times, e])) > limit_s * 1e9:
+            return True
+    return False
 
 
 def judged_by_stamps_and_sound(srv, run_dir: Path) -> dict[int, dict]:
@@ -152,8 +176,14 @@ def test_a_collector_that_stops_reading_64_streams_is_client_bound(refserver, tm
     flagged.) The cell is flagged, and every figure off the server's log
     is named."""
     srv = refserver(tokens_per_s=100, ttft_ms=20)
-    run_stopped(srv, tmp_path / "run", 0.15, 0.2, "--concurrency", "64", "--max-output", "100")
-    got = judged_by_stamps_and_sound(srv, tmp_path / "run")[64]
+    for attempt in (1, 2):  # again only if the host stopped the server itself
+        out = tmp_path / f"run{attempt}"
+        rc, err = run_stopped(srv, out, 0.15, 0.2, "--concurrency", "64", "--max-output", "100",
+                              check=False)
+        if rc == 0 or not server_went_silent(srv, out, 0.5):
+            break
+    assert rc == 0, err
+    got = judged_by_stamps_and_sound(srv, out)[64]
     reason = got["cell"]["reason"] or ""
     assert got["cell"]["client_bound"], reason
     assert "client-bound: the collector could not keep up (late reads: " in reason

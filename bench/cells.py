@@ -22,11 +22,12 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from bench.chunks import StreamParser
+from bench.engine_profiles import profile_named
 from bench.engines import ServerError, ServerInfo
 from bench.monitor import gc_paused
 from bench.plan import Cell
@@ -101,6 +102,29 @@ class CellOutcome:
             self.table = records_table(self.records)
 
 
+@dataclass
+class _DecodeRun:
+    """What the phases of one decode cell share: the slots' prompts, the
+    records so far, the events that stop the streams, and the window."""
+
+    cell: Cell
+    prompts: list[Prompt]
+    interrupted: asyncio.Event
+    records: list[RequestRecord] = field(default_factory=list)
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)  # the window is over
+    failure: asyncio.Event = field(default_factory=asyncio.Event)  # a measured stream failed
+    live: list = field(default_factory=list)  # per slot: its open stream, once started
+    tasks: list[asyncio.Task] = field(default_factory=list)  # one stream loop per slot
+    parsing: list[asyncio.Task] = field(default_factory=list)  # finished streams being parsed
+    notes: list[str] = field(default_factory=list)  # appended to the cell's reason
+    warmup_s: float | None = None
+    start_ns: int = 0
+    end_ns: int | None = None  # set when the window opens
+
+    def __post_init__(self) -> None:
+        self.live = [None] * self.cell.concurrency
+
+
 class CellRunner:
     """Owns the per-run machinery a cell needs: client, prompts, sampler."""
 
@@ -119,22 +143,20 @@ class CellRunner:
     # -- requests -------------------------------------------------------
     @property
     def ignore_eos(self) -> bool:
-        """Engines known to honour ignore_eos are asked for it (and for usage
-        on every chunk): a stream then runs to max_tokens."""
-        return self.info.engine in ("vllm", "sglang", "llama.cpp")
+        """Whether the engine's profile asks every stream to run to max_tokens."""
+        return profile_named(self.info.engine).ignore_eos
 
     def payload(self, prompt: Prompt, max_tokens: int) -> dict:
-        body: dict = {
+        """A streaming chat request plus the engine profile's extras."""
+        extras = profile_named(self.info.engine)
+        return {
             "model": self.info.model,
             "messages": messages(prompt.text),
             "max_tokens": max_tokens,
             "stream": True,
-            "stream_options": {"include_usage": True},
+            "stream_options": {"include_usage": True, **extras.stream_extras},
+            **extras.body_extras,
         }
-        if self.ignore_eos:
-            body["stream_options"]["continuous_usage_stats"] = True
-            body["ignore_eos"] = True
-        return body
 
     async def send(
         self, cell: Cell, prompt: Prompt, max_tokens: int, purpose: str, index: int,
@@ -220,97 +242,119 @@ class CellRunner:
 
     # -- decode ---------------------------------------------------------
     async def decode(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:
-        s = self.settings
+        run = _DecodeRun(cell, await self._decode_prompts(cell), interrupted)
+        ended = await self._warm_up(run)
+        if ended is not None:
+            return ended
+        await self._start(run)
+        await self._measure(run)
+        if interrupted.is_set():
+            return CellOutcome(run.records, PENDING, "interrupted", (run.start_ns, run.end_ns),
+                               run.warmup_s)
+        return await self._judge(run)
+
+    async def _decode_prompts(self, cell: Cell) -> list[Prompt]:
+        """One prompt per stream slot: variants of one base, so each slot has
+        its own prefix to keep cached."""
         c = cell.concurrency
         base_tag = f"d{cell.context}-c{c}-s0"
         base = await asyncio.to_thread(self.prompts.build, cell.context, base_tag)
-        prompts = [base] + [
+        return [base] + [
             self.prompts.variant(base, base_tag, f"d{cell.context}-c{c}-s{i}") for i in range(1, c)
         ]
-        records: list[RequestRecord] = []
-        # 1. warm each stream's prefix cache.
+
+    async def _warm_up(self, run: _DecodeRun) -> CellOutcome | None:
+        """Warm each stream's prefix cache (one output token per prompt), so
+        the window measures decode and not a cold prefill; the cell's outcome
+        when it ends here (interrupted, refused, failed), else None."""
         fills = await asyncio.gather(
-            *(self.send(cell, p, 1, PURPOSE_PREFIX_FILL, i, interrupted)
-              for i, p in enumerate(prompts))
+            *(self.send(run.cell, p, 1, PURPOSE_PREFIX_FILL, i, run.interrupted)
+              for i, p in enumerate(run.prompts))
         )
-        records.extend(fills)
-        if interrupted.is_set():
-            return CellOutcome(records, PENDING, "interrupted")
+        run.records.extend(fills)
+        if run.interrupted.is_set():
+            return CellOutcome(run.records, PENDING, "interrupted")
         failed = [r for r in fills if r.error]
-        if failed:
-            refused = context_refused(failed[0].error, failed[0].status)
-            status = OVER_CAPACITY if refused else ERROR
-            prefix = "server refused the context: " if refused else "prefix warm-up failed: "
-            return CellOutcome(records, status, prefix + str(failed[0].error))
-        # 2. start C saturating streams and wait until the server runs them all.
-        cancel = asyncio.Event()
-        failure = asyncio.Event()
-        live: list = [None] * c
-        end_ns: int | None = None  # set when the window opens
+        if not failed:
+            return None
+        refused = context_refused(failed[0].error, failed[0].status)
+        status = OVER_CAPACITY if refused else ERROR
+        prefix = "server refused the context: " if refused else "prefix warm-up failed: "
+        return CellOutcome(run.records, status, prefix + str(failed[0].error))
 
-        parsing: list[asyncio.Task] = []
-
-        async def keep(result: StreamResult, rid: str, i: int) -> None:
-            rec = await self._record(cell, rid, PURPOSE_MEASURE, i, result, s.max_output)
-            records.append(rec)
-            if rec.error:
-                failure.set()
-
-        async def stream_loop(i: int) -> None:
-            while not cancel.is_set() and not failure.is_set():
-                if end_ns is not None and time.monotonic_ns() >= end_ns:
-                    return  # a starved event loop sets `cancel` late: start nothing past the window
-                rid, result = await self._post(
-                    prompts[i], s.max_output, cancel,
-                    on_start=lambda proto, i=i: live.__setitem__(i, proto),
-                )
-                # Restart first, parse meanwhile: a failure the transport saw is
-                # known now; one inside the events sets `failure` when parsed.
-                parsing.append(asyncio.create_task(keep(result, rid, i)))
-                if not result.cancelled and (result.error or not result.done):
-                    failure.set()
-                    return
-
+    async def _start(self, run: _DecodeRun) -> None:
+        """Start C saturating streams and wait until the server runs them all."""
         warm_start = time.monotonic()
-        tasks = [asyncio.create_task(stream_loop(i)) for i in range(c)]
-        notes: list[str] = []
-        ready = await self._wait_ready(c, live, failure, interrupted)
-        warmup_s = time.monotonic() - warm_start
-        if not ready and not failure.is_set() and not interrupted.is_set():
-            notes.append(f"readiness not reached in {s.warmup_timeout_s:.0f} s")
-        # 3. the measurement window.
-        start_ns = time.monotonic_ns()
-        end_ns = start_ns + int(s.duration_s * 1e9)
+        run.tasks = [asyncio.create_task(self._stream_loop(run, i))
+                     for i in range(run.cell.concurrency)]
+        ready = await self._wait_ready(run.cell.concurrency, run.live, run.failure, run.interrupted)
+        run.warmup_s = time.monotonic() - warm_start
+        if not ready and not run.failure.is_set() and not run.interrupted.is_set():
+            run.notes.append(f"readiness not reached in {self.settings.warmup_timeout_s:.0f} s")
+
+    async def _stream_loop(self, run: _DecodeRun, i: int) -> None:
+        """Keep stream slot `i` busy: a stream that finishes is restarted at
+        once, until the window ends or any stream fails."""
+        while not run.cancel.is_set() and not run.failure.is_set():
+            if run.end_ns is not None and time.monotonic_ns() >= run.end_ns:
+                return  # a starved event loop sets `cancel` late: start nothing past the window
+            rid, result = await self._post(
+                run.prompts[i], self.settings.max_output, run.cancel,
+                on_start=lambda proto, i=i: run.live.__setitem__(i, proto),
+            )
+            # Restart first, parse meanwhile: a failure the transport saw is
+            # known now; one inside the events sets `failure` when parsed.
+            run.parsing.append(asyncio.create_task(self._keep(run, result, rid, i)))
+            if not result.cancelled and (result.error or not result.done):
+                run.failure.set()
+                return
+
+    async def _keep(self, run: _DecodeRun, result: StreamResult, rid: str, i: int) -> None:
+        rec = await self._record(run.cell, rid, PURPOSE_MEASURE, i, result, self.settings.max_output)
+        run.records.append(rec)
+        if rec.error:
+            run.failure.set()
+
+    async def _measure(self, run: _DecodeRun) -> None:
+        """The measurement window: its full duration unless a stream fails or
+        the run is interrupted; then every stream is cancelled and parsed."""
+        run.start_ns = time.monotonic_ns()
+        run.end_ns = run.start_ns + int(self.settings.duration_s * 1e9)
         with gc_paused():  # a full collection inside the window stalls the loop 8-20 ms
-            if not failure.is_set() and not interrupted.is_set():
-                await self._sleep_until(end_ns, failure, interrupted)
-            cancel.set()
-            await asyncio.gather(*tasks)
-            await asyncio.gather(*parsing)
-        if interrupted.is_set():
-            return CellOutcome(records, PENDING, "interrupted", (start_ns, end_ns), warmup_s)
+            if not run.failure.is_set() and not run.interrupted.is_set():
+                await self._sleep_until(run.end_ns, run.failure, run.interrupted)
+            run.cancel.set()
+            await asyncio.gather(*run.tasks)
+            await asyncio.gather(*run.parsing)
+
+    async def _judge(self, run: _DecodeRun) -> CellOutcome:
+        """Drain the server, then judge the window's records (and, off the
+        clock, check a chunk count no usage confirmed)."""
         if not await self._drain():
-            notes.append(f"the server was still busy {s.drain_timeout_s:.0f} s after the window")
+            run.notes.append(
+                f"the server was still busy {self.settings.drain_timeout_s:.0f} s after the window")
         metrics_table = self.sampler.table() if self.sampler.enabled else None
-        if failure.is_set() and time.monotonic_ns() < end_ns:
+        start_ns, end_ns = run.start_ns, run.end_ns
+        if run.failure.is_set() and time.monotonic_ns() < end_ns:
             end_ns = max(start_ns + 1, min(end_ns, time.monotonic_ns()))
         # Flagged only when the client could have moved a published figure by
         # more than its displayed precision: judged on the cell's own stamps
         # (bench/monitor.py, bench/stamp_bounds.py).
+        records = run.records
         table = records_table(records)
         verdict: Verdict = judge_decode(
-            records, c, start_ns, end_ns, metrics_table,
+            records, run.cell.concurrency, start_ns, end_ns, metrics_table,
             lambda tbt_ms: self.client.client_bound_reason(start_ns, end_ns, tbt_ms, table), table)
         why = verdict.client_bound
         bound = why is not None
         if bound:
-            notes.append(f"client-bound: the collector could not keep up ({why})")
+            run.notes.append(f"client-bound: the collector could not keep up ({why})")
         if verdict.counting == COUNT_CHUNKS_UNVERIFIED and verdict.status in (VALID, REQUESTS_QUEUED):
-            verdict = with_count(verdict, await self._check_count(cell, records))
-        if notes:
-            verdict.reason = "; ".join(filter(None, [verdict.reason, *notes]))
+            verdict = with_count(verdict, await self._check_count(run.cell, records))
+        if run.notes:
+            verdict.reason = "; ".join(filter(None, [verdict.reason, *run.notes]))
         return CellOutcome(
-            records, verdict.status, verdict.reason, (start_ns, end_ns), warmup_s,
+            records, verdict.status, verdict.reason, (start_ns, end_ns), run.warmup_s,
             verdict.counting, bound, verdict.figures, table,
         )
 

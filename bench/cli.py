@@ -22,11 +22,11 @@ from bench.params import ApiKey, BaseUrl, Contexts, Levels, Seconds, Tokens, api
 from bench.plan import PlanError
 from bench.progress import Progress
 from bench.redact import redact
+from bench.runcard import RunCard, read_run_card
 from bench.runner import FlagError, RunError, RunOptions, run_benchmark, secrets_of
 from bench.telemetry import MODES, RATE_HZ
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
 from rundir.contract import ContractError
-from rundir.runcard import read_run_card
 
 EXIT_STOPPED = EXIT_FAILED  # the run stopped early, or could not start
 EXIT_ERROR_CELLS = 3  # the run finished, and some cells ended Error
@@ -117,7 +117,7 @@ def run_cmd(**kw: Any) -> None:
             ttft_timeout_s=kw["ttft_timeout"],
             stable_s=kw["warmup_stable"],
         )
-        card = read_run_card(Path(kw["run_card"])) if kw["run_card"] else {}
+        card = read_run_card(Path(kw["run_card"])) if kw["run_card"] else RunCard()
         opts = RunOptions(
             base_url=kw["base_url"], api_key=api_key, model=kw["model"],
             contexts=kw["contexts"], concurrency=kw["concurrency"],

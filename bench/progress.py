@@ -31,6 +31,7 @@ from rundir.contract import (
     REQUESTS_QUEUED,
     VALID,
 )
+from rundir.statuses import carries_numbers
 from rundir.words import context_label, status_label, tok_s
 
 NOT_RUN_YET = "…"  # the live table's mark for a cell still to run (not a status)
@@ -171,8 +172,8 @@ class Progress:
         """A finished cell: its line of figures (`gpu`, the run's telemetry so
         far, gives J/token); in the matrix its decode total tok/s or its status."""
         text = status_label(outcome.status)
-        if outcome.window and outcome.status in ("valid", "requests_queued") and outcome.figures:
-            text = tok_s(outcome.figures.total_tok_s) + ("*" if outcome.status != "valid" else "")
+        if outcome.window and carries_numbers(outcome.status) and outcome.figures:
+            text = tok_s(outcome.figures.total_tok_s) + ("*" if outcome.status != VALID else "")
         self.results[cell.key] = text
         if self.eta is not None and outcome.status != PENDING:  # interrupted: not a full cell
             self.eta.end(cell)

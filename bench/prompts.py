@@ -19,7 +19,10 @@ from dataclasses import dataclass
 import httpx
 
 from bench.answers import ABSENT, BadAnswer, integer, json_body, show, status_detail, transport
+from bench.auth import bearer_header
+from bench.engine_profiles import DIALECTS, TOKENIZE_PATH
 from bench.engines import ServerError, ServerInfo
+from bench.server_info import key_refused
 
 _WORDS = (
     "time year people way day man thing woman life child world school state family "
@@ -71,12 +74,14 @@ class PromptFactory:
     def __init__(self, info: ServerInfo, api_key: str | None, run_tag: str) -> None:
         self.info = info
         self.run_tag = run_tag
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=info.base_url, headers=headers, timeout=120.0)
+        self.http = httpx.Client(base_url=info.base_url, headers=bearer_header(api_key),
+                                 timeout=120.0)
         self._overhead: int | None = None
         self._words_per_token: float | None = None
         self._tokenize_seen = False  # /tokenize has answered once: it exists
-        self._counter: Callable[[str], int | None] | None = self._pick_counter()
+        self._dialect = DIALECTS.get(info.tokenize) if info.tokenize else None
+        self._counter: Callable[[str], int | None] | None = (
+            None if self._dialect is None else self._count_prompt)
 
     def close(self) -> None:
         self.http.close()
@@ -89,25 +94,24 @@ class PromptFactory:
         except httpx.HTTPError as exc:
             raise ServerError(f"{path}: no answer while {doing} ({transport(exc)})") from None
         if resp.status_code in (401, 403):
-            raise ServerError(
-                f"{path} answered HTTP {resp.status_code}: the API key is wrong or missing "
-                "(pass --api-key or set OPENAI_API_KEY)"
-            )
+            raise key_refused(path, resp.status_code)
         return resp
 
-    def _tokenize(self, body: dict, doing: str = "sizing a prompt") -> dict | None:
-        """The /tokenize answer as a JSON object; None if the server has no
-        such endpoint (404 on the first call: sizing falls back to usage)."""
-        resp = self._post("/tokenize", body, doing)
+    def _tokenize(self, body: dict, doing: str = "sizing a prompt") -> int | None:
+        """The token count in the /tokenize answer to `body`; None if the
+        server has no such endpoint (404 on the first call: sizing falls
+        back to usage)."""
+        path = TOKENIZE_PATH
+        resp = self._post(path, body, doing)
         if resp.status_code in ABSENT and not self._tokenize_seen:
             self._counter = None
             return None
         if resp.status_code != 200:
-            raise ServerError(f"/tokenize: answered HTTP {resp.status_code}"
+            raise ServerError(f"{path}: answered HTTP {resp.status_code}"
                               f"{status_detail(resp)}, expected 200 with a token count")
         self._tokenize_seen = True
         try:
-            return json_body(resp, "/tokenize")
+            return self._dialect.read(json_body(resp, path))
         except BadAnswer as exc:
             raise ServerError(str(exc)) from None
 
@@ -138,60 +142,31 @@ class PromptFactory:
         text, no chat template, no special tokens (a BOS would add one to each
         request). None if the server has no tokenize endpoint. Blocking: for
         after a cell's window, never inside it."""
-        doing = "counting a stream's tokens"
         if self._counter is None:
             return None
-        if self.info.tokenize == "llama.cpp":  # /tokenize adds no special tokens unless asked
-            return self._llamacpp_tokens(text, doing)
-        data = self._tokenize({"model": self.info.model, "prompt": text,
-                               "add_special_tokens": False}, doing)
-        try:
-            return None if data is None else integer(data.get("count"), "/tokenize", "count")
-        except BadAnswer as exc:
-            raise ServerError(str(exc)) from None
+        return self._tokenize(self._dialect.bare(self.info.model, text),
+                              "counting a stream's tokens")
 
     def short(self, tag: str, words: int = 32) -> Prompt:
         """A short prompt with its own tag, for a request that is not measured."""
         return Prompt(f"[{self.run_tag} {tag}] " + filler(words, f"{self.run_tag}-{tag}"), None)
 
-    def _pick_counter(self) -> Callable[[str], int | None] | None:
-        if self.info.tokenize == "vllm":
-            return self._count_vllm
-        if self.info.tokenize == "llama.cpp":
-            return self._count_llamacpp
-        return None
-
-    def _count_vllm(self, text: str) -> int | None:
-        data = self._tokenize({"model": self.info.model, "messages": messages(text)})
-        if data is None:
-            return None
-        try:
-            return integer(data.get("count"), "/tokenize", "count")
-        except BadAnswer as exc:
-            raise ServerError(str(exc)) from None
-
-    def _count_llamacpp(self, text: str) -> int | None:
-        n = self._llamacpp_tokens(text)
+    def _count_prompt(self, text: str) -> int | None:
+        """A chat prompt's tokens: counted with its template where the dialect
+        can, else the bare text's count plus the template's own tokens,
+        measured once (usage of a short text minus its bare count)."""
+        model, dialect = self.info.model, self._dialect
+        if dialect.chat is not None:
+            return self._tokenize(dialect.chat(model, text))
+        n = self._tokenize(dialect.bare(model, text))
         if n is None:
             return None
         if self._overhead is None:
-            # The chat template's own tokens, which /tokenize of the bare text
-            # does not count: measured once, on a short text that fits any context.
-            sample = filler(32, f"{self.run_tag}-overhead")
-            bare = self._llamacpp_tokens(sample) or 0
+            sample = filler(32, f"{self.run_tag}-overhead")  # fits any context
+            bare = self._tokenize(dialect.bare(model, sample)) or 0
             usage = self.usage_prompt_tokens(sample)
             self._overhead = (usage - bare) if usage is not None else 0
         return n + self._overhead
-
-    def _llamacpp_tokens(self, text: str, doing: str = "sizing a prompt") -> int | None:
-        data = self._tokenize({"content": text}, doing)
-        if data is None:
-            return None
-        tokens = data.get("tokens")
-        if not isinstance(tokens, list):
-            raise ServerError(f"/tokenize: field tokens: expected a list of tokens, "
-                              f"got {show(tokens)}")
-        return len(tokens)
 
     def usage_prompt_tokens(self, text: str) -> int | None:
         """Prompt tokens as the server counts them in a real request; None if

@@ -39,7 +39,3 @@ def detect_repetition(text: str) -> int | None:
             return p
     return None
 
-
-def is_repeating(text: str) -> bool:
-    """Whether the tail repeats (the cell would be marked looped)."""
-    return detect_repetition(text) is not None

@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import yaml
 
 from bench import __version__
-from bench.cells import CellRunner, Settings
+from bench.cells import CellOutcome, CellRunner, Settings
 from bench.engines import ServerError, ServerInfo, ServerNotReady, probe_server
 from bench.lock import LOCK_FILE, LockHeld, RunLock
 from bench.plan import Cell, Plan, make_plan
@@ -32,6 +31,7 @@ from bench.prompts import PromptFactory
 from bench.provenance import detect_hardware, local_launch_command
 from bench.redact import REDACTED, is_secret_name, redact, redact_tree, redact_url, url_secrets
 from bench.resume import FlagConflict, resumed_inputs
+from bench.runcard import RunCard
 from bench.sampler import MetricsSampler
 from bench.store import RunStore, clean_stale_temps, session_tag
 from bench.stream import StreamClient
@@ -79,7 +79,7 @@ class RunOptions:
     kv_budget: int | None = None
     settings: Settings = field(default_factory=Settings)
     launch_command: str | None = None
-    run_card: dict = field(default_factory=dict)
+    run_card: RunCard = field(default_factory=RunCard)
     resume: Path | None = None
     retry_errors: bool = False
     dry_run: bool = False
@@ -185,21 +185,18 @@ def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_
         run_id = slugify(run_dir.name)
     secrets = secrets_of(opts)
     card = redact_tree(opts.run_card, secrets)  # every field, not only the free-text ones
-    hardware = detect_hardware()
-    for key, value in (card.get("hardware") or {}).items():
-        setattr(hardware, key, value)
-    engine = Engine(name=info.engine, version=info.version, commit=info.commit, backend=info.backend)
-    for key, value in (card.get("engine") or {}).items():
-        setattr(engine, key, value)
-    model = Model(served_name=info.model, max_model_len=info.max_model_len)
-    for key, value in (card.get("model") or {}).items():
-        setattr(model, key, value)
+    # The card was checked as it was read; what the collector detected is checked
+    # with the whole run when run.yaml is first written, before any cell is measured.
+    hardware = card.hardware.over(detect_hardware())
+    engine = card.engine.over(Engine(name=info.engine, version=info.version, commit=info.commit,
+                                     backend=info.backend))
+    model = card.model.over(Model(served_name=info.model, max_model_len=info.max_model_len))
     s = opts.settings
-    launch = (opts.launch_command or card.get("launch_command")
+    launch = (opts.launch_command or card.launch_command
               or local_launch_command(info.base_url, secrets))
     run = RunInfo(
         schema_version=SCHEMA_VERSION, run_id=run_id, measured_at=now.isoformat(timespec="seconds"),
-        submitter=card.get("submitter"), hardware=hardware, engine=engine, model=model,
+        submitter=card.submitter, hardware=hardware, engine=engine, model=model,
         parameters=Parameters(
             contexts=plan.contexts, concurrency=plan.concurrency,
             prefill_contexts=plan.prefill_contexts, duration_s=s.duration_s,
@@ -210,13 +207,8 @@ def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_
         clock=Clock(monotonic_anchor_ns=time.monotonic_ns(), wall_anchor_ns=time.time_ns()),
         kv_budget=KvBudget(tokens=kv_budget, source=kv_source),
         launch_command=clean(launch) if launch else None,
-        notes=clean(str(card.get("notes") or "")),
+        notes=clean(card.notes or ""),
     )
-    # Round-trip through the contract so a bad run card fails now, not at read time.
-    try:
-        RunInfo.from_dict(yaml.safe_load(yaml.safe_dump(run.to_dict())), where="--run-card")
-    except (ContractError, yaml.YAMLError) as exc:
-        raise FlagError(clean(str(exc))) from None
     return run_dir, run
 
 
@@ -395,7 +387,6 @@ async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, prog
                  tag: str) -> None:
     s = opts.settings
     url = redact_url(info.base_url)
-    kept = f"measured cells are kept in {store.run_dir}; continue with `--resume {store.run_dir}`"
     client = StreamClient(info.base_url, opts.api_key, s.stall_timeout_s,
                           ttft_timeout_s=s.ttft_timeout_s)
     prompts = PromptFactory(info, opts.api_key, tag)
@@ -421,49 +412,18 @@ async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, prog
     try:
         for cell in todo:
             progress.begin(cell)
-            try:
-                if cell.phase == DECODE:
-                    outcome = await runner.decode(cell, interrupted)
-                else:
-                    outcome = await runner.prefill(cell)
-            except ServerError as exc:  # e.g. /tokenize gone: the server died between cells
-                raise RunError(f"the server at {url} failed before {_label(cell)}: "
-                               f"{clean(str(exc))}; {kept}") from None
-            except (httpx.HTTPError, OSError) as exc:
-                raise RunError(f"the server at {url} stopped answering before {_label(cell)} "
-                               f"({type(exc).__name__}: {clean(str(exc))}); {kept}") from None
-            denied = next((r for r in outcome.records if r.status in AUTH_DENIED), None)
-            if denied is not None:  # /v1/models let us in; the completions do not
-                raise RunError(
-                    f"the API key is wrong or missing: the server at {url} answered HTTP "
-                    f"{denied.status} to the first request of {_label(cell)} (pass --api-key "
-                    f"or set OPENAI_API_KEY); {kept}"
-                )
-            if outcome.status == PENDING:  # interrupted: the cell stays as it was
-                raise RunError(f"interrupted: every finished cell is kept in {store.run_dir}; "
-                               f"continue with --resume {store.run_dir}")
-            if outcome.reason:
-                outcome.reason = clean(outcome.reason)
-            store.record(cell, outcome)
-            gpu = telemetry.table() if telemetry.enabled else None  # saved, and the display's J/token
-            try:
-                store.flush(sampler.table() if sampler.enabled else None, gpu)
-            except (OSError, ContractError) as exc:
-                raise RunError(f"cannot save {_label(cell)}: {_io_reason(exc, store.run_dir)}; "
-                               f"the cells measured before it are kept in {store.run_dir}; "
-                               f"continue with `--resume {store.run_dir}`") from None
-            progress.end(cell, outcome, gpu)
+            outcome = await _run_cell(runner, cell, interrupted, store, clean, url)
+            _save_cell(cell, outcome, store, sampler, telemetry, progress, clean)
             # Collect now and freeze the survivors, so a garbage-collection
             # pass over everything measured so far cannot stall the next window.
             gc.collect()
             gc.freeze()
             if interrupted.is_set():
-                raise RunError(f"interrupted: every finished cell is kept in {store.run_dir}; "
-                               f"continue with --resume {store.run_dir}")
+                raise _interrupted(store)
             if outcome.status == ERROR and not await _server_back(info, opts):
                 raise RunError(
                     f"the server at {url} stopped answering during {_label(cell)} "
-                    f"({outcome.reason}); {kept}"
+                    f"({outcome.reason}); {_kept(store)}"
                 )
     finally:
         loop.remove_signal_handler(signal.SIGINT)
@@ -471,6 +431,58 @@ async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, prog
         telemetry.stop()
         prompts.close()
         progress.stop()
+
+
+async def _run_cell(runner: CellRunner, cell: Cell, interrupted: asyncio.Event, store: RunStore,
+                    clean, url: str) -> CellOutcome:
+    """Measure one cell; a server that fails, refuses the key or an interrupt
+    ends the run here, before anything of the cell is stored."""
+    try:
+        if cell.phase == DECODE:
+            outcome = await runner.decode(cell, interrupted)
+        else:
+            outcome = await runner.prefill(cell)
+    except ServerError as exc:  # e.g. /tokenize gone: the server died between cells
+        raise RunError(f"the server at {url} failed before {_label(cell)}: "
+                       f"{clean(str(exc))}; {_kept(store)}") from None
+    except (httpx.HTTPError, OSError) as exc:
+        raise RunError(f"the server at {url} stopped answering before {_label(cell)} "
+                       f"({type(exc).__name__}: {clean(str(exc))}); {_kept(store)}") from None
+    denied = next((r for r in outcome.records if r.status in AUTH_DENIED), None)
+    if denied is not None:  # /v1/models let us in; the completions do not
+        raise RunError(
+            f"the API key is wrong or missing: the server at {url} answered HTTP "
+            f"{denied.status} to the first request of {_label(cell)} (pass --api-key "
+            f"or set OPENAI_API_KEY); {_kept(store)}"
+        )
+    if outcome.status == PENDING:  # interrupted: the cell stays as it was
+        raise _interrupted(store)
+    return outcome
+
+
+def _save_cell(cell: Cell, outcome: CellOutcome, store: RunStore, sampler: MetricsSampler,
+               telemetry, progress: Progress, clean) -> None:
+    """Store a measured cell and flush the run directory, then show it."""
+    if outcome.reason:
+        outcome.reason = clean(outcome.reason)
+    store.record(cell, outcome)
+    gpu = telemetry.table() if telemetry.enabled else None  # saved, and the display's J/token
+    try:
+        store.flush(sampler.table() if sampler.enabled else None, gpu)
+    except (OSError, ContractError) as exc:
+        raise RunError(f"cannot save {_label(cell)}: {_io_reason(exc, store.run_dir)}; "
+                       f"the cells measured before it are kept in {store.run_dir}; "
+                       f"continue with `--resume {store.run_dir}`") from None
+    progress.end(cell, outcome, gpu)
+
+
+def _kept(store: RunStore) -> str:
+    return f"measured cells are kept in {store.run_dir}; continue with `--resume {store.run_dir}`"
+
+
+def _interrupted(store: RunStore) -> RunError:
+    return RunError(f"interrupted: every finished cell is kept in {store.run_dir}; "
+                    f"continue with --resume {store.run_dir}")
 
 
 async def _server_back(info: ServerInfo, opts: RunOptions) -> bool:

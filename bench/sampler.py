@@ -19,6 +19,7 @@ import time
 import httpx
 import pyarrow as pa
 
+from bench.auth import bearer_header
 from bench.engines import ServerInfo
 from bench.prometheus_text import labels_text, parse_metrics
 from rundir.contract import METRIC_RUNNING, METRIC_WAITING, SERVER_METRICS_SCHEMA
@@ -35,8 +36,8 @@ class MetricsSampler:
         self.info = info
         self.interval_s = interval_s
         self._by_source = {src: name for name, src in info.gauges.items()}
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=info.base_url, headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(base_url=info.base_url, headers=bearer_header(api_key),
+                                  timeout=timeout_s)
         self._rows: dict[str, list] = {k: [] for k in SERVER_METRICS_SCHEMA.names}
         self._latest: dict[str, float] = {}
         self._lock = threading.Lock()

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
+from bench.auth import bearer_header_line
 from bench.monitor import ClientLoad, LoopLagMonitor
 from bench.sse import SseStream, StreamResult
 from bench.stamp_bounds import table_bounds
@@ -256,7 +257,7 @@ class StreamClient:
         self.prefix = parts.path
         https = parts.scheme == "https"
         self.ssl = (ssl_context or ssl.create_default_context()) if https else None
-        self._auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+        self._auth = bearer_header_line(api_key)
         self.stall_timeout_s = stall_timeout_s
         self.ttft_timeout_s = ttft_timeout_s
         self.kernel_stamps = kernel_stamps and SO_TIMESTAMPNS is not None and _ANC_SIZE > 0

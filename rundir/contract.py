@@ -124,7 +124,7 @@ class Model:
     repository_id: str | None = None
     revision: str | None = None
     max_model_len: int | None = None
-    # The base model the site groups runs by (rundir/families.py); optional, added
+    # The base model the site groups runs by (site_builder/families.py); optional, added
     # within schema v1 (older run.yaml without it derive it from the name).
     family: str | None = None
 

@@ -307,24 +307,6 @@ def gauge_series(t_ns: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.n
     return times, sums
 
 
-def gauge_time_mean(times: np.ndarray, values: np.ndarray, start_ns: int, end_ns: int) -> float | None:
-    """Time-weighted mean over [start, end] of a sampled gauge held between samples."""
-    if not len(times):
-        return None
-    before = np.flatnonzero(times <= start_ns)
-    inside = np.flatnonzero((times > start_ns) & (times < end_ns))
-    if not len(before) and not len(inside):
-        return None
-    idx = np.concatenate(([before[-1]] if len(before) else [], inside)).astype(np.int64)
-    t = times[idx].astype(np.int64)
-    t[0] = max(t[0], start_ns)
-    bounds = np.append(t, end_ns)
-    weights = np.diff(bounds).astype(np.float64)
-    if weights.sum() <= 0:
-        return None
-    return float((values[idx] * weights).sum() / weights.sum())
-
-
 def gauge_max_in(times: np.ndarray, values: np.ndarray, start_ns: int, end_ns: int) -> float | None:
     inside = (times >= start_ns) & (times <= end_ns)
     return float(values[inside].max()) if inside.any() else None
@@ -441,14 +423,6 @@ class Activity:
     max_waiting: float | None  # the largest waiting count the server reported in W
     coverage: GaugeCoverage | None  # None: the server has no waiting gauge
     from_server: bool  # in flight − waiting (True) or the client's producing streams
-
-
-def window_activity(
-    chunks: Chunks, server_metrics: pa.Table | None, start_ns: int, end_ns: int
-) -> tuple[float, float | None]:
-    """(average active requests, largest waiting count): see `window_activity_detail`."""
-    a = window_activity_detail(chunks, server_metrics, start_ns, end_ns)
-    return a.avg_active, a.max_waiting
 
 
 def window_activity_detail(

@@ -1,5 +1,6 @@
-"""The words both towers print: status labels and notes, context labels and
-the throughput, TTFT and joules-per-token formats, in the published wording.
+"""The words both towers print: status labels and notes (from the status table,
+rundir/statuses.py), context labels and the throughput, TTFT and
+joules-per-token formats, in the published wording.
 
 The collector's live display and the site builder show the same cells; they
 share these definitions so a cell reads the same in the terminal and on the
@@ -11,35 +12,17 @@ from __future__ import annotations
 
 import math
 
-from rundir.contract import ERROR, LOOPED, OVER_CAPACITY, PENDING, REQUESTS_QUEUED, VALID
+from rundir import statuses
+from rundir.contract import ERROR
 
 MISSING = "—"
 # round_half_up's allowance for binary noise (2.25 is stored as 2.2499999...).
 HALF_UP_NUDGE = 1e-9
 
-STATUS_LABELS: dict[str, str] = {
-    VALID: "Valid",
-    OVER_CAPACITY: "Over capacity",
-    REQUESTS_QUEUED: "Requests queued",
-    LOOPED: "Looped",
-    ERROR: "Error",
-    PENDING: "Not measured",
-}
-
-# The order notes appear in under a table: the published pages' legend order
-# (Requests queued, Looped, Over capacity) and wording.
-STATUS_NOTES: dict[str, str] = {
-    REQUESTS_QUEUED: "Requests queued: the server could not run all requests at once, "
-    "so some waited in a queue.",
-    LOOPED: "Looped: the model kept repeating the same text, so the benchmark discarded "
-    "this measurement.",
-    OVER_CAPACITY: "Over capacity: not run because this many requests at this context "
-    "would exceed the server's KV cache.",
-    # Only for Error cells that record no reason (imported ones): the others'
-    # note says what their reasons say (error_note).
-    ERROR: "Error: the measurement failed, so no numbers are shown (no reason was recorded).",
-    PENDING: "Not measured: the run stopped before this cell was measured.",
-}
+# Labels and legend notes come from the status table (rundir/statuses.py); the
+# notes in the published pages' legend order (Requests queued, Looped, Over capacity).
+STATUS_LABELS: dict[str, str] = {s.code: s.label for s in statuses.TABLE}
+STATUS_NOTES: dict[str, str] = {s.code: s.note for s in statuses.TABLE if s.note}
 
 # What went wrong, by the words an Error cell's reason uses: the checks' own
 # messages (rundir/decode_checks.py, bench/records.py, bench/chunks.py,

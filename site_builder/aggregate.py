@@ -9,7 +9,6 @@ that computes them), so adding one run to a site does not recompute the rest.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
@@ -20,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir import contract, energy, words
+from rundir import contract, energy, statuses, words
 from rundir.decode_checks import decode_problems, stored_problems
 from rundir.io import RunData, atomic_write_text
 from rundir.metrics import (
@@ -33,11 +32,11 @@ from rundir.metrics import (
     summed_gauge,
     window_activity_from_gauge,
 )
-from site_builder import drilldown
+from site_builder import drilldown, fingerprint
 
 CACHE_FORMAT = 3
 # Statuses whose cells get numbers on the pages.
-NUMBER_STATUSES = (contract.VALID, contract.REQUESTS_QUEUED)
+NUMBER_STATUSES = statuses.NUMBER_STATUSES  # the status table (rundir/statuses.py)
 
 
 @dataclass
@@ -369,23 +368,10 @@ def aggregate_run(data: RunData, digest: str = "") -> RunAggregate:
 # cache
 # --------------------------------------------------------------------------
 
-_CODE_FILES = (
-    Path(__file__).with_name("aggregate.py"),
-    Path(__file__).with_name("drilldown.py"),
-    Path(contract.__file__),
-    Path(contract.__file__).with_name("metrics.py"),
-    Path(contract.__file__).with_name("checks.py"),  # a stricter reader must re-judge cached runs
-    Path(contract.__file__).with_name("decode_checks.py"),
-    Path(contract.__file__).with_name("energy.py"),
-)
-
-
 def code_salt() -> str:
-    """A fingerprint of the code that computes aggregates: changing it invalidates the cache."""
-    h = hashlib.sha256(f"format {CACHE_FORMAT}".encode())
-    for path in _CODE_FILES:
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    """A fingerprint of the code that computes aggregates (site_builder.fingerprint's
+    rule: every module of rundir/ and site_builder/): changing it invalidates the cache."""
+    return fingerprint.fingerprint(fingerprint.code_files(), f"format {CACHE_FORMAT}")[:16]
 
 
 class AggregateCache:

@@ -24,8 +24,8 @@ from typing import Any
 import altair as alt
 import vl_convert as vlc
 
-from rundir import contract, words
-from site_builder import formats
+from rundir import contract, statuses, words
+from site_builder import metrictable
 from site_builder.aggregate import CellResult
 
 
@@ -68,9 +68,9 @@ LINE_COLORS = ["#1f77b4", "#d95f02", "#2ca02c", "#d62728", "#7b4fb0", "#8c564b",
 # Heatmap shades: Vega's "blues" scheme live; the fallback mixes these stops of it.
 HEATMAP_SCHEME = "blues"
 BLUES = ["#cfe1f2", "#93c4de", "#4a98c9", "#1764ab", "#0b3d80"]
-# Heatmap fills of cells without numbers, one per status (each also has its text).
-MISSING_FILLS = {contract.OVER_CAPACITY: "#f4c7c3", contract.LOOPED: "#f7dca4", contract.ERROR: "#dcc3e8",
-                 contract.PENDING: "#d0d0d0"}
+# Heatmap fills of cells without numbers, one per status (each also has its text):
+# the status table's colours (rundir/statuses.py), as the tables fill those cells.
+MISSING_FILLS = {code: statuses.BY_CODE[code].fill for code in statuses.HEATMAP_ORDER}
 NO_NUMBERS_FILL = "#f6f8fa"
 NO_NUMBERS = "No numbers"
 QUEUED_LABEL = words.status_label(contract.REQUESTS_QUEUED)
@@ -82,10 +82,8 @@ TIMELINE_STYLE = {"server (waiting)": ("#d95f02", 3.5, "6 3"),
                   "client (streaming)": ("#1f77b4", 2.0, "")}
 # Heatmap cell text in narrow cells (a phone): whole numbers, shorter words.
 NARROW_CELL = 58
-TINY_STATUS = {contract.OVER_CAPACITY: "cap.", contract.LOOPED: "loop", contract.ERROR: "err.",
-               contract.PENDING: "—"}
-SHORT_STATUS = {contract.OVER_CAPACITY: "over cap.", contract.LOOPED: "looped", contract.ERROR: "error",
-                contract.PENDING: "not run"}
+TINY_STATUS = {code: statuses.BY_CODE[code].tiny for code in statuses.HEATMAP_ORDER}
+SHORT_STATUS = {code: statuses.BY_CODE[code].short for code in statuses.HEATMAP_ORDER}
 
 
 @dataclass(frozen=True)
@@ -146,10 +144,7 @@ def cell_rows(cells: list[CellResult], label: str | None = None) -> list[dict[st
                 "total": x.total_tok_s if plot else None,
                 "per_request": x.per_request_tok_s if plot else None,
                 "ttft": x.ttft_ms,
-                "Total tok/s": words.tok_s(x.total_tok_s),
-                "Per request tok/s": words.tok_s(x.per_request_tok_s),
-                "TTFT": words.ttft(x.ttft_ms),
-                "Time between tokens": formats.tbt(x.tbt_ms),
+                **{m.header: m.cell_text(x) for m in metrictable.TOOLTIP},  # tooltip texts
                 "point": QUEUED_LABEL if x.status == contract.REQUESTS_QUEUED else VALID_LABEL,
             }
         )

@@ -10,12 +10,15 @@ variant) and filled with each page's rows and scale domains, since a real
 site has thousands of charts. Rows carry only the fields the encodings use.
 Tooltip text is pre-formatted so a chart never shows a number differently
 from the tables. Axis titles and colours come from `chartkit`'s `Look` of
-each chart, which the fallback reads too.
+each chart, and layout (a line kind's axes, series and legend, the bars' width,
+the heatmap's rows) from the definitions here: the template and the fallback
+both read them, so the two drawings of a chart cannot drift apart.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import altair as alt
@@ -54,13 +57,35 @@ RUN_LEGEND = {"orient": "bottom", "direction": "vertical", "columns": 1,
               "labelLimit": {"expr": "max(120, containerSize()[0] - 60)"}}
 DECODE_TIP = ("Context", "Requests at once", "Total tok/s", "Per request tok/s", "TTFT", "Status")
 _DECODE_KEYS = (*DECODE_TIP, "concurrency", "total")
-# kind: (look, x axis, colour field, order field)
-_LINES: dict[str, tuple[Look, str, str, str]] = {
-    "decode": (chartkit.DECODE, "log2", "Context", "concurrency"),
-    "tradeoff": (chartkit.TRADEOFF, "per_request", "Context", "concurrency"),
-    "runs_decode": (chartkit.RUNS_DECODE, "log2", "run", "concurrency"),
-    "runs_prefill": (chartkit.RUNS_PREFILL, "context", "run", "context"),
-    "runs_single": (chartkit.RUNS_SINGLE, "context", "run", "context"),
+
+
+@dataclass(frozen=True)
+class LineKind:
+    """A line chart kind, defined once: the Altair template (`_line_template`) and
+    the fallback picture (`_line_chart`) are both made from it, so the two cannot
+    disagree on axes, scales, series or legend.
+
+    x: "log2" (concurrency on a log2 axis, the page's levels as ticks), "context"
+    (context labels in the page's order, evenly spaced), or a quantitative field
+    (linear from 0). Each line is the rows of one `series` value, its points in
+    `order`; lines by run have their legend below the plot (long labels)."""
+
+    look: Look
+    x: str
+    series: str
+    order: str
+
+    @property
+    def legend_below(self) -> bool:
+        return self.series == "run"
+
+
+LINE_KINDS = {
+    "decode": LineKind(chartkit.DECODE, "log2", "Context", "concurrency"),
+    "tradeoff": LineKind(chartkit.TRADEOFF, "per_request", "Context", "concurrency"),
+    "runs_decode": LineKind(chartkit.RUNS_DECODE, "log2", "run", "concurrency"),
+    "runs_prefill": LineKind(chartkit.RUNS_PREFILL, "context", "run", "context"),
+    "runs_single": LineKind(chartkit.RUNS_SINGLE, "context", "run", "context"),
 }
 
 
@@ -86,8 +111,9 @@ def _tooltip(kind: str, look: Look) -> list[alt.Tooltip]:
 def _line_template(kind: str, queued: bool) -> Template:
     """Lines broken at missing cells (null y), with a point per measured cell:
     filled for Valid, a hollow square for Requests queued (the caption says so)."""
-    look, x, field, order = _LINES[kind]
-    color = chartkit.color(field, look, **({"legend": RUN_LEGEND} if field == "run" else {}))
+    k = LINE_KINDS[kind]
+    look, x, field, order = k.look, k.x, k.series, k.order
+    color = chartkit.color(field, look, **({"legend": RUN_LEGEND} if k.legend_below else {}))
     base = alt.Chart()
     point: dict[str, Any] = {"tooltip": _tooltip(kind, look)}
     if not queued:
@@ -109,12 +135,30 @@ def _line_template(kind: str, queued: bool) -> Template:
     ).properties(width=WIDTH, height=HEIGHT))
 
 
-def _line_spec(kind: str, rows: list[dict[str, Any]], keys: tuple[str, ...], lines: list[str],
-               **holes: Any) -> dict[str, Any]:
+def _line_chart(kind: str, chart_id: str, title: str, caption: str, rows: list[dict[str, Any]],
+                keys: tuple[str, ...], lines: list[str], **holes: Any) -> Chart:
+    """A line chart of `kind` over rows: its spec from the kind's template, its
+    fallback from the same kind, rows, lines and holes (the x ticks are the
+    page's levels, or its context labels, as on the live axis)."""
+    k = LINE_KINDS[kind]
     queued = chartkit.any_queued(rows)
     data = chartkit.slim(rows, (*keys, "point") if queued else keys)
-    return _line_template(kind, queued).fill(
-        {"cells": data}, lines=lines, colors=chartkit.line_colors(len(lines)), **holes)
+    colors = chartkit.line_colors(len(lines))
+    spec = _line_template(kind, queued).fill({"cells": data}, lines=lines, colors=colors, **holes)
+    x_field, x_domain = k.x, None
+    x_ticks = [(float(v), str(v)) for v in holes.get("x_values") or []]
+    if k.x == "log2":
+        x_field = "concurrency"
+    elif k.x == "context":  # nominal: label i centred at i + 0.5 of len(labels)
+        x_field, x_domain = "x", (0.0, float(len(holes["labels"])))
+        pos = {label: i + 0.5 for i, label in enumerate(holes["labels"])}
+        rows = [{**r, "x": pos[r["Context"]]} for r in rows]
+        x_ticks = [(pos[label], label) for label in holes["labels"]]
+    series = chartkit.line_series(rows, k.series, x_field, lines)
+    series_colors = [colors[lines.index(name)] for name, _ in series]  # the live scale's colour
+    return _make(chart_id, title, caption + chartkit.queued_note(rows), spec, lambda: fallback.lines(
+        title, series, series_colors, k.look, x_ticks=x_ticks,
+        x_log2=k.x == "log2", legend_below=k.legend_below, x_domain=x_domain))
 
 
 def _log2_holes(levels: list[int]) -> dict[str, Any]:
@@ -130,16 +174,10 @@ def _plotted(cells: list[CellResult], *, per_request: bool = False) -> list[Cell
 
 def _context_lines(cells: list[CellResult], kind: str, chart_id: str, title: str, caption: str,
                    **holes: Any) -> Chart:
-    look, x, _, _ = _LINES[kind]
-    labels = chartkit.context_labels(cells)
-    rows = chartkit.cell_rows(cells)
+    x = LINE_KINDS[kind].x
     keys = _DECODE_KEYS + (("per_request",) if x == "per_request" else ())
-    spec = _line_spec(kind, rows, keys, labels, **holes)
-    levels = holes.get("x_values") or []
-    return _make(chart_id, title, caption + chartkit.queued_note(rows), spec, lambda: fallback.lines(
-        title, chartkit.line_series(rows, "Context", "concurrency" if x == "log2" else x, labels),
-        chartkit.line_colors(len(labels)), look, x_ticks=[(float(v), str(v)) for v in levels],
-        x_log2=x == "log2"))
+    return _line_chart(kind, chart_id, title, caption, chartkit.cell_rows(cells), keys,
+                       chartkit.context_labels(cells), **holes)
 
 
 def decode_chart(cells: list[CellResult], chart_id: str = "chart-decode") -> Chart | None:
@@ -175,15 +213,10 @@ def runs_decode_chart(series: list[tuple[str, list[CellResult]]], context: int,
         return None
     levels = sorted({r["concurrency"] for r in rows if r["total"] is not None})
     runs = sorted({r["run"] for r in rows})
-    spec = _line_spec("runs_decode", rows, ("run", *_DECODE_KEYS), runs, **_log2_holes(levels))
     ctx = words.context_label(context)
-    title = f"Throughput at {ctx} context"
-    lines = chartkit.line_series(rows, "run", "concurrency")
-    return _make(chart_id, title, f"Total tok/s against requests at once at {ctx}, one line per "
-                 f"run{chartkit.queued_note(rows)}", spec,
-                 lambda: fallback.lines(title, lines, chartkit.line_colors(len(lines)), chartkit.RUNS_DECODE,
-                                  x_ticks=[(float(v), str(v)) for v in levels], x_log2=True,
-                                  legend_below=True))
+    return _line_chart("runs_decode", chart_id, f"Throughput at {ctx} context",
+                       f"Total tok/s against requests at once at {ctx}, one line per run", rows,
+                       ("run", *_DECODE_KEYS), runs, **_log2_holes(levels))
 
 
 def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
@@ -200,23 +233,16 @@ def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
                                                       if r["total"] is not None})]
     rows = [r for r in rows if r["Context"] in labels]
     kind = "runs_prefill" if phase == contract.PREFILL else "runs_single"
-    look = _LINES[kind][0]
-    runs = sorted({r["run"] for r in rows})
-    spec = _line_spec(kind, rows, ("run", "Context", "total", "Total tok/s", "TTFT", "context"),
-                      runs, labels=labels)
     if phase == contract.PREFILL:
         title, caption = "Prefill by run", "Prompt tok/s by context, one line per run"
     else:
         title = "Single-stream decode by run"
         caption = "Decode tok/s of one request at a time by context, one line per run"
-    pos = {label: i + 0.5 for i, label in enumerate(labels)}
     for r in rows:
-        r["x"] = pos[r["Context"]]
-        r["concurrency"] = r["context"]  # _series orders points by this
-    lines = chartkit.line_series(rows, "run", "x")
-    return _make(chart_id, title, caption + chartkit.queued_note(rows), spec, lambda: fallback.lines(
-        title, lines, chartkit.line_colors(len(lines)), look, x_ticks=[(pos[x], x) for x in labels],
-        x_log2=False, legend_below=True, x_domain=(0.0, float(len(labels)))))
+        r["concurrency"] = r["context"]  # line_series orders a line's points by this
+    return _line_chart(kind, chart_id, title, caption, rows,
+                       ("run", "Context", "total", "Total tok/s", "TTFT", "context"),
+                       sorted({r["run"] for r in rows}), labels=labels)
 
 
 # --------------------------------------------------------------------------
@@ -224,10 +250,22 @@ def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
 # --------------------------------------------------------------------------
 
 
+# Layout both drawings of a chart read (the template and the fallback): the prefill
+# bars' width; the heatmap's row height for a number of contexts, its cell text
+# colour, and the shade above which that text turns white.
+PREFILL_BAR_WIDTH = 28
+HEATMAP_INK, HEATMAP_WHITE_TEXT_ABOVE = "#1f2328", 0.55
+
+
+def heatmap_row_height(contexts: int) -> int:
+    """Pixels a heatmap row gets: 24 to 40, the whole grid about 360 high."""
+    return max(24, min(40, 360 // max(1, contexts)))
+
+
 @functools.cache
 def _prefill_template() -> Template:
     look = chartkit.PREFILL
-    return template(alt.Chart(CELLS).mark_bar(color=look.color, size=28).encode(
+    return template(alt.Chart(CELLS).mark_bar(color=look.color, size=PREFILL_BAR_WIDTH).encode(
         x=alt.X(field="Context", type="nominal", title=look.x, sort=slots("labels"),
                 axis=alt.Axis(labelAngle=0)),
         y=alt.Y(field="total", type="quantitative", title=look.y, axis=SI),
@@ -247,7 +285,8 @@ def prefill_chart(cells: list[CellResult], chart_id: str = "chart-prefill") -> C
     spec = _prefill_template().fill(
         {"cells": chartkit.slim(rows, ("Context", "total", "Total tok/s", "TTFT"))}, labels=labels)
     return _make(chart_id, title, "Prompt tok/s of a cold request by context length", spec,
-                 lambda: fallback.bars(title, labels, [r["total"] for r in rows], chartkit.PREFILL))
+                 lambda: fallback.bars(title, labels, [r["total"] for r in rows], chartkit.PREFILL,
+                                       bar_width=PREFILL_BAR_WIDTH))
 
 
 @functools.cache
@@ -269,8 +308,8 @@ def _heatmap_template(missing: bool) -> Template:
         base.mark_text(fontSize=10).encode(
             text=alt.Text(field="label", type="nominal",
                           condition={"test": slot("narrow"), "value": {"expr": "datum.tiny"}}),
-            color=alt.ColorValue(value="#1f2328",
-                                 condition={"test": "datum.shade > 0.55", "value": "white"})),
+            color=alt.ColorValue(value=HEATMAP_INK, condition={
+                "test": f"datum.shade > {HEATMAP_WHITE_TEXT_ABOVE}", "value": "white"})),
     ]
     if missing:
         layers.insert(0, base.mark_rect(stroke="white", strokeWidth=1)
@@ -317,13 +356,15 @@ def heatmap_chart(cells: list[CellResult], chart_id: str = "chart-heatmap") -> C
     spec = _heatmap_template(bool(missing)).fill({"cells": chartkit.slim(rows, (
         "Context", "Requests at once", "Status", "Total tok/s", "TTFT", "total", "label", "tiny",
         "shade", "missing"))}, **holes)
-    spec["height"] = max(24, min(40, 360 // max(1, len(labels)))) * len(labels)
+    spec["height"] = heatmap_row_height(len(labels)) * len(labels)
     title = "Decode matrix heatmap"
     cells_xy = [(labels.index(r["Context"]), levels.index(r["Requests at once"]),
                  r["shade"] if r["total"] is not None else r["status"], r["label"]) for r in rows]
     return _make(chart_id, title, "Total tok/s by context and requests at once; cells without "
                  "numbers are coloured by status", spec,
-                 lambda: fallback.heatmap(title, labels, levels, cells_xy, chartkit.HEATMAP, legend=missing))
+                 lambda: fallback.heatmap(title, labels, levels, cells_xy, chartkit.HEATMAP, legend=missing,
+                                          row_height=heatmap_row_height(len(labels)),
+                                          ink=HEATMAP_INK, white_above=HEATMAP_WHITE_TEXT_ABOVE))
 
 
 # --------------------------------------------------------------------------

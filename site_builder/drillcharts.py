@@ -21,6 +21,11 @@ from site_builder.chartkit import INVALID, WIDTH, Chart, Template, nominal, slot
 from site_builder.chartkit import make as _make
 
 CELLS = alt.Data(name="cells")
+# Layout read by each chart's template and by its fallback alike (defined once,
+# in `fallback`): plot heights, the median rule's style, the gap between panels.
+HISTOGRAM_HEIGHT, MEDIAN_RULE = fallback.HISTOGRAM_HEIGHT, fallback.MEDIAN_RULE
+TIMELINE_HEIGHTS, POWER_HEIGHTS, PANEL_GAP = (fallback.TIMELINE_HEIGHTS, fallback.POWER_HEIGHTS,
+                                              fallback.PANEL_GAP)
 
 
 @functools.cache
@@ -33,7 +38,7 @@ def _ttft_template() -> Template:
         tooltip=[alt.Tooltip(field="ttft", type="quantitative", bin=True, title=look.x,
                              format=",.0f"),
                  alt.Tooltip(aggregate="count", type="quantitative", title=look.y)],
-    ).properties(width=WIDTH, height=200))
+    ).properties(width=WIDTH, height=HISTOGRAM_HEIGHT))
 
 
 def ttft_histogram(values_ms: list[float], chart_id: str = "chart-ttft") -> Chart | None:
@@ -43,7 +48,8 @@ def ttft_histogram(values_ms: list[float], chart_id: str = "chart-ttft") -> Char
     spec = _ttft_template().fill({"cells": [{"ttft": v} for v in values_ms]})
     title = "TTFT distribution"
     return _make(chart_id, title, "Time to first token of each request", spec,
-                 lambda: fallback.histogram(title, scales.value_bins(values_ms), chartkit.TTFT))
+                 lambda: fallback.histogram(title, scales.value_bins(values_ms), chartkit.TTFT,
+                                            height=HISTOGRAM_HEIGHT, rule_style=MEDIAN_RULE))
 
 
 @functools.cache
@@ -56,10 +62,10 @@ def _tbt_template(median: bool) -> Template:
     chart: Any = bars
     if median:
         chart = alt.layer(bars, alt.Chart(alt.Data(name="median")).mark_rule(
-            color=chartkit.TBT_MEDIAN, strokeDash=[4, 3], strokeWidth=2).encode(
+            color=chartkit.TBT_MEDIAN, strokeDash=list(MEDIAN_RULE[1]), strokeWidth=MEDIAN_RULE[0]).encode(
             x=alt.X(field="m", type="quantitative"),
             tooltip=[nominal("Median", "Median per request")]))
-    return template(chart.properties(width=WIDTH, height=200))
+    return template(chart.properties(width=WIDTH, height=HISTOGRAM_HEIGHT))
 
 
 def tbt_histogram(tbt: dict[str, Any], median_ms: float | None,
@@ -84,7 +90,8 @@ def tbt_histogram(tbt: dict[str, Any], median_ms: float | None,
     title = "Time between tokens distribution"
     bins = [(edges[i], edges[i + 1], counts[i]) for i in range(len(counts))]
     return _make(chart_id, title, caption, spec,
-                 lambda: fallback.histogram(title, bins, chartkit.TBT, rule=median_ms))
+                 lambda: fallback.histogram(title, bins, chartkit.TBT, rule=median_ms,
+                                            height=HISTOGRAM_HEIGHT, rule_style=MEDIAN_RULE))
 
 
 @functools.cache
@@ -96,7 +103,7 @@ def _timeline_template(who: tuple[str, ...]) -> Template:
         x=alt.X(field="t", type="quantitative", title=tokens.x, bin="binned"),
         x2=alt.X2(field="t2"), y=alt.Y(field="tok_s", type="quantitative", title=tokens.y),
         tooltip=[nominal("Time"), nominal("Output tok/s")],
-    ).properties(width=chartkit.FIXED_WIDTH, height=160)
+    ).properties(width=chartkit.FIXED_WIDTH, height=TIMELINE_HEIGHTS[0])
     style = [chartkit.TIMELINE_STYLE[w] for w in who]
     legend = alt.Legend(orient="bottom")
     color = alt.Color(field="who", type="nominal", title=None, legend=legend, scale=alt.Scale(
@@ -111,8 +118,8 @@ def _timeline_template(who: tuple[str, ...]) -> Template:
                      tooltip=[nominal("who", "Source"), nominal("Time"), nominal("Requests")])
              for w, s in zip(who, style, strict=True)]
     running = alt.layer(*lines, data=alt.Data(name="activity")).properties(
-        width=chartkit.FIXED_WIDTH, height=110)
-    return template(alt.vconcat(tok, running, spacing=12))
+        width=chartkit.FIXED_WIDTH, height=TIMELINE_HEIGHTS[1])
+    return template(alt.vconcat(tok, running, spacing=PANEL_GAP))
 
 
 def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> Chart | None:
@@ -147,7 +154,8 @@ def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> 
     lines = [(w, [(float(r["t"]), float(r["v"])) for r in act if r["who"] == w]) for w in who]
     bins = [(r["t"], r["t2"], r["tok_s"]) for r in rows]
     return _make(chart_id, title, "Output tokens per second across the window, and the "
-                 "requests running at the same time", spec, lambda: fallback.timeline(title, bins, lines))
+                 "requests running at the same time", spec, lambda: fallback.timeline(
+                     title, bins, lines, heights=TIMELINE_HEIGHTS, gap=PANEL_GAP))
 
 
 @functools.cache
@@ -162,8 +170,9 @@ def _power_template() -> Template:
             y=alt.Y(field=field, type="quantitative", title=look.y),
             tooltip=[nominal("Time"), nominal(tip)],
         ).properties(width=chartkit.FIXED_WIDTH, height=height)
-    return template(alt.vconcat(panel(chartkit.POWER, "w", "Power", 140),
-                                panel(chartkit.SM_CLOCK, "mhz", "SM clock", 110), spacing=12))
+    top, bottom = POWER_HEIGHTS
+    return template(alt.vconcat(panel(chartkit.POWER, "w", "Power", top),
+                                panel(chartkit.SM_CLOCK, "mhz", "SM clock", bottom), spacing=PANEL_GAP))
 
 
 def power_chart(detail: dict[str, Any], chart_id: str = "chart-power") -> Chart | None:
@@ -182,6 +191,7 @@ def power_chart(detail: dict[str, Any], chart_id: str = "chart-power") -> Chart 
     caption = (f"Power of {f'all {gpus} GPUs together' if gpus > 1 else 'the GPU'} "
                "and mean SM clock across the window, in the timeline's bins")
     return _make(chart_id, title, caption, spec, lambda: fallback.power(
-        title, [(r["t"], r["w"]) for r in rows], [(r["t"], r["mhz"]) for r in rows], width))
+        title, [(r["t"], r["w"]) for r in rows], [(r["t"], r["mhz"]) for r in rows], width,
+        heights=POWER_HEIGHTS, gap=PANEL_GAP))
 
 

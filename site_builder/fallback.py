@@ -1,15 +1,18 @@
 """Static SVG pictures of the charts, drawn in Python: the no-JavaScript fallback.
 
-Rendering the Vega-Lite spec itself (vl-convert) takes 20–60 ms a chart and a
-real run has ~150 of them (three on each drill-down page), which alone would
-cost minutes per site. The live chart (vega-embed, the same data) replaces the
-fallback as soon as scripts run, so the fallback only has to be a faithful
-plain picture: axes with nice ticks, bars, lines with points, heatmap cells, a
-legend (ticks, bins and scales from `scales`, exact where floats are not).
-Each is a few kilobytes and takes well under a millisecond. Axis
-titles and colours are read from the chart's `chartkit.Look` and palettes, as
-the live chart's are. Every string is escaped; the output holds no ids,
-scripts, links or event attributes.
+Rendering the Vega-Lite spec itself (vl-convert) was re-measured on today's
+per-run cached builds (benchmarks/chart_fallback.py, docs/performance.md): ~90x
+these pictures' cost per chart (210-290 ms against 2-4 ms), 4-5x an incremental
+build, and 1.4-1.7x the gzipped HTML. The live chart (vega-embed, the same data)
+replaces the fallback as soon as scripts run, so the fallback only has to be a
+faithful plain picture: axes with nice ticks, bars, lines with points, heatmap
+cells, a legend (ticks, bins and scales from `scales`, exact where floats are
+not). Each is a few kilobytes and takes a few milliseconds at most. Axis titles
+and colours are read from the chart's `chartkit.Look` and palettes; layout
+(line kinds, bar width, heatmap rows, from `charts`; the drill-down charts'
+heights and median rule, defined below) is passed in by the chart's module,
+whose template reads the same values. Every string is escaped; the output
+holds no ids, scripts, links or event attributes.
 """
 
 from __future__ import annotations
@@ -115,14 +118,15 @@ class Panel:
         self.c.parts.append(_t(self.x0 + self.w / 2, base + 32, title, size=12, fill=INK))
 
 
-def bars(label: str, cats: list[str], values: list[float], look: Look) -> str:
-    """Vertical bars, one per category."""
+def bars(label: str, cats: list[str], values: list[float], look: Look, *,
+         bar_width: float) -> str:
+    """Vertical bars, one per category, bar_width wide (narrower where they would touch)."""
     c = Canvas(520, 300, label)
     p = Panel(c, 60, 10, 440, 240, max(values, default=0), look.y)
     step = p.w / max(1, len(cats))
     d = []
     for i, v in enumerate(values):
-        bw = min(28.0, step * 0.8)
+        bw = min(float(bar_width), step * 0.8)
         x = p.x0 + step * (i + 0.5) - bw / 2
         d.append(f"M{x:.1f} {p.y(v):.1f}h{bw:.1f}V{p.y(0):.1f}h{-bw:.1f}Z")
     c.parts.append(f'<path d="{"".join(d)}" fill="{look.color}"/>')
@@ -258,11 +262,13 @@ def _lines_into(c: Canvas, y0: float, height: float, series: list[tuple[str, lis
 
 def heatmap(label: str, rows: list[str], cols: list[str],
             cells: list[tuple[int, int, float | str, str]], look: Look,
-            legend: list[tuple[str, str]] | None = None) -> str:
+            legend: list[tuple[str, str]] | None = None, *, row_height: int, ink: str,
+            white_above: float) -> str:
     """Labelled cells: a shade in [0, 1] (blues), or a status whose cell has no
-    number (its own fill from MISSING_FILLS); legend: (label, fill) of those, drawn below."""
+    number (its own fill from MISSING_FILLS); legend: (label, fill) of those, drawn below.
+    Rows are row_height high; a cell's text is ink, white on a shade above white_above."""
     cw = 64
-    ch = max(24, min(40, 360 // max(1, len(rows))))
+    ch = row_height
     x0, y0 = 70, 10
     legend = legend or []
     legend_h = 10 + 15 * len(legend) if legend else 0
@@ -270,11 +276,12 @@ def heatmap(label: str, rows: list[str], cols: list[str],
     for ri, ci, shade, text in cells:
         x, y = x0 + ci * cw, y0 + ri * ch
         if isinstance(shade, str):
-            fill, ink = chartkit.MISSING_FILLS.get(shade, chartkit.NO_NUMBERS_FILL), INK
+            fill, text_ink = chartkit.MISSING_FILLS.get(shade, chartkit.NO_NUMBERS_FILL), ink
         else:
-            fill, ink = blues(shade), "white" if shade > 0.55 else INK
+            fill, text_ink = blues(shade), "white" if shade > white_above else ink
         c.parts.append(f'<rect x="{x}" y="{y}" width="{cw}" height="{ch}" fill="{fill}" '
-                       f'stroke="white"/>' + _t(x + cw / 2, y + ch / 2 + 4, text, size=10, fill=ink))
+                       f'stroke="white"/>' + _t(x + cw / 2, y + ch / 2 + 4, text, size=10,
+                                                fill=text_ink))
     for ri, r in enumerate(rows):
         c.parts.append(_t(x0 - 6, y0 + ri * ch + ch / 2 + 4, r, "end"))
     base = y0 + ch * len(rows)
@@ -288,16 +295,30 @@ def heatmap(label: str, rows: list[str], cols: list[str],
     return c.svg()
 
 
+RuleStyle = tuple[float, tuple[float, ...]]  # stroke width, dash pattern
+# The drill-down charts' layout, defined here once: `drillcharts` builds each
+# template from these and passes them back when it draws the picture. The
+# histograms' plot height, the median rule's stroke width and dash, the
+# timeline's and the power chart's plot heights (upper, lower) and the gap
+# between a chart's panels.
+HISTOGRAM_HEIGHT = 200
+MEDIAN_RULE: RuleStyle = (2, (4, 3))
+TIMELINE_HEIGHTS, POWER_HEIGHTS, PANEL_GAP = (160, 110), (140, 110), 12
+
+
 def histogram(label: str, bins: list[tuple[float, float, float]], look: Look,
-              rule: float | None = None) -> str:
-    """Counts over [lo, hi) bins on a linear x axis; an optional dashed rule at x = rule."""
-    c = Canvas(530, 10 + 200 + 45, label)
-    _bins_into(c, 10, 200, bins, look, integer=True, rule=rule)
+              rule: float | None = None, *, height: int = HISTOGRAM_HEIGHT,
+              rule_style: RuleStyle = MEDIAN_RULE) -> str:
+    """Counts over [lo, hi) bins on a linear x axis, the plot height px high; an
+    optional dashed rule at x = rule, styled as the live chart's (rule_style)."""
+    c = Canvas(530, 10 + height + 45, label)
+    _bins_into(c, 10, height, bins, look, integer=True, rule=rule, rule_style=rule_style)
     return c.svg()
 
 
 def _bins_into(c: Canvas, y0: float, height: float, bins: list[tuple[float, float, float]],
-               look: Look, *, integer: bool, rule: float | None = None) -> None:
+               look: Look, *, integer: bool, rule: float | None = None,
+               rule_style: RuleStyle | None = None) -> None:
     """Bars over a nice linear x axis covering every bin and the rule; a bin with
     a non-finite edge or height is left out (not a measurement)."""
     bins = [b for b in bins if all(math.isfinite(v) for v in b)]
@@ -313,35 +334,44 @@ def _bins_into(c: Canvas, y0: float, height: float, bins: list[tuple[float, floa
                 f"H{px(lo):.1f}Z" for lo, hi, v in bins if v > 0)
     c.parts.append(f'<path d="{d}" fill="{look.color}"/>')
     if rule is not None:
+        if rule_style is None:
+            raise ValueError("a rule needs its style (the live chart's stroke width and dash)")
+        width, dash = rule_style
         c.parts.append(f'<path d="M{px(rule):.1f} {p.y0:.1f}V{p.y(0):.1f}" stroke="{chartkit.TBT_MEDIAN}" '
-                       f'stroke-width="2" stroke-dasharray="4 3"/>')
+                       f'stroke-width="{width:g}" stroke-dasharray="{" ".join(f"{v:g}" for v in dash)}"/>')
     p.x_axis([(px(v), ax.label(v)) for v in ax.ticks], look.x)
 
 
 def timeline(label: str, bins: list[tuple[float, float, float]],
-             series: list[tuple[str, list[Point]]]) -> str:
+             series: list[tuple[str, list[Point]]], *,
+             heights: tuple[int, int] = TIMELINE_HEIGHTS, gap: int = PANEL_GAP) -> str:
     """Output tok/s bars over the window, above the requests running (step lines,
-    styled by chartkit's TIMELINE_STYLE and drawn in the given order)."""
-    below = 10 + 160 + 45 + 12
-    c = Canvas(530, below + 110 + 45 + 22 + 15 * len(series), label)
-    _bins_into(c, 10, 160, bins, chartkit.TIMELINE_TOKENS, integer=False)
+    styled by chartkit's TIMELINE_STYLE and drawn in the given order); the two
+    panels' plot heights and the gap between them as the live chart has them."""
+    top, bottom = heights
+    below = 10 + top + 45 + gap
+    c = Canvas(530, below + bottom + 45 + 22 + 15 * len(series), label)
+    _bins_into(c, 10, top, bins, chartkit.TIMELINE_TOKENS, integer=False)
     styles = [chartkit.TIMELINE_STYLE.get(name, (MUTED, 2.0, "")) for name, _ in series]
-    _lines_into(c, below, 110, series, [s[0] for s in styles], chartkit.TIMELINE_ACTIVE, x_ticks=[],
+    _lines_into(c, below, bottom, series, [s[0] for s in styles], chartkit.TIMELINE_ACTIVE, x_ticks=[],
                 x_log2=False, legend_below=True, step=True, y_si=False,
                 styles=[s[1:] for s in styles])
     return c.svg()
 
 
-def power(label: str, watts: list[Point], clocks: list[Point], width_s: float) -> str:
+def power(label: str, watts: list[Point], clocks: list[Point], width_s: float, *,
+          heights: tuple[int, int] = POWER_HEIGHTS, gap: int = PANEL_GAP) -> str:
     """GPU power above the SM clock over the window (a missing reading breaks the
-    line), on the token timeline's x axis (0 to the window's end)."""
-    below = 10 + 140 + 45 + 12
-    c = Canvas(530, below + 110 + 45 + 22 + 15, label)
+    line), on the token timeline's x axis (0 to the window's end); the panels'
+    plot heights and the gap between them as the live chart has them."""
+    top, bottom = heights
+    below = 10 + top + 45 + gap
+    c = Canvas(530, below + bottom + 45 + 22 + 15, label)
     # the points sit mid-bin, their times rounded to 4 decimals: so is the end
     end = round(max((x for x, _ in watts + clocks if x is not None), default=0.0) + width_s / 2, 4)
     ax = scales.axis(0.0, end if end > 0 else 1.0, 6)
     ticks = [(v, ax.label(v)) for v in ax.ticks]
-    for y0, h, pts, look in ((10, 140, watts, chartkit.POWER), (below, 110, clocks, chartkit.SM_CLOCK)):
+    for y0, h, pts, look in ((10, top, watts, chartkit.POWER), (below, bottom, clocks, chartkit.SM_CLOCK)):
         _lines_into(c, y0, h, [(look.y, pts)], [look.color], look, x_ticks=ticks, x_log2=False,
                     legend_below=y0 == below, x_domain=(0.0, ax.end))
     return c.svg()

@@ -1,19 +1,27 @@
-"""Number formats of the pages, exactly as the published seeds show them.
+"""Number formats of the pages, by kind, exactly as the published seeds show them.
 
-One place decides how a number reads, so the run page, the index, the CSV
-preview and the chart tooltips never disagree. Throughput, context labels,
-the missing mark, TTFT (whole milliseconds, one decimal below 10 ms) and the
-rounding rule are shared with the collector's live display and live in
-rundir/words.py; the rest, from the seeds:
+One module decides how a number reads, so the run page, the index, the CSV
+preview and the chart tooltips never disagree. The formats the collector's
+live display shares (throughput, TTFT, J/token, context labels, the missing
+mark and the rounding rule) live in rundir/words.py and are re-exported here,
+so the builder reads every format from this module. By kind:
 
-* time between tokens: one decimal at any size (``4.8 ms``, ``100.6 ms``).
-* durations: one decimal second (``30.0 s``); run parameters as written
-  (``30 s``).
-* counts: whole numbers with separators (``1,648``); averages one decimal.
-* a change between two runs: ``+12.3%`` (the compare page's script gets this
-  rule's constants from js_rules).
-* a bin's range (a chart tooltip): as many decimals as the bin's width needs
-  (`step_digits`), so neighbouring bins never read alike.
+* rules: half-up rounding (``2.25`` -> ``2.3``), the missing mark ``—``, and
+  as many decimals as a bin or tick step needs (`step_digits`).
+* rates: throughput ``6,216.0`` / ``17.6K``; a change between two runs
+  ``+12.3%`` (the compare page's script gets its constants from js_rules).
+* durations: TTFT ``56 ms`` / ``4.8 ms``; time between tokens one decimal at
+  any size (``100.6 ms``); measured ``30.0 s``; configured as written ``30 s``;
+  a timeline bin ``1.0–1.5 s``.
+* counts: whole with separators (``1,648``); token budgets ``4,096 tokens``;
+  averages one decimal (``127.4``); configured numbers as written (``7.5``).
+* energy: J/token, three significant figures (``0.421``; ``%.3g`` in the
+  measurements table).
+* memory and sizes: VRAM ``96GB`` / ``1128 GB (8 × 141 GB)``; files ``1.2 MB``.
+* dates: the byline's ``Sep 27, 2026, 19:59 UTC``, table days, ``2025-11-29 14:03 UTC``.
+* labels: contexts in whole K (``251K``) and ranges ``8K–251K``.
+
+(Money, ``$0.42``, is the price table's: site_builder/prices.py.)
 
 A missing value (None, NaN) reads as the missing mark; ±inf is no measurement
 and raises ValueError naming it. Every number reads back to its value within
@@ -25,14 +33,32 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from rundir.words import HALF_UP_NUDGE, MISSING, is_missing, round_half_up
+from rundir.words import (
+    HALF_UP_NUDGE,
+    MISSING,
+    context_label,
+    is_missing,
+    j_per_token,
+    round_half_up,
+    tok_s,
+    ttft,
+)
 
-# The percent-change rule, also handed to the compare page's script
-# (js_rules): the page formats a change between two runs it loads, so it
-# cannot be pre-formatted, but its constants come from here.
-PERCENT_DIGITS = 1
-PLUS, MINUS = "+", "\u2212"
+__all__ = [
+    "MISSING", "is_missing", "round_half_up", "step_digits",
+    "tok_s", "percent_change", "js_rules", "PERCENT_DIGITS", "PLUS", "MINUS",
+    "ttft", "tbt", "seconds", "param_seconds", "seconds_range",
+    "count", "tokens", "average", "plain_number",
+    "j_per_token", "joules_3g",
+    "vram_gb", "vram_block", "file_size",
+    "published_datetime", "published_date", "utc_datetime",
+    "context_label", "range_label",
+]
 
+
+# --------------------------------------------------------------------------
+# rules: rounding, the missing mark, digits for a step
+# --------------------------------------------------------------------------
 
 # From 2**53 up every float is a whole number: nothing is left to round (and
 # round_half_up's scaling could overflow near the float maximum).
@@ -65,58 +91,15 @@ def step_digits(step: float, least: int = 0, most: int = 6) -> int:
     return d
 
 
-def tbt(value: float | None, digits: int = 1) -> str:
-    """Time between tokens: one decimal at any size (``4.8 ms``, ``100.6 ms``);
-    more for a narrow histogram bin's edges (`step_digits`)."""
-    if is_missing(value):
-        return MISSING
-    return f"{_fixed(value, digits)} ms"
+# --------------------------------------------------------------------------
+# rates: throughput (tok_s, from rundir.words) and the change between two runs
+# --------------------------------------------------------------------------
 
-
-def seconds(value: float | None, digits: int = 1) -> str:
-    """A measured duration: ``30.0 s`` (more decimals for a narrow bin's edges)."""
-    if is_missing(value):
-        return MISSING
-    return f"{_fixed(value, digits)} s"
-
-
-def seconds_range(start: float, width: float) -> str:
-    """A timeline bin: ``1.0–1.5 s``; a bin narrower than 0.1 s keeps its digits
-    (``0.05–0.10 s``)."""
-    d = step_digits(width, least=1)
-    return f"{_fixed(start, d)}–{_fixed(float(start) + float(width), d)} s"
-
-
-def plain_number(value: float | None) -> str:
-    """A configured number as written: 30 -> ``30``, 7.5 -> ``7.5``, 141.0 -> ``141``."""
-    if is_missing(value):
-        return MISSING
-    v = _half_up(value, 2)
-    return f"{v:,.2f}".rstrip("0").rstrip(".")  # 7.50 -> 7.5, 96.00 -> 96
-
-
-def param_seconds(value: float | None) -> str:
-    """A configured duration: ``30 s``."""
-    return MISSING if is_missing(value) else f"{plain_number(value)} s"
-
-
-def count(value: float | None) -> str:
-    """A count of things: ``1,648``."""
-    if is_missing(value):
-        return MISSING
-    return f"{int(_half_up(value, 0)):,}"
-
-
-def tokens(value: float | None) -> str:
-    """A token budget: ``4,096 tokens``."""
-    return MISSING if is_missing(value) else f"{count(value)} tokens"
-
-
-def average(value: float | None) -> str:
-    """An average count such as average active requests: ``127.4``."""
-    if is_missing(value):
-        return MISSING
-    return _fixed(value, 1)
+# The percent-change rule, also handed to the compare page's script
+# (js_rules): the page formats a change between two runs it loads, so it
+# cannot be pre-formatted, but its constants come from here.
+PERCENT_DIGITS = 1
+PLUS, MINUS = "+", "\u2212"
 
 
 def percent_change(new: float | None, old: float | None) -> str:
@@ -138,6 +121,85 @@ def js_rules() -> dict[str, object]:
             "nudge": HALF_UP_NUDGE}
 
 
+# --------------------------------------------------------------------------
+# durations: TTFT (ttft, from rundir.words), time between tokens, seconds
+# --------------------------------------------------------------------------
+
+
+def tbt(value: float | None, digits: int = 1) -> str:
+    """Time between tokens: one decimal at any size (``4.8 ms``, ``100.6 ms``);
+    more for a narrow histogram bin's edges (`step_digits`)."""
+    if is_missing(value):
+        return MISSING
+    return f"{_fixed(value, digits)} ms"
+
+
+def seconds(value: float | None, digits: int = 1) -> str:
+    """A measured duration: ``30.0 s`` (more decimals for a narrow bin's edges)."""
+    if is_missing(value):
+        return MISSING
+    return f"{_fixed(value, digits)} s"
+
+
+def param_seconds(value: float | None) -> str:
+    """A configured duration: ``30 s``."""
+    return MISSING if is_missing(value) else f"{plain_number(value)} s"
+
+
+def seconds_range(start: float, width: float) -> str:
+    """A timeline bin: ``1.0–1.5 s``; a bin narrower than 0.1 s keeps its digits
+    (``0.05–0.10 s``)."""
+    d = step_digits(width, least=1)
+    return f"{_fixed(start, d)}–{_fixed(float(start) + float(width), d)} s"
+
+
+# --------------------------------------------------------------------------
+# counts: things, tokens, averages, configured numbers
+# --------------------------------------------------------------------------
+
+
+def count(value: float | None) -> str:
+    """A count of things: ``1,648``."""
+    if is_missing(value):
+        return MISSING
+    return f"{int(_half_up(value, 0)):,}"
+
+
+def tokens(value: float | None) -> str:
+    """A token budget: ``4,096 tokens``."""
+    return MISSING if is_missing(value) else f"{count(value)} tokens"
+
+
+def average(value: float | None) -> str:
+    """An average count such as average active requests: ``127.4``."""
+    if is_missing(value):
+        return MISSING
+    return _fixed(value, 1)
+
+
+def plain_number(value: float | None) -> str:
+    """A configured number as written: 30 -> ``30``, 7.5 -> ``7.5``, 141.0 -> ``141``."""
+    if is_missing(value):
+        return MISSING
+    v = _half_up(value, 2)
+    return f"{v:,.2f}".rstrip("0").rstrip(".")  # 7.50 -> 7.5, 96.00 -> 96
+
+
+# --------------------------------------------------------------------------
+# energy: J/token (j_per_token, from rundir.words, and the measurements table's)
+# --------------------------------------------------------------------------
+
+
+def joules_3g(value: float | None) -> str:
+    """J/token as the measurements table prints it: three significant figures (``%.3g``)."""
+    return MISSING if value is None else f"{value:.3g}"
+
+
+# --------------------------------------------------------------------------
+# memory and sizes
+# --------------------------------------------------------------------------
+
+
 def vram_gb(value: float | None) -> str:
     """Per-GPU memory in a title: ``96GB``, ``141GB``."""
     return "" if is_missing(value) else f"{plain_number(value)}GB"
@@ -153,6 +215,23 @@ def vram_block(per_gpu: float | None, gpu_count: int | None) -> str:
         total = plain_number(float(per_gpu) * n).replace(",", "")  # type: ignore[arg-type]
         return f"{total} GB ({n} × {each} GB)"
     return f"{each} GB"
+
+
+def file_size(n: int | None) -> str:
+    """A download's size: ``512 B``, ``1.2 KB``, ``3.4 MB``, ``1.0 GB``."""
+    if n is None:
+        return MISSING
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+# --------------------------------------------------------------------------
+# dates
+# --------------------------------------------------------------------------
 
 
 def _utc(iso: str | None) -> tuple[datetime | None, str, bool]:
@@ -192,6 +271,11 @@ def utc_datetime(iso: str | None) -> str:
     if dt is None:
         return text
     return dt.strftime("%Y-%m-%d UTC" if date_only else "%Y-%m-%d %H:%M UTC")
+
+
+# --------------------------------------------------------------------------
+# labels: contexts (context_label, from rundir.words) and ranges
+# --------------------------------------------------------------------------
 
 
 def range_label(values: list[str]) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rundir import contract
+from site_builder.metrictable import BY_TERM, ENERGY, MEASURED, THROTTLING
 
 
 def methodology_path() -> Path:
@@ -100,24 +101,23 @@ class Term:
         return f"term-{self.key}"
 
 
-# (key, name, hover text). The definition is the methodology's paragraph with id
+def _metric(term: str) -> tuple[str, str, str]:
+    """A metric's glossary entry: its name and hover text are the metric table's."""
+    m = BY_TERM[term]
+    return term, m.header, m.hint
+
+
+# (key, name, hover text); a metric's from the metric table (site_builder/metrictable.py),
+# in the glossary's order. The definition is the methodology's paragraph with id
 # `term-<key>` (its Glossary section) or, for a term the body defines, `<key>`.
 _TERMS: list[tuple[str, str, str]] = [
     ("phase", "Phase", "Prefill (a cold prompt) or sustained decode (streams generating)."),
     ("context", "Context", "Prompt length in tokens (1K = 1024, rounded down)."),
     ("requests-at-once", "Requests at once", "Simultaneous streams kept open."),
     ("status", "Status", "Whether the cell's numbers can be trusted."),
-    ("total-tok-s", "Total tok/s", "Output tokens per second across all streams."),
-    ("per-request-tok-s", "Per request tok/s", "Median decode speed one stream sees."),
-    ("ttft", "TTFT", "Time to first token (median)."),
-    ("time-between-tokens", "Time between tokens",
-     "Median time per generated token within a stream."),
-    ("average-active-requests", "Average active requests",
-     "Time-weighted mean of requests in flight minus those waiting."),
-    ("completed-requests", "Completed requests", "Requests that finished in the window."),
-    ("output-tokens", "Output tokens", "Tokens generated inside the window."),
-    ("measured-for", "Measured for", "Length of the measurement window."),
-    ("prompt-tok-s", "Prompt tok/s", "Prefill speed of a cold prompt."),
+    *(_metric(t) for t in ("total-tok-s", "per-request-tok-s", "ttft", "time-between-tokens",
+                           "average-active-requests", "completed-requests", "output-tokens",
+                           "measured-for", "prompt-tok-s")),
     ("client-bound", "Client-bound", "The client may have limited the measurement."),
     # drill-down: what each count on a cell's page counts.
     ("requests-sent", "Requests sent", "Every request the cell timed, warm-up and window alike."),
@@ -135,8 +135,7 @@ _TERMS: list[tuple[str, str, str]] = [
     ("samples-used", "Samples used",
      "Cold prefill samples the published Prompt tok/s and TTFT are medians of."),
     # GPU telemetry (runs that recorded it): the methodology's Energy and throttling.
-    ("j-per-token", "J/token", "Energy of all GPUs per generated token, in joules."),
-    ("avg-w", "Avg W", "Average power of all GPUs over the window."),
+    *(_metric(t) for t in ("j-per-token", "avg-w")),
     ("throttling", "Throttling", "Throttle reasons active for over 10% of the window."),
 ]
 
@@ -175,22 +174,11 @@ SAMPLE_USE: dict[str, str] = {
 
 TERM_BY_NAME = {t.name: t for t in TERMS}
 
-MEASUREMENT_HEADERS = [
-    "Phase",
-    "Context",
-    "Requests at once",
-    "Status",
-    "Total tok/s",
-    "Per request tok/s",
-    "TTFT",
-    "Time between tokens",
-    "Average active requests",
-    "Completed requests",
-    "Output tokens",
-    "Measured for",
-]
+# All measurements: the cell's key and status, then the metric table's columns.
+MEASUREMENT_HEADERS = ["Phase", "Context", "Requests at once", "Status",
+                       *(m.header for m in MEASURED)]
 
 # After MEASUREMENT_HEADERS, only for runs with GPU telemetry (rundir/energy.py):
 # energy per output token (per prompt token on prefill rows), average watts of all
 # GPUs over the window, and the throttle classes active for over 10% of it.
-ENERGY_HEADERS = ["J/token", "Avg W", "Throttling"]
+ENERGY_HEADERS = [*(m.header for m in ENERGY), THROTTLING]

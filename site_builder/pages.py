@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rundir import contract, words
-from site_builder import charts, drillcharts, explorecharts, formats, oppoint
+from site_builder import charts, drillcharts, explorecharts, formats, metrictable, oppoint
 from site_builder.aggregate import CellResult
 from site_builder.glossary import (
     CACHE_NOTE,
@@ -48,23 +48,8 @@ INDEX_COLUMNS = [
     ("peak", "Peak total tok/s", "num"),
     ("prefill", "Prefill tok/s at 8K", "num"),
 ]
-COMPARE_METRICS = [
-    ("total_tok_s", "Total tok/s", "higher"),
-    ("per_request_tok_s", "Per request tok/s", "higher"),
-    ("ttft_ms", "TTFT", "lower"),
-    ("tbt_ms", "Time between tokens", "lower"),
-]
-
-
-def _filesize(n: int | None) -> str:
-    if n is None:
-        return words.MISSING
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
+# The compare page's choices: (key, label, better), from the metric table.
+COMPARE_METRICS = [(m.key, m.header, m.better) for m in metrictable.COMPARED]
 
 
 def _peak_notes(runs: list[RunView]) -> list[str]:
@@ -110,11 +95,12 @@ class Pages:
                  version: str) -> None:
         self.r = renderer
         self.svg = svg
-        self.r.env.filters["filesize"] = _filesize
+        self.r.env.filters["filesize"] = formats.file_size
         self.r.env.globals.update(
             assets=assets, version=version, phase_labels=PHASE_LABELS,
             headers=MEASUREMENT_HEADERS, energy_headers=ENERGY_HEADERS, cache_note=CACHE_NOTE,
-            medians_note=MEDIANS_NOTE,
+            medians_note=MEDIANS_NOTE, measured_metrics=metrictable.MEASURED,
+            energy_metrics=metrictable.ENERGY,
             client_bound_note=CLIENT_BOUND_NOTE, imported_note=imported_note,
         )
 
@@ -167,21 +153,9 @@ class Pages:
         )
 
     def _cell_metrics(self, x: CellResult) -> list[tuple[str, str, str]]:
-        """(term, what it counts, value) of the cell's published numbers."""
-        if x.phase == contract.PREFILL:
-            return [("Prompt tok/s", "median of the samples used", words.tok_s(x.total_tok_s)),
-                    ("TTFT", "median of the samples used", words.ttft(x.ttft_ms)),
-                    ("Completed requests", "cold samples used", formats.count(x.completed))]
-        return [
-            ("Total tok/s", "", words.tok_s(x.total_tok_s)),
-            ("Per request tok/s", "", words.tok_s(x.per_request_tok_s)),
-            ("TTFT", "median over the requests", words.ttft(x.ttft_ms)),
-            ("Time between tokens", "", formats.tbt(x.tbt_ms)),
-            ("Average active requests", "", formats.average(x.avg_active)),
-            ("Completed requests", "ended inside the window", formats.count(x.completed)),
-            ("Output tokens", "inside the window", formats.count(x.output_tokens)),
-            ("Measured for", "", formats.seconds(x.measured_s)),
-        ]
+        """(term, what it counts, value) of the cell's published numbers (the metric table's)."""
+        return [(m.header, m.on_cell[x.phase], m.cell_text(x))
+                for m in metrictable.on_cell_page(x.phase)]
 
     def _window_rows(self, run: RunView, x: CellResult,
                      d: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -77,11 +77,6 @@ class PriceTable:
             return None
         return next((p for p in self.prices if gpu_key(p.gpu) == key), None)
 
-    def fingerprint(self) -> str:
-        """Everything a page shows from the table, for page-cache keys."""
-        return "|".join(f"{p.gpu}={p.usd_per_gpu_hour!r}@{p.date}:{p.source}"
-                        for p in self.prices)
-
 
 def cost_per_million(usd_per_gpu_hour: float | None, gpus: int | None,
                      total_tok_s: float | None) -> float | None:

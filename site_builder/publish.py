@@ -20,7 +20,6 @@ raw files are copied by the kernel (shutil.copyfile), not through Python.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from concurrent.futures import Future
@@ -33,11 +32,11 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rundir import contract
 from rundir.contract import RUN_YAML, ContractError
 from rundir.slugs import unique_slugs
-from site_builder import chartkit, charts, explore, explorecharts, load, runpages, workers
+from site_builder import chartkit, charts, explore, explorecharts, load, runpages, statusstyle, workers
 from site_builder.aggregate import AggregateCache, code_salt
+from site_builder.fingerprint import code_files, fingerprint
 from site_builder.glossary import body_without_glossary, methodology_path
 from site_builder.pages import Pages
 from site_builder.prices import PriceTable
@@ -97,7 +96,7 @@ def write_assets(writer: SiteWriter, folder: Path) -> dict[str, str]:
              "explore_js": "explore.js", "favicon": "favicon.svg"}
     assets = {}
     for key, name in names.items():
-        data = (static / name).read_bytes()
+        data = statusstyle.static_bytes(static / name)  # style.css: with its status rules
         stem, ext = name.rsplit(".", 1)
         rel = f"{STATIC}/{stem}.{digest(data)[:10]}.{ext}"
         writer.write(rel, data)
@@ -111,20 +110,15 @@ def write_assets(writer: SiteWriter, folder: Path) -> dict[str, str]:
     return assets
 
 
-def code_files() -> list[Path]:
-    """The code a page's text depends on: the builder and rundir/ (labels and
-    number formats live in rundir.words, families and slugs there too), so a
-    change to either re-renders cached pages."""
-    here = Path(__file__).parent
-    return [*sorted(here.glob("*.py")), *sorted(Path(contract.__file__).parent.glob("*.py"))]
-
-
-def _fingerprint(renderer: Renderer, assets: dict[str, str], methodology: str) -> str:
-    h = hashlib.sha256(version().encode())
-    for path in [*code_files(), *renderer.fingerprint_files()]:
-        h.update(path.parent.name.encode() + path.name.encode() + path.read_bytes())
-    h.update(json.dumps(assets, sort_keys=True).encode() + methodology.encode())
-    return h.hexdigest()
+def page_fingerprint(renderer: Renderer, assets: dict[str, str], methodology: str,
+                     views: list[RunView]) -> str:
+    """What every cached page depends on, by site_builder.fingerprint's rule: the code
+    (rundir/, site_builder/), the templates and static files, the asset names, the
+    methodology text and each run's price as the table gives it (every field: a cost
+    is computed from the unrounded price, so "$3.50" may stand for 3.504)."""
+    priced = "|".join(f"{v.slug}={v.price!r}" for v in views if v.price is not None)
+    return fingerprint([*code_files(), *renderer.fingerprint_files()], version(),
+                       json.dumps(assets, sort_keys=True), methodology, priced)
 
 
 def methodology_text(path: Path | None = None) -> str:
@@ -327,9 +321,7 @@ def _publish(views: list[RunView], writer: SiteWriter, cache: AggregateCache,
     renderer = Renderer()
     assets = write_assets(writer, renderer.folder)
     text = methodology_text(methodology)
-    fp = _fingerprint(renderer, assets, text)
-    priced = "|".join(f"{v.slug}={v.price.note}" for v in views if v.price is not None)
-    fp = digest(f"{fp}|{priced}".encode()) if priced else fp  # a new price: pages again
+    fp = page_fingerprint(renderer, assets, text, views)
     pages = Pages(renderer, charts.SvgRenderer(), assets, version())
     done = _render_runs(views, writer, pages, fp, cache, pool, assets, report, bar)
     views, models = _published_only(views, models, done)

@@ -19,9 +19,9 @@ import jinja2
 from markdown_it import MarkdownIt
 from markupsafe import Markup, escape
 
-from rundir import words
+from rundir import statuses, words
 from rundir.slugs import slugify
-from site_builder import formats
+from site_builder import formats, metrictable
 from site_builder.glossary import TERM_BY_NAME, TERMS
 
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
@@ -177,7 +177,8 @@ class Renderer:
             markdown=markdown,
         )
         self.env.globals.update(term=_term_link, TERMS=TERMS, MISSING=words.MISSING,
-                                FORMAT_RULES=formats.js_rules())
+                                FORMAT_RULES=formats.js_rules(), STATUS_RULES=statuses.js_rules(),
+                                METRIC_RULES=metrictable.js_rules())
         self.env.globals.update(globals_ or {})
 
     def render(self, template: str, *, depth: int, **context: Any) -> str:

@@ -12,9 +12,9 @@ from typing import Any
 
 from rundir import contract, slugs, words
 from rundir.contract import RunInfo
-from rundir.families import family_of
-from site_builder import formats
+from site_builder import formats, metrictable
 from site_builder.aggregate import CellResult, RunAggregate
+from site_builder.families import family_of
 from site_builder.prices import Price
 
 _CODES = {
@@ -101,7 +101,7 @@ class RunView:
 
     @property
     def family(self) -> str:
-        """The base model the run belongs to (rundir/families.py): model pages group by it."""
+        """The base model the run belongs to (site_builder/families.py): model pages group by it."""
         return family_of(self.model, self.info.engine.quantization, self.info.model.family)[0]
 
     @property
@@ -363,17 +363,16 @@ class RunView:
     def compare_data(self) -> dict[str, Any]:
         """The compact per-cell numbers the A/B page needs (loaded as data.js).
 
-        Each value comes with its text already formatted (rundir/words.py, formats.py), as the
+        Each value comes with its text already formatted (the metric table's formats), as the
         run page shows it (prefill prompt tok/s whole, like the prefill list),
         so the page's script never re-implements the number rules."""
         cells = []
         for x in self.agg.cells:
-            prefill = x.phase == contract.PREFILL
             cells.append([
-                x.phase, x.context, x.concurrency, x.status, x.total_tok_s,
-                x.per_request_tok_s, x.ttft_ms, x.tbt_ms, words.context_label(x.context),
-                words.status_label(x.status), words.tok_s(x.total_tok_s, whole=prefill),
-                words.tok_s(x.per_request_tok_s), words.ttft(x.ttft_ms), formats.tbt(x.tbt_ms)])
+                x.phase, x.context, x.concurrency, x.status,
+                *(getattr(x, m.key) for m in metrictable.COMPARED),
+                words.context_label(x.context), words.status_label(x.status),
+                *(m.listed_text(x) for m in metrictable.COMPARED)])
             if self.agg.telemetry:  # tok/s per kW: the page compares it only when both runs have it
                 cells[-1] += [x.tok_s_per_kw, words.tok_s(x.tok_s_per_kw)]
         energy = COMPARE_ENERGY_FIELDS if self.agg.telemetry else []
@@ -382,11 +381,12 @@ class RunView:
                 "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS, *energy], "cells": cells}
 
 
-# compare_data's columns: raw values, then the texts the page prints.
-COMPARE_FIELDS = ["phase", "context", "concurrency", "status", "total_tok_s",
-                  "per_request_tok_s", "ttft_ms", "tbt_ms"]
-COMPARE_TEXT_FIELDS = ["context_label", "status_label", "total_tok_s_text",
-                       "per_request_tok_s_text", "ttft_ms_text", "tbt_ms_text"]
+# compare_data's columns: raw values, then the texts the page prints; the
+# metrics are the metric table's compared ones (site_builder/metrictable.py).
+COMPARE_FIELDS = ["phase", "context", "concurrency", "status",
+                  *(m.key for m in metrictable.COMPARED)]
+COMPARE_TEXT_FIELDS = ["context_label", "status_label",
+                       *(f"{m.key}_text" for m in metrictable.COMPARED)]
 # Runs with GPU telemetry only: total tok/s per kW of average GPU power, and its text.
 COMPARE_ENERGY_FIELDS = ["tok_s_per_kw", "tok_s_per_kw_text"]
 
@@ -401,7 +401,7 @@ def cell_title(x: CellResult) -> str:
 
 @dataclass
 class FamilyGroup:
-    """All runs of one model family (rundir/families.py), for its page `models/<slug>.html`."""
+    """All runs of one model family (site_builder/families.py), for its page `models/<slug>.html`."""
 
     name: str
     slug: str

@@ -9,6 +9,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -16,9 +17,19 @@ from bench.cells import CellRunner, Settings
 from bench.chunks import parse_events
 from bench.engines import ServerInfo
 from bench.plan import Cell
+from bench.prompts import Prompt
 from bench.sampler import MetricsSampler
 from bench.stream import StreamResult
-from rundir.contract import DECODE, METRIC_RUNNING, METRIC_WAITING, PURPOSE_MEASURE
+from rundir.contract import (
+    DECODE,
+    ERROR,
+    METRIC_RUNNING,
+    METRIC_WAITING,
+    OVER_CAPACITY,
+    PENDING,
+    PURPOSE_MEASURE,
+    PURPOSE_PREFIX_FILL,
+)
 from tests.refserver.harness import refserver_fixture  # noqa: F401
 
 
@@ -147,3 +158,109 @@ def test_drain_state_of_real_servers(refserver, silent_server) -> None:
     assert sampler_for(f"http://127.0.0.1:{port}").drain_state() == "gone"
     srv = refserver(tokens_per_s=200)
     assert sampler_for(srv.base_url).drain_state() == "idle"
+
+
+class ScriptedClient:
+    """A server in miniature for whole decode cells: prefix fills answer at
+    once, a measured stream produces tokens until the runner cancels it (or
+    fails, when `fail_stream` names its slot). Every request is logged."""
+
+    def __init__(self, fill_error: str | None = None, fail_stream: int | None = None) -> None:
+        self.fill_error = fill_error
+        self.fail_stream = fail_stream
+        self.sent: list[tuple[str, str, int]] = []  # (request id, prompt text, max_tokens)
+
+    async def post_stream(self, path, payload, rid, cancel=None, on_start=None) -> StreamResult:
+        text, max_tokens = payload["messages"][-1]["content"], payload["max_tokens"]
+        self.sent.append((rid, text, max_tokens))
+        if max_tokens == 1:  # a prefix fill
+            if self.fill_error:
+                return StreamResult(status=400, send_ns=1, end_ns=2, error=self.fill_error)
+            return long_stream(1)
+        if on_start is not None:
+            on_start(Producing())
+        if self.fail_stream is not None and text.endswith(f"s{self.fail_stream}"):
+            return StreamResult(status=200, send_ns=1, end_ns=2, error="connection reset")
+        sent_ns = time.monotonic_ns()
+        await cancel.wait()
+        # tokens spread evenly from the send to the cancel, so the window holds most of them
+        step = (time.monotonic_ns() - sent_ns) // 100
+        events = [(sent_ns + (i + 1) * step,
+                   json.dumps({"choices": [{"delta": {"content": f"w{i} "}}],
+                               "usage": {"completion_tokens": i + 1}}).encode()) for i in range(99)]
+        return StreamResult(status=200, send_ns=sent_ns, end_ns=time.monotonic_ns(), chunks=events,
+                            cancelled=True)
+
+    def client_bound_reason(self, start_ns, end_ns, tbt_ms, table) -> None:
+        return None
+
+
+class Producing:
+    producing = True
+
+
+class ScriptedPrompts:
+    run_tag = "t"
+    can_tokenize = False
+
+    def build(self, context: int, tag: str) -> Prompt:
+        return Prompt(f"prompt {tag}", context)
+
+    def variant(self, base: Prompt, base_tag: str, tag: str) -> Prompt:
+        return Prompt(f"prompt {tag}", base.tokens)
+
+
+class NoSampler:
+    enabled = False
+
+
+def decode_cell(client: ScriptedClient, interrupted: asyncio.Event | None = None):
+    info = ServerInfo(base_url="http://127.0.0.1:9", engine="vllm", model="m")
+    cells = CellRunner(info, client, ScriptedPrompts(), NoSampler(),
+                       Settings(duration_s=0.05, stable_s=0.0, max_output=4096), lambda text: text)
+    return asyncio.run(cells.decode(Cell(DECODE, 1024, 3), interrupted or asyncio.Event()))
+
+
+def test_a_decode_cell_warms_each_prefix_then_starts_one_stream_per_slot() -> None:
+    client = ScriptedClient()
+    outcome = decode_cell(client)
+    fills = [("t-0", "prompt d1024-c3-s0", 1), ("t-1", "prompt d1024-c3-s1", 1),
+             ("t-2", "prompt d1024-c3-s2", 1)]
+    streams = [("t-3", "prompt d1024-c3-s0", 4096), ("t-4", "prompt d1024-c3-s1", 4096),
+               ("t-5", "prompt d1024-c3-s2", 4096)]
+    assert client.sent == fills + streams  # nothing restarts: every stream ran into the window's end
+    assert [r.purpose for r in outcome.records] == [PURPOSE_PREFIX_FILL] * 3 + [PURPOSE_MEASURE] * 3
+    assert sorted(r.stream_index for r in outcome.records[3:]) == [0, 1, 2]
+    assert outcome.table.num_rows == 6
+    start, end = outcome.window
+    assert end - start == 50_000_000 and outcome.warmup_s >= 0
+
+
+def test_a_refused_prefix_ends_the_cell_before_any_stream() -> None:
+    client = ScriptedClient(fill_error="HTTP 400: maximum context length is 512 tokens")
+    outcome = decode_cell(client)
+    assert [max_tokens for _, _, max_tokens in client.sent] == [1, 1, 1]
+    assert outcome.status == OVER_CAPACITY and outcome.window is None
+    assert outcome.reason.startswith("server refused the context: HTTP 400")
+
+
+def test_a_failed_prefix_fill_is_an_error_of_the_warm_up() -> None:
+    outcome = decode_cell(ScriptedClient(fill_error="connection reset"))
+    assert outcome.status == ERROR and outcome.reason == "prefix warm-up failed: connection reset"
+
+
+def test_an_interrupt_during_the_warm_up_leaves_the_cell_pending() -> None:
+    interrupted = asyncio.Event()
+    interrupted.set()
+    client = ScriptedClient()
+    outcome = decode_cell(client, interrupted)
+    assert len(client.sent) == 3 and outcome.status == PENDING and outcome.window is None
+
+
+def test_a_stream_that_fails_ends_the_window_and_is_not_restarted() -> None:
+    client = ScriptedClient(fail_stream=2)
+    outcome = decode_cell(client)
+    assert [rid for rid, _, _ in client.sent] == [f"t-{i}" for i in range(6)]
+    assert outcome.status == ERROR and "connection reset" in outcome.reason
+    start, end = outcome.window
+    assert start < end <= start + 50_000_000

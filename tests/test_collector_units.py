@@ -19,7 +19,7 @@ from bench.plan import (
 )
 from bench.prometheus_text import parse_metrics
 from bench.redact import REDACTED, redact
-from bench.repetition import is_repeating
+from bench.repetition import detect_repetition
 from rundir.contract import COUNT_CHUNKS, COUNT_USAGE_CONTINUOUS, OVER_CAPACITY, PENDING
 from rundir.words import context_label
 
@@ -105,10 +105,10 @@ def test_malformed_event_is_an_error() -> None:
 def test_loop_detector() -> None:
     rng = random.Random(1)
     prose = " ".join(rng.choice(["the", "cat", "sat", "on", "a", "mat", "today"]) for _ in range(800))
-    assert not is_repeating(prose)
-    assert is_repeating(prose[:500] + "I will repeat this. " * 30)
-    assert is_repeating("a" * 300)
-    assert not is_repeating("short")
+    assert detect_repetition(prose) is None
+    assert detect_repetition(prose[:500] + "I will repeat this. " * 30) == len("I will repeat this. ")
+    assert detect_repetition("a" * 300) == 1
+    assert detect_repetition("short") is None
 
 
 @pytest.mark.parametrize("text", [

@@ -13,6 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.engine_profiles import LLAMACPP, VLLM, EngineProfile
+from bench.engines import probe_server
+from rundir.contract import METRIC_RUNNING, METRIC_WAITING
 from tests.engines import EngineProcess
 
 PROMPT = "Write a long story about the weather in the mountains."
@@ -141,3 +144,23 @@ def test_engines_tokenize_alike(llama_server: EngineProcess, vllm_server: Engine
         timeout=10.0,
     ).json()["tokens"]
     assert llama_ids == vllm_ids
+
+
+def assert_profile(engine: EngineProcess, profile: EngineProfile) -> None:
+    """The probe picks the engine's profile from its real answers, with no
+    note, and finds the running and waiting gauges under the profile's names."""
+    info = probe_server(engine.base_url, None)
+    assert (info.engine, info.tokenize, info.notes) == (profile.name, profile.tokenize.name, [])
+    for gauge in (METRIC_RUNNING, METRIC_WAITING):
+        assert info.gauges[gauge] == profile.gauges[gauge]
+    assert info.kv_budget and info.kv_budget_source
+
+
+@pytest.mark.engine_llama
+def test_llama_server_is_the_llamacpp_profile(llama_server: EngineProcess) -> None:
+    assert_profile(llama_server, LLAMACPP)
+
+
+@pytest.mark.engine_vllm
+def test_vllm_is_the_vllm_profile(vllm_server: EngineProcess) -> None:
+    assert_profile(vllm_server, VLLM)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench.runcard import read_run_card
 from rundir.contract import RUN_YAML, ContractError, RunInfo
-from rundir.families import family_of
 from rundir.io import read_run, read_run_info, write_run_info
-from rundir.runcard import read_run_card
 from rundir.slugs import slugify
+from site_builder.families import family_of
 from site_builder.publish import build_site
 from site_builder.views import RunView, family_groups
 from tests.browser import parse_html
@@ -126,7 +126,7 @@ def test_family_must_be_a_string() -> None:
 def test_run_card_sets_family(tmp_path: Path) -> None:
     card = tmp_path / "card.yaml"
     card.write_text("model:\n  name: Kimi-K2.6-NVFP4\n  family: Kimi K2.6\n", encoding="utf-8")
-    assert read_run_card(card)["model"]["family"] == "Kimi K2.6"
+    assert read_run_card(card).model.values.family == "Kimi K2.6"
     card.write_text("model:\n  family: [a, b]\n", encoding="utf-8")
     with pytest.raises(ContractError) as err:
         read_run_card(card)

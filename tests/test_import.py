@@ -364,6 +364,26 @@ BAD = {
         "55: Sustained decode matrix cell 8K × 16 '1,829.9306 ms TTFT' disagrees with "
         "All measurements line 77",
     ),
+    "summary announces more contexts than the matrix has": (
+        _replace_line(3, "6 contexts", "7 contexts"),
+        "60: Sustained decode matrix has 6 rows, the summary line says 7 contexts (truncated page?)",
+    ),
+    "summary announces fewer contexts than the matrix has": (
+        _replace_line(3, "6 contexts", "5 contexts"),
+        "3: Sustained decode matrix has 6 rows, the summary line says 5 contexts",
+    ),
+    "summary announces another number of levels": (
+        _replace_line(3, "× 8 concurrency", "× 9 concurrency"),
+        "53: Sustained decode matrix has 8 columns, the summary line says 9 levels",
+    ),
+    "prefill block disagrees with the table": (
+        _replace_line(46, "32.9K", "33.9K"),
+        "46: Prefill block 16K '33.9K493 ms TTFT' disagrees with All measurements line 67",
+    ),
+    "prefill block lists a context the table lacks": (
+        _replace_line(72, "| Prefill | 256K |", "| Prefill | 255K |"),
+        "51: Prefill block lists 256K but All measurements has no Prefill row for it",
+    ),
     "pipe row cut after its last cell": (
         _replace_line(77, "| 30.0 s |", "| 30.0 s"),
         "77: All measurements row does not end with '|' (truncated page?)",

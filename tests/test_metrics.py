@@ -60,8 +60,16 @@ def test_gauge_label_sum_and_time_mean() -> None:
     v = np.array([1.0, 1.0, 2.0, 2.0, 3.0, 1.0])  # two data-parallel ranks
     times, sums = metrics.gauge_series(t, v)
     assert sums.tolist() == [2.0, 4.0, 4.0]
-    # over [5, 25] ms: 2 for 5 ms, 4 for 15 ms
-    assert metrics.gauge_time_mean(times, sums, 5 * MS, 25 * MS) == pytest.approx(3.5)
+    gauge = pa.table({"t_ns": t.tolist(), "name": ["waiting"] * 6, "source": ["x"] * 6,
+                      "labels": ["rank=0", "rank=1"] * 3, "value": v.tolist()},
+                     schema=SERVER_METRICS_SCHEMA)
+    # eight streams in flight throughout; over [5, 25] ms the summed waiting
+    # gauge, held between samples, is 2 for 5 ms and 4 for 15 ms
+    c = metrics.Chunks.from_table(table([dict(send_ns=0, end_ns=200 * MS, cancelled=True,
+                                              chunk_ns=[1 * MS], chunk_tokens=[1])] * 8))
+    a = metrics.window_activity_detail(c, gauge, 5 * MS, 25 * MS)
+    assert a.from_server and a.max_waiting == 4.0
+    assert a.avg_active == pytest.approx(8 - 3.5)
 
 
 def _waiting(points: list[tuple[int, float]]) -> pa.Table:
@@ -75,11 +83,11 @@ def test_active_is_in_flight_minus_waiting() -> None:
     t = table([dict(send_ns=0, end_ns=200 * MS, cancelled=True,
                     chunk_ns=[1 * MS, 150 * MS], chunk_tokens=[1, 2]) for _ in range(4)])
     c = metrics.Chunks.from_table(t)
-    avg, waiting = metrics.window_activity(c, _waiting([(0, 2.0), (50 * MS, 2.0)]), 10 * MS, 90 * MS)
-    assert avg == pytest.approx(2.0) and waiting == 2.0
+    a = metrics.window_activity_detail(c, _waiting([(0, 2.0), (50 * MS, 2.0)]), 10 * MS, 90 * MS)
+    assert a.avg_active == pytest.approx(2.0) and a.max_waiting == 2.0
     # without a waiting gauge only streams receiving tokens count
-    avg, waiting = metrics.window_activity(c, None, 10 * MS, 90 * MS)
-    assert avg == pytest.approx(4.0) and waiting is None
+    a = metrics.window_activity_detail(c, None, 10 * MS, 90 * MS)
+    assert a.avg_active == pytest.approx(4.0) and a.max_waiting is None
 
 
 def test_restart_gaps_lower_the_average() -> None:
@@ -88,9 +96,9 @@ def test_restart_gaps_lower_the_average() -> None:
                     chunk_ns=[5 * MS, 49 * MS], chunk_tokens=[1, 2]),
                dict(send_ns=60 * MS, end_ns=200 * MS, cancelled=True,
                     chunk_ns=[65 * MS, 150 * MS], chunk_tokens=[1, 2])])
-    avg, _ = metrics.window_activity(metrics.Chunks.from_table(t), _waiting([(0, 0.0), (100 * MS, 0.0)]),
-                                     0, 100 * MS)
-    assert avg == pytest.approx(0.9)
+    a = metrics.window_activity_detail(metrics.Chunks.from_table(t), _waiting([(0, 0.0), (100 * MS, 0.0)]),
+                                       0, 100 * MS)
+    assert a.avg_active == pytest.approx(0.9)
 
 
 def test_queued_rule() -> None:

@@ -74,7 +74,7 @@ def test_scenario_round_trip():
     with pytest.raises(ValueError, match="unknown field"):
         Scenario.from_dict({"tokens_per_sec": 5})
     with pytest.raises(ValueError, match="engine"):
-        Scenario(engine="sglang")
+        Scenario(engine="tgi")
 
 
 def test_timing_follows_schedule(refserver):
@@ -85,13 +85,14 @@ def test_timing_follows_schedule(refserver):
     chunks = rec["chunks"]
     assert [c[1] for c in chunks] == [1] * 20 and [c[2] for c in chunks] == list(range(1, 21))
     gaps = [(b[0] - a[0]) / MS for a, b in zip(chunks, chunks[1:], strict=False)]
-    assert abs(statistics.median(gaps) - 10.0) < 0.2, gaps
-    # an absolute schedule: never ahead of it, rarely off it (a loaded machine delays a step).
-    # The grid starts at the first step's start, the first stamp only once its frames are
-    # built and written, so the span may be short by that much (0.22 ms seen in CI).
+    # 10 ms steps, told apart from half or one and a half (a busy host delays
+    # steps, by how much is its business: the truth log is what tests compare)
+    assert abs(statistics.median(gaps) - 10.0) < 2.5, gaps
+    # an absolute schedule: never ahead of it. The grid starts at the first step's
+    # start, the first stamp only once its frames are built and written, so the span
+    # may be short by that much (0.22 ms seen in CI).
     assert (chunks[-1][0] - chunks[0][0]) / MS > 19 * 10.0 - 1.0
-    assert sum(abs(g - 10.0) < 1.0 for g in gaps) >= 0.5 * len(gaps), gaps
-    assert 20.0 <= (chunks[0][0] - rec["slot_ns"]) / MS < 40.0  # never early
+    assert (chunks[0][0] - rec["slot_ns"]) / MS >= 20.0  # the first token never early
     assert rec["recv_ns"] <= rec["role_chunk_ns"] < chunks[0][0] <= chunks[-1][0] < rec["finish_ns"]
     # the client's stamps are on the same clock: each arrives after it was sent
     evs = events(lines)
@@ -186,10 +187,11 @@ def test_slowdown_per_active(refserver):
     asyncio.run(main())
     recs = srv.truth(2)
     start, end = max(r["slot_ns"] for r in recs), min(r["finish_ns"] for r in recs)
-    for rec in recs:  # while both run: 5 ms × (1 + 1 × (2 − 1))
+    for rec in recs:  # while both run: 5 ms × (1 + 1 × (2 − 1)), told apart from 5 or 15
         sends = [t for t, _, _ in rec["chunks"] if start <= t <= end]
         gaps = [(b - a) / MS for a, b in zip(sends, sends[1:], strict=False)]
-        assert len(gaps) >= 5 and abs(statistics.median(gaps) - 10.0) < 0.3, gaps
+        assert len(gaps) >= 5 and abs(statistics.median(gaps) - 10.0) < 2.5, gaps
+        assert (sends[-1] - sends[0]) / MS > len(gaps) * 10.0 - 1.0, gaps  # never ahead
 
 
 def test_prefix_cache_and_prefill(refserver):
@@ -366,6 +368,35 @@ def test_engine_endpoints(refserver):
     m = metrics(llama.base_url)
     assert m["llamacpp:tokens_predicted_total"] == 3
     assert m["llamacpp:requests_processing"] == 0 and m["llamacpp:requests_deferred"] == 0
+
+
+def test_sglang_endpoints(refserver):
+    """The SGLang mode (dialects.py): server info under both names, `sglang:`
+    gauges summed over data-parallel ranks, several tokens per chunk, and
+    its flat error shape for a request longer than the context."""
+    sg = refserver(engine="sglang", kv_budget_tokens=5000, dp_ranks=2, tokens_per_chunk=[2, 3],
+                   max_model_len=4096)
+    info = HTTP.get(sg.base_url + "/get_server_info").json()
+    assert info == HTTP.get(sg.base_url + "/server_info").json()
+    assert (info["max_total_num_tokens"], info["context_length"], info["version"]) == (
+        5000, 4096, "ref-0.1")
+    assert HTTP.get(sg.base_url + "/get_model_info").json()["is_generation"] is True
+    entry = HTTP.get(sg.base_url + "/v1/models").json()["data"][0]
+    assert entry["owned_by"] == "sglang" and entry["max_model_len"] == 4096
+    deltas = [e["choices"][0]["delta"].get("content", "") for _, e in
+              events(stream(sg.base_url, chat_body(10))) if e["choices"]]
+    assert [len(d.split()) for d in deltas if d] == [2, 3, 2, 3]
+    m = metrics(sg.base_url)
+    assert m["sglang:generation_tokens_total"] == 10 and m["sglang:num_running_reqs"] == 0
+    assert m["sglang:max_total_num_tokens"] == 5000
+    page = HTTP.get(sg.base_url + "/metrics").text
+    assert page.count("sglang:num_queue_reqs{") == 2  # one label set per dp_rank
+    refused = HTTP.post(sg.base_url + "/v1/chat/completions", json=chat_body(5000))
+    body = refused.json()
+    assert refused.status_code == 400 and body["object"] == "error" and "error" not in body
+    assert "maximum context length of 4096 tokens" in body["message"]
+    assert HTTP.get(refserver(engine="sglang", metrics_enabled=False).base_url
+                    + "/metrics").status_code == 404
 
 
 def test_completions_endpoint_keep_alive_and_role_timing(refserver):

@@ -1,13 +1,19 @@
-"""Run cards are validated by the contract itself: one line naming the file and field."""
+"""Run cards: read once into typed sections, each field checked by the contract's own
+rules (one line naming the file and the field), laid over what the collector detected."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+import yaml
 
-from rundir.contract import ContractError
-from rundir.runcard import read_run_card
+from bench.provenance import detect_hardware
+from bench.runcard import RunCard, read_run_card
+from rundir.contract import RUN_YAML, ContractError, Engine, Hardware, Model
+from tests.conftest import run_cli
+from tests.refserver.harness import refserver_fixture  # noqa: F401
 
 SECRET = "sk-live-0123456789abcdefABCDEF"
 
@@ -103,27 +109,86 @@ notes: |
 """
 
 
-def test_good_card_returns_the_same_shape(tmp_path: Path) -> None:
+def test_good_card_reads_into_typed_sections(tmp_path: Path) -> None:
     card = tmp_path / "card.yaml"
     card.write_bytes(GOOD)
     got = read_run_card(card)
-    assert got == {
-        "submitter": "someone",
-        "hardware": {"gpu_name": "H200 SXM", "gpu_count": 8, "vram_gb_per_gpu": 141},
-        "engine": {"name": "vllm", "build": "docker vllm/vllm-openai:v0.11.0"},
-        "model": {"repository_id": "Qwen/Qwen3-8B", "max_model_len": 32768},
-        "launch_command": "vllm serve Qwen/Qwen3-8B",
-        "notes": "Two lines\nof **Markdown**.\n",
-    }
+    assert got.submitter == "someone"
+    assert got.hardware.fields() == {"gpu_name": "H200 SXM", "gpu_count": 8, "vram_gb_per_gpu": 141}
+    assert isinstance(got.hardware.values.vram_gb_per_gpu, float)  # as the contract types it
+    assert got.engine.fields() == {"name": "vllm", "build": "docker vllm/vllm-openai:v0.11.0"}
+    assert got.model.fields() == {"repository_id": "Qwen/Qwen3-8B", "max_model_len": 32768}
+    assert got.launch_command == "vllm serve Qwen/Qwen3-8B"
+    assert got.notes == "Two lines\nof **Markdown**.\n"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.notes = "changed"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.hardware.given = frozenset()  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("raw,expect", [
+@pytest.mark.parametrize("raw,given", [
     (b"", {}),
     (b"# only a comment\n", {}),
-    (b"hardware:\nnotes:\n", {"hardware": {}, "notes": None}),
-    (b"hardware: {gpu_name: null}\n", {"hardware": {"gpu_name": None}}),
+    (b"hardware:\nnotes:\n", {}),
+    (b"hardware: {gpu_name: null}\n", {"gpu_name": None}),
 ])
-def test_empty_parts_are_fine(tmp_path: Path, raw: bytes, expect: dict) -> None:
+def test_empty_parts_are_fine(tmp_path: Path, raw: bytes, given: dict) -> None:
     card = tmp_path / "card.yaml"
     card.write_bytes(raw)
-    assert read_run_card(card) == expect
+    got = read_run_card(card)
+    assert got.hardware.fields() == given
+    assert got.notes is None and got.engine == RunCard().engine and got.model == RunCard().model
+
+
+def test_a_section_lays_over_what_was_detected(tmp_path: Path) -> None:
+    """A field the card gives replaces the detected one, even as null; one it leaves
+    out keeps it; the detected object itself is not changed (a copy, no setattr)."""
+    card = tmp_path / "card.yaml"
+    card.write_bytes(b"hardware:\n  gpu_name: H200 SXM\n  cpu: null\n"
+                     b"engine:\n  build: docker\n")
+    got = read_run_card(card)
+    detected = Hardware(gpu_name="NVIDIA H200", gpu_count=8, cpu="EPYC", os="Linux")
+    merged = got.hardware.over(detected)
+    assert merged == Hardware(gpu_name="H200 SXM", gpu_count=8, cpu=None, os="Linux")
+    assert detected == Hardware(gpu_name="NVIDIA H200", gpu_count=8, cpu="EPYC", os="Linux")
+    engine = got.engine.over(Engine(name="vllm", version="0.11"))
+    assert engine == Engine(name="vllm", version="0.11", build="docker")
+    assert RunCard().model.over(Model(served_name="m")) == Model(served_name="m")
+
+
+def test_bad_card_on_the_command_line_is_one_line_before_any_request(tmp_path: Path) -> None:
+    """Exit status 2 and the reader's line; no server is asked (none listens there)."""
+    card = tmp_path / "card.yaml"
+    card.write_bytes(b"hardware:\n  gpu_count: eight\n")
+    res = run_cli("bench", "run", "--base-url", "http://127.0.0.1:1", "--run-card", str(card),
+                  "--out", str(tmp_path / "run"), "--server-wait", "0")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"error: {card}: field hardware.gpu_count: expected an integer, got 'eight'"]
+    assert not (tmp_path / "run").exists()
+
+
+FAST = ["--duration", "1", "--warmup-stable", "0.3", "--no-prefill", "--server-wait", "2",
+        "--max-output", "200", "--contexts", "128", "--concurrency", "1"]
+
+
+def test_card_reaches_run_yaml_over_the_detected_values(refserver, tmp_path: Path) -> None:
+    """`bench run --run-card`: the card's fields in run.yaml as the contract types
+    them, a null clearing a detected value, the rest as detected."""
+    srv = refserver(tokens_per_s=200)
+    card = tmp_path / "card.yaml"
+    card.write_bytes(GOOD.replace(b"  vram_gb_per_gpu: 141\n", b"  vram_gb_per_gpu: 141\n  os: null\n"))
+    out = tmp_path / "run"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out),
+                  "--run-card", str(card), *FAST)
+    assert res.returncode == 0, res.stderr[-2000:]
+    raw = yaml.safe_load((out / RUN_YAML).read_text(encoding="utf-8"))
+    hardware, engine, model = raw["hardware"], raw["engine"], raw["model"]
+    assert (hardware["gpu_name"], hardware["gpu_count"], hardware["os"]) == ("H200 SXM", 8, None)
+    assert hardware["vram_gb_per_gpu"] == 141.0 and isinstance(hardware["vram_gb_per_gpu"], float)
+    assert hardware["cpu"] == detect_hardware().cpu  # left out: as detected
+    assert engine["name"] == "vllm" and engine["build"] == "docker vllm/vllm-openai:v0.11.0"
+    assert model["repository_id"] == "Qwen/Qwen3-8B" and model["max_model_len"] == 32768
+    assert model["served_name"]  # detected from the server
+    assert raw["submitter"] == "someone" and raw["notes"] == "Two lines\nof **Markdown**.\n"
+    assert raw["launch_command"] == "vllm serve Qwen/Qwen3-8B"

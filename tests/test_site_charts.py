@@ -438,3 +438,79 @@ def test_live_chart_text_is_readable_and_charts_fit_at_390_and_1440(chart_site: 
                 context.close()
         finally:
             browser.close()
+
+
+# --------------------------------------------------------------------------
+# 8. defined once: a chart's layout is read by its live spec and its fallback
+# --------------------------------------------------------------------------
+
+
+def _chart(chart_id: str) -> charts.Chart:
+    return next(x for x in _all_charts() if x.id == chart_id)
+
+
+def test_prefill_bars_are_as_wide_live_as_in_the_fallback() -> None:
+    chart = _chart("chart-prefill")
+    widths = {float(w) for w in re.findall(r"M[\d.]+ [\d.]+h([\d.]+)V", chart.svg)}
+    assert widths == {float(chart.spec["mark"]["size"])}
+
+
+def test_heatmap_rows_are_as_high_live_as_in_the_fallback() -> None:
+    for contexts in ((1024,), (1024, 4096), tuple(1024 * 2 ** i for i in range(12))):
+        chart = _fill(charts.heatmap_chart(_matrix({(1024, 2): contract.ERROR}, contexts)))
+        heights = {int(h) for h in re.findall(r'<rect x="\d+" y="\d+" width="64" height="(\d+)"',
+                                              chart.svg)}
+        assert heights == {chart.spec["height"] // len(contexts)}, contexts
+        # text turns white on the same shade live and in the fallback
+        live = chart.spec["layer"][-1]["encoding"]["color"]
+        assert live["condition"]["test"] == f"datum.shade > {charts.HEATMAP_WHITE_TEXT_ABOVE}"
+        assert f'fill="{live["value"]}">' in chart.svg
+
+
+def test_timeline_panels_are_as_high_live_as_in_the_fallback() -> None:
+    chart = _chart("chart-timeline")
+    tokens, running = (part["height"] for part in chart.spec["vconcat"])
+    top, bottom = (float(y) for y in re.findall(r'<path d="M60.0 ([\d.]+)h440.0" stroke="#888"/>',
+                                                chart.svg))
+    assert top - 10 == tokens  # the bars' plot starts 10 px down
+    assert bottom - top - 45 - chart.spec["spacing"] == running  # 45: the x axis under the bars
+
+
+def test_line_legends_sit_where_the_live_chart_puts_them() -> None:
+    """Lines by run have their legend below the plot, lines by context beside it."""
+    seen = set()
+    for chart in _all_charts():
+        if chart.spec.get("layer", [{}])[0].get("encoding", {}).get("color", {}).get(
+                "field") not in ("Context", "run"):
+            continue
+        below = chart.spec["layer"][0]["encoding"]["color"].get("legend", {}).get("orient") == "bottom"
+        legend_y = float(re.findall(r'<text x="[\d.]+" y="([\d.]+)" text-anchor="start"', chart.svg)[0])
+        axis_y = max(float(y) for y in re.findall(r'<text x="[\d.]+" y="([\d.]+)" text-anchor="middle"',
+                                                  chart.svg))
+        assert (legend_y > axis_y) == below, chart.id
+        seen.add(below)
+    assert seen == {True, False}
+
+
+def _panel_bases(svg: str) -> list[float]:
+    """The y of each panel's x axis line in a fallback SVG (plots start 10 px down)."""
+    return [float(y) for y in re.findall(r'<path d="M60.0 ([\d.]+)h440.0" stroke="#888"/>', svg)]
+
+
+def test_histograms_and_their_median_rule_match_live_and_in_the_fallback() -> None:
+    for chart in (_chart("chart-ttft"), _chart("chart-tbt")):
+        assert [b - 10 for b in _panel_bases(chart.svg)] == [chart.spec["height"]], chart.id
+    rule = _chart("chart-tbt").spec["layer"][1]["mark"]
+    dash = " ".join(str(v) for v in rule["strokeDash"])
+    assert (f'stroke="{rule["color"]}" stroke-width="{rule["strokeWidth"]}" '
+            f'stroke-dasharray="{dash}"/>') in _chart("chart-tbt").svg
+
+
+def test_power_panels_are_as_high_live_as_in_the_fallback() -> None:
+    detail = {"power": {"t_s": [0.0, 0.5, 1.0], "width_s": [0.5], "power_w": [100.0, None, 300.0],
+                        "sm_clock_mhz": [1500.0, 1600.0, None], "gpus": 1}}
+    chart = _fill(drillcharts.power_chart(detail))
+    power, clock = (part["height"] for part in chart.spec["vconcat"])
+    top, bottom = _panel_bases(chart.svg)
+    assert top - 10 == power
+    assert bottom - top - 45 - chart.spec["spacing"] == clock

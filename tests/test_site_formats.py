@@ -115,3 +115,15 @@ def test_percent_change_and_dates() -> None:
     assert formats.utc_datetime("2025-11-29") == "2025-11-29 UTC"
     assert formats.utc_datetime(None) == ""
     assert formats.range_label(["8K", "251K"]) == "8K–251K"
+
+
+def test_formats_of_every_kind_are_read_from_one_module() -> None:
+    """The builder reads every format from site_builder/formats.py (issue 19): the
+    collector's shared ones are the same functions, the moved ones read as before."""
+    assert formats.tok_s is tok_s and formats.ttft is ttft and formats.context_label is context_label
+    assert [formats.file_size(n) for n in (None, 512, 1536, 5 * 1024**2, 3 * 1024**4)] == [
+        "—", "512 B", "1.5 KB", "5.0 MB", "3,072.0 GB"]
+    assert [formats.joules_3g(v) for v in (None, 0.4213, 12.34, 0.000512, 1234.0)] == [
+        "—", "0.421", "12.3", "0.000512", "1.23e+03"]
+    missing = [n for n in formats.__all__ if not hasattr(formats, n)]
+    assert missing == []

@@ -119,7 +119,7 @@ def test_page_cache_follows_the_code_pages_are_made_with() -> None:
     must re-render cached pages like a change in the builder does."""
     import sys
 
-    from site_builder.publish import code_files
+    from site_builder.fingerprint import code_files
 
     hashed = {p.resolve() for p in code_files()}
     used = {Path(m.__file__).resolve() for name, m in sys.modules.items()

@@ -320,19 +320,8 @@ def cross_check(
     pre = {r.cell.context: r for r in rows if r.cell.phase == PREFILL}
     decode_ctx = list(dict.fromkeys(c for c, _ in decode))
     decode_conc = list(dict.fromkeys(k for _, k in decode))
-    if summary and matrix and summary.n_contexts != len(matrix.contexts):
-        short = len(matrix.contexts) < summary.n_contexts
-        raise PageError(
-            matrix.last_no if short else summary.line,
-            f"Sustained decode matrix has {len(matrix.contexts)} rows, the summary "
-            f"line says {summary.n_contexts} contexts" + (" (truncated page?)" if short else ""),
-        )
-    if summary and matrix and summary.n_concurrency != len(matrix.concurrency):
-        raise PageError(
-            matrix.header_no,
-            f"Sustained decode matrix has {len(matrix.concurrency)}"
-            f" columns, the summary line says {summary.n_concurrency} levels",
-        )
+    if summary and matrix:
+        _check_matrix_shape(matrix, summary)
     n_ctx = len(matrix.contexts) if matrix else summary.n_contexts if summary else len(decode_ctx)
     n_conc = (
         len(matrix.concurrency)
@@ -348,6 +337,38 @@ def cross_check(
         if summary and summary.prefill
         else len(pre)
     )
+    _check_row_count(rows, n_pre, n_ctx, n_conc)
+    if matrix:
+        _check_matrix_cells(matrix, decode)
+    _check_prefill_lines(prefill, pre)
+    if summary:
+        _check_summary(
+            summary,
+            matrix.contexts if matrix else decode_ctx,
+            matrix.concurrency if matrix else decode_conc,
+            list(pre),
+        )
+
+
+def _check_matrix_shape(matrix: Matrix, summary: Summary) -> None:
+    """The matrix has as many rows and columns as the summary line announces."""
+    if summary.n_contexts != len(matrix.contexts):
+        short = len(matrix.contexts) < summary.n_contexts
+        raise PageError(
+            matrix.last_no if short else summary.line,
+            f"Sustained decode matrix has {len(matrix.contexts)} rows, the summary "
+            f"line says {summary.n_contexts} contexts" + (" (truncated page?)" if short else ""),
+        )
+    if summary.n_concurrency != len(matrix.concurrency):
+        raise PageError(
+            matrix.header_no,
+            f"Sustained decode matrix has {len(matrix.concurrency)}"
+            f" columns, the summary line says {summary.n_concurrency} levels",
+        )
+
+
+def _check_row_count(rows: list[Row], n_pre: int, n_ctx: int, n_conc: int) -> None:
+    """All measurements has one row per prefill context and per decode cell."""
     expected = n_pre + n_ctx * n_conc
     if len(rows) != expected:
         hint = " (truncated page?)" if len(rows) < expected else ""
@@ -357,19 +378,26 @@ def cross_check(
             f"{expected} ({n_pre} prefill + {n_ctx} contexts × {n_conc} "
             f"concurrency levels){hint}",
         )
-    if matrix:
-        for no, label, ctx, conc, text in matrix.cells:
-            row = decode.get((ctx, conc))
-            if row is None:
-                raise PageError(
-                    no, f"Sustained decode matrix cell {label} × {conc} has no All measurements row"
-                )
-            if not _shown_agrees(text, row.cell):
-                raise PageError(
-                    no,
-                    f"Sustained decode matrix cell {label} × {conc} {text!r} "
-                    f"disagrees with All measurements line {row.line}",
-                )
+
+
+def _check_matrix_cells(matrix: Matrix, decode: dict[tuple[int, int], Row]) -> None:
+    """Every matrix cell has its All measurements row, and shows its figures."""
+    for no, label, ctx, conc, text in matrix.cells:
+        row = decode.get((ctx, conc))
+        if row is None:
+            raise PageError(
+                no, f"Sustained decode matrix cell {label} × {conc} has no All measurements row"
+            )
+        if not _shown_agrees(text, row.cell):
+            raise PageError(
+                no,
+                f"Sustained decode matrix cell {label} × {conc} {text!r} "
+                f"disagrees with All measurements line {row.line}",
+            )
+
+
+def _check_prefill_lines(prefill: list[PrefillLine], pre: dict[int, Row]) -> None:
+    """Every line of the Prefill block has its row, and shows its figures."""
     for pl in prefill:
         row = pre.get(pl.context)
         if row is None:
@@ -383,13 +411,6 @@ def cross_check(
                 f"Prefill block {pl.label} {pl.text!r} disagrees with "
                 f"All measurements line {row.line}",
             )
-    if summary:
-        _check_summary(
-            summary,
-            matrix.contexts if matrix else decode_ctx,
-            matrix.concurrency if matrix else decode_conc,
-            list(pre),
-        )
 
 
 def _check_summary(s: Summary, contexts: list[int], conc: list[int], prefill: list[int]) -> None:

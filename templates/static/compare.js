@@ -24,6 +24,8 @@
   var pending = {};
   var NEAR = 0.05; /* contexts within 5% of each other share a row when labels differ */
   var RULES = JSON.parse(document.getElementById("ab-rules").textContent);
+  /* Which statuses carry numbers, the Valid code, a missing cell's status: rundir/statuses.py. */
+  var STATUS = JSON.parse(document.getElementById("status-rules").textContent);
   var DASH = RULES.missing;
 
   function loadRun(slug) {
@@ -50,7 +52,10 @@
     if (r === 0) return fixed(0) + "%";
     return (r > 0 ? RULES.plus : RULES.minus) + fixed(Math.abs(r)) + "%";
   }
-  var HIGHER = { total_tok_s: true, per_request_tok_s: true, ttft_ms: false, tbt_ms: false, tok_s_per_kw: true };
+  /* Per metric whether higher is better, and the prefill table's caption words:
+     the metric table's (site_builder/metrictable.py), put in the page by the build. */
+  var METRICS = JSON.parse(document.getElementById("metric-rules").textContent);
+  var HIGHER = METRICS.higher;
 
   /* One phase's cells of a run: {cells: {"<context>x<concurrency>": cell}, contexts, levels, labels}. */
   function cellsOf(run, phase) {
@@ -125,7 +130,7 @@
     return e;
   }
 
-  function hasNumbers(c) { return c && (c.status === "valid" || c.status === "requests_queued"); }
+  function hasNumbers(c) { return c && STATUS.numbers.indexOf(c.status) >= 0; }
   function value(c, metric) {
     var v = hasNumbers(c) ? c[metric] : null;
     return v === undefined ? null : v;
@@ -147,7 +152,7 @@
         td.appendChild(el("span", "status", sa));
         return td;
       }
-      td.classList.add("st-" + ((ca && va === null ? ca : cb) || { status: "pending" }).status);
+      td.classList.add("st-" + ((ca && va === null ? ca : cb) || { status: STATUS.absent }).status);
       td.appendChild(el("span", "pair", "A " + sa));
       td.appendChild(el("span", "pair", "B " + sb));
       return td;
@@ -199,7 +204,7 @@
   function prefillTable(pa, pb, metric) {
     var aligned = alignContexts(pa, pb);
     var table = el("table", "matrix ab sticky-first");
-    var caption = metric === "ttft_ms" ? "Prefill: cold TTFT by context" : "Prefill: prompt tok/s by context";
+    var caption = "Prefill: " + METRICS.prefill[metric] + " by context";
     /* A caption is as narrow as this short table: the visible title sits above it. */
     table.appendChild(el("caption", "visually-hidden", caption));
     var head = table.createTHead().insertRow();
@@ -219,7 +224,7 @@
       if (r.a === null || r.b === null) return;
       pa.levels.forEach(function (n) {
         var ca = pa.cells[r.a + "x" + n], cb = pb.cells[r.b + "x" + n];
-        if (!ca || !cb || ca.status !== "valid" || cb.status !== "valid") return;
+        if (!ca || !cb || ca.status !== STATUS.valid || cb.status !== STATUS.valid) return;
         if (ca[metric] === null || cb[metric] === null) return;
         pairs.push([ca[metric], cb[metric]]);
       });
@@ -347,7 +352,7 @@
         kwBox.id = "ab-per-kw";
         result.appendChild(kwBox);
       }
-      if (s.m === "total_tok_s" || s.m === "ttft_ms") {
+      if (METRICS.prefill.hasOwnProperty(s.m)) {
         var pa = cellsOf(runs[0], "prefill"), pb = cellsOf(runs[1], "prefill");
         if (pa.contexts.length || pb.contexts.length) {
           var prefill = prefillTable(pa, pb, s.m);

@@ -13,6 +13,8 @@
   var FRONTIER_COLOR = "#1f2328";
   var COST = "Cost per 1M output tokens";  /* site_builder/explore.py COST_FIELDS */
   var SLOT = /\["@(\w+)@"\]|"@(\w+)@"/g;
+  /* The statuses drawn hollow (numbers kept, but flagged): rundir/statuses.py. */
+  var STATUS = JSON.parse(document.getElementById("status-rules").textContent);
 
   /* A template's JSON with every hole filled and the rows in its datasets. */
   function fill(text, values, datasets) {
@@ -30,7 +32,7 @@
   /* A point's row for the chart: x and y for the view, the tooltip texts. */
   function row(p, view, yMode) {
     var r = { run: DATA.runs[p[0]].label, concurrency: p[field("concurrency")],
-              queued: p[field("status")] === "requests_queued" };
+              queued: STATUS.flagged.indexOf(p[field("status")]) >= 0 };
     ["Context", "Requests at once", "Per request tok/s", "Total tok/s", "Per GPU tok/s", "TTFT",
      "Status"].forEach(function (k) { r[k] = p[field(k)]; });
     /* only a build with a price table has the cost's text (and a tooltip line for it) */

@@ -47,12 +47,19 @@ The toy model the scenario drives (documented here because tests rely on it):
   A request ends with finish_reason "length" at its max_tokens, unless
   `finish_length_after_tokens` (a lying "length") or `finish_stop_after_tokens`
   ("stop", as if EOS, ignore_eos or not) ends every request sooner.
-- **Engines**: "vllm" serves /health, /version, /tokenize, /metrics (vLLM
-  names; kv_cache_usage_perc is 0 without `kv_budget_tokens`); "llamacpp"
-  serves /health, /props, /slots, /tokenize, /metrics (llama.cpp names) and has
-  1 slot unless `slots` says otherwise; "generic" serves only /v1/models
-  (without max_model_len) and the completion endpoints. All serve
-  /v1/chat/completions and /v1/completions, streaming or not.
+- **Engines** (dialects.py): "vllm" serves /health, /version, /tokenize,
+  /metrics (vLLM names; kv_cache_usage_perc is 0 without `kv_budget_tokens`);
+  "llamacpp" serves /health, /props, /slots, /tokenize, /metrics (llama.cpp
+  names) and has 1 slot unless `slots` says otherwise; "sglang" serves
+  /health, /get_server_info and /server_info (max_total_num_tokens only with
+  `kv_budget_tokens`), /get_model_info, /tokenize and /v1/tokenize (a prompt
+  only, a BOS token unless add_special_tokens is false), /metrics (`sglang:`
+  names, only with `metrics_enabled`) and answers errors in its flat shape;
+  "generic" serves only /v1/models (without max_model_len) and the
+  completion endpoints. All serve /v1/chat/completions and /v1/completions,
+  streaming or not. A chat prompt counts `chat_template_tokens` more than
+  its words (vLLM's /tokenize of messages counts them too; a bare-text
+  count does not).
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ from typing import Any
 from tests.refserver.answers import check as check_answers
 from tests.refserver.inject import check as check_inject
 
-ENGINES = ("vllm", "generic", "llamacpp")
+ENGINES = ("vllm", "generic", "llamacpp", "sglang")
 USAGE_MODES = ("continuous", "final", "none")
 ROLE_CHUNK = ("start", "first_token")
 
@@ -76,7 +83,9 @@ class Scenario:
     # identity and limits
     model: str = "ref"
     max_model_len: int = 32768
-    engine: str = "vllm"  # "vllm" | "generic" | "llamacpp"
+    engine: str = "vllm"  # "vllm" | "generic" | "llamacpp" | "sglang"
+    chat_template_tokens: int = 0  # a chat prompt's tokens beyond its words
+    metrics_enabled: bool = True  # False: no /metrics (SGLang without --enable-metrics)
     seed: int = 0
     # timing
     ttft_ms: float = 10.0
@@ -158,6 +167,7 @@ class Scenario:
         need(self.usage_mode in USAGE_MODES, f"usage_mode must be one of {USAGE_MODES}")
         need(self.role_chunk in ROLE_CHUNK, f"role_chunk must be one of {ROLE_CHUNK}")
         need(self.tokens_per_s > 0, "tokens_per_s must be > 0")
+        need(self.chat_template_tokens >= 0, "chat_template_tokens must be >= 0")
         need(self.ttft_ms >= 0, "ttft_ms must be >= 0")
         need(self.prefill_tok_per_s is None or self.prefill_tok_per_s > 0,
              "prefill_tok_per_s must be > 0")

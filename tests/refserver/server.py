@@ -31,21 +31,17 @@ from collections import deque
 from http import HTTPStatus
 
 from tests.refserver.answers import override
+from tests.refserver.dialects import JSON, dialect_for, error_body
 from tests.refserver.inject import Injector
-from tests.refserver.scenario import Scenario, message_words, prompt_words, token_ids
+from tests.refserver.scenario import Scenario, message_words, prompt_words
 
 mono = time.monotonic_ns
 WAITING, PREFILL, DECODE, DONE = "waiting", "prefill", "decode", "done"
-JSON, PROM = "application/json", "text/plain; version=0.0.4; charset=utf-8"
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 
 
 def dumps(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
-
-
-def error_body(message: str, typ: str, code) -> dict:
-    return {"error": {"message": message, "type": typ, "param": None, "code": code}}
 
 
 def sse(obj) -> bytes:
@@ -124,6 +120,7 @@ class Engine:
 
     def __init__(self, sc: Scenario, truth_path: str):
         self.sc, self.slots, self.pattern = sc, sc.effective_slots, sc.chunk_pattern
+        self.role_delta: dict = {"role": "assistant"}  # the App sets its dialect's
         self.truth = open(truth_path, "a", encoding="utf-8")
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
@@ -318,8 +315,7 @@ class Engine:
         return self.sc.usage_mode == "continuous" and r.cont_usage
 
     def _role(self, r: Req) -> bytes:
-        delta = {"role": "assistant"} if self.sc.engine == "vllm" else {
-            "role": "assistant", "content": ""}
+        delta = dict(self.role_delta)
         return r.chunk(self.sc.model, delta, usage=r.usage() if self._continuous(r) else None)
 
     def _complete(self, r: Req) -> None:
@@ -448,18 +444,9 @@ class App:
         self.sc, self.engine = sc, Engine(sc, truth_path)
         self.loading_left = sc.loading_answers
         self.faults, self.held = Injector(sc.inject, arrivals_path), []
-        r = {("GET", "/v1/models"): self.models}
-        if sc.engine == "vllm":
-            r.update({("GET", "/health"): lambda d: (b"", JSON),
-                      ("GET", "/version"): lambda d: ({"version": "ref-0.1"}, JSON),
-                      ("GET", "/metrics"): self.vllm_metrics,
-                      ("POST", "/tokenize"): self.tokenize})
-        elif sc.engine == "llamacpp":
-            r.update({("GET", "/health"): lambda d: ({"status": "ok"}, JSON),
-                      ("GET", "/props"): self.props, ("GET", "/slots"): self.slots,
-                      ("GET", "/metrics"): self.llama_metrics,
-                      ("POST", "/tokenize"): self.tokenize})
-        self.routes = r
+        self.dialect = dialect_for(sc, self.engine)  # the engine's endpoints (dialects.py)
+        self.routes = self.dialect.routes()
+        self.engine.role_delta = self.dialect.role_delta()
 
     def dispatch(self, conn: Conn, method, path, headers, body: bytes, recv_ns: int) -> None:
         if (method, path) == ("POST", "/_ref/release"):  # the test's control, never refused
@@ -489,7 +476,8 @@ class App:
         route = self.routes.get((method, path))
         if route is None:
             return conn.respond(404, error_body(f"no route {method} {path}", "NotFoundError", 404))
-        conn.respond(200, *route(data))
+        answer, ctype, *status = route(data)  # a handler may add a status: a refusal
+        conn.respond(status[0] if status else 200, answer, ctype)
 
     # ---- completions ---------------------------------------------------
 
@@ -500,6 +488,9 @@ class App:
         words = message_words(data.get("messages")) if chat else prompt_words(data.get("prompt"))
         rid = headers.get("x-request-id") or f"ref-{e.n_requests}-{uuid.uuid4().hex[:8]}"
         r = Req(conn, e.n_requests, rid, chat, data, words)
+        if chat:  # the chat template's own tokens (0 by default: none)
+            r.prompt_tokens += sc.chat_template_tokens
+            r.rec["prompt_tokens"] = r.prompt_tokens
         r.faulty = e.n_requests % sc.fault_every == 0
         r.forced_hit = bool(sc.cache_hit_every) and e.n_requests % sc.cache_hit_every == 0
         r.report_cached = sc.report_cached_tokens
@@ -532,15 +523,8 @@ class App:
             code = sc.status_every["code"]
             error = code, error_body(f"injected HTTP {code} (refserver)", "injected", code)
             r.rec["fault"] = "status"
-        elif need > sc.max_model_len and sc.engine == "llamacpp":
-            error = 400, error_body("the request exceeds the available context size",
-                                    "exceed_context_size_error", 400)
         elif need > sc.max_model_len:
-            error = 400, error_body(
-                f"This model's maximum context length is {sc.max_model_len} tokens. However, "
-                f"you requested {need} tokens ({r.prompt_tokens} in the messages, "
-                f"{r.max_tokens} in the completion). Please reduce the length of the messages "
-                "or completion.", "BadRequestError", 400)
+            error = self.dialect.too_long(r.prompt_tokens, r.max_tokens)
         elif sc.refuse_over_kv and sc.kv_budget_tokens is not None and (
                 e.kv_used(reserved=True) + need > sc.kv_budget_tokens):
             error = 400, error_body("not enough KV cache for this request (refserver)",
@@ -559,75 +543,6 @@ class App:
             if r.state == WAITING and not r.conn.closed:
                 self.engine.start(r)
         return {"released": len(held)}
-
-    # ---- information endpoints -----------------------------------------
-
-    def models(self, _d):
-        sc = self.sc
-        m = {"id": sc.model, "object": "model", "created": 0, "owned_by": sc.engine}
-        if sc.engine == "vllm":
-            m.update(root=sc.model, parent=None, max_model_len=sc.max_model_len)
-        elif sc.engine == "llamacpp":
-            m["meta"] = {"n_ctx_train": sc.max_model_len}
-        return {"object": "list", "data": [m]}, JSON
-
-    def tokenize(self, d):
-        if self.sc.engine == "llamacpp":
-            return {"tokens": token_ids(prompt_words(d.get("content", "")))}, JSON
-        words = message_words(d["messages"]) if "messages" in d else prompt_words(d.get("prompt"))
-        ids = token_ids(words)
-        return {"count": len(ids), "tokens": ids, "max_model_len": self.sc.max_model_len}, JSON
-
-    def props(self, _d):
-        return {"default_generation_settings": {"n_ctx": self.sc.max_model_len, "params": {}},
-                "total_slots": self.sc.effective_slots, "model_path": self.sc.model,
-                "build_info": "ref-0.1"}, JSON
-
-    def slots(self, _d):
-        busy = len(self.engine.running)
-        return [{"id": i, "n_ctx": self.sc.max_model_len, "is_processing": i < busy}
-                for i in range(self.sc.effective_slots)], JSON
-
-    @staticmethod
-    def prom(metrics) -> tuple[bytes, str]:
-        """[(name, type, [(labels, value), ...]), ...] -> Prometheus text format."""
-        out = []
-        for name, typ, samples in metrics:
-            out += [f"# HELP {name} refserver", f"# TYPE {name} {typ}"]
-            for labels, value in samples:
-                lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
-                out.append(f"{name}{{{lab}}} {float(value)}" if lab else f"{name} {float(value)}")
-        return ("\n".join(out) + "\n").encode(), PROM
-
-    def vllm_metrics(self, _d):
-        sc, e, budget = self.sc, self.engine, self.sc.kv_budget_tokens
-        one = {"engine": "0", "model_name": sc.model}
-        n = sc.dp_ranks
-
-        def split(v):  # over the data-parallel ranks; the sum is the true value
-            return [({"engine": str(i), "model_name": sc.model}, v // n + (i < v % n))
-                    for i in range(n)]
-
-        rows = [("vllm:num_requests_running", "gauge", split(len(e.running))),
-                ("vllm:num_requests_waiting", "gauge", split(len(e.waiting))),
-                ("vllm:kv_cache_usage_perc", "gauge",
-                 [(one, min(1.0, e.kv_used() / budget) if budget else 0.0)]),
-                ("vllm:prompt_tokens_total", "counter", [(one, e.prompt_total)]),
-                ("vllm:generation_tokens_total", "counter", [(one, e.gen_total)]),
-                ("vllm:prefix_cache_queries_total", "counter", [(one, e.prompt_total)]),
-                ("vllm:prefix_cache_hits_total", "counter", [(one, e.pc_hits)])]
-        if budget:
-            rows.append(("vllm:cache_config_info", "gauge", [(
-                {"block_size": "16", "cache_dtype": "auto", "enable_prefix_caching": "True",
-                 "engine": "0", "num_gpu_blocks": str(budget // 16)}, 1)]))
-        return self.prom(rows)
-
-    def llama_metrics(self, _d):
-        e = self.engine
-        return self.prom([("llamacpp:prompt_tokens_total", "counter", [({}, e.prompt_total)]),
-                          ("llamacpp:tokens_predicted_total", "counter", [({}, e.gen_total)]),
-                          ("llamacpp:requests_processing", "gauge", [({}, len(e.running))]),
-                          ("llamacpp:requests_deferred", "gauge", [({}, len(e.waiting))])])
 
 
 async def serve(args) -> None:

@@ -3,8 +3,9 @@
 Readers compare runs of one model across hardware, engines and
 quantizations ("Kimi-K2.6" in INT4 and "Kimi-K2.6-NVFP4" are one model in
 two formats), so the site groups runs by family rather than by exact name.
-Both towers may need the rule (the builder groups pages by it; a collector
-may one day suggest `model.family`), so it lives in rundir/.
+Only the builder applies the rule (it groups pages by it), so it lives in
+site_builder/; what a run may state, `model.family`, is the contract's
+(rundir/contract.py).
 
 The rule (documented in docs/data-format.md, "Model families"):
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from rundir import contract
 from rundir.io import write_run_info, write_table
-from tests.synthetic_runs import MS, T0, S, _cell_row, _merge, _rows_table, run_info
+from tests.support.synthetic_runs import MS, T0, S, _cell_row, _merge, _rows_table, run_info
 
 CONTEXTS = [8192, 16384, 32768, 65536, 131072, 257024]
 CONCURRENCY = [1, 2, 4, 8, 16, 32, 64, 128, 256]  # 54 decode + 6 prefill = 60 cells

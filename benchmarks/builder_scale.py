@@ -60,7 +60,7 @@ from rundir import contract  # noqa: E402
 from rundir.io import RunData, read_run  # noqa: E402
 from site_builder.aggregate import aggregate_run  # noqa: E402
 from site_builder.sitewriter import default_cache_dir  # noqa: E402
-from tests.synthetic_runs import make_measured_run  # noqa: E402
+from tests.support.synthetic_runs import make_measured_run  # noqa: E402
 
 FULL_RUNS, QUICK_RUNS = 100, 10
 GOALS = {"chunks_per_s": 20e6, "speedup_vs_pandas": 5.0, "cold_build_s": 60.0,

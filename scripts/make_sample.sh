@@ -7,7 +7,7 @@
 # the run directory is edited afterwards: the collector writes it into a
 # scratch folder and it replaces data/llama-cpp-tiny-cpu only when
 # `bench run` exits 0 (every cell measured, none Error). Check the result
-# with `build-site --data data --out /tmp/site` (tests/test_bundled_sample.py
+# with `build-site --data data --out /tmp/site` (tests/site/test_bundled_sample.py
 # does it in CI).
 #
 # Usage: bash scripts/make_sample.sh [DURATION_S]   (default 10: a small sample)
@@ -28,7 +28,7 @@ MODEL="$(dirname "$(dirname "$BIN")")/models/tiny.gguf"
 PORT="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/make-sample.XXXXXX")"
 
-# The server the engine tests start (tests/engines.py start_llama_server): 4
+# The server the engine tests start (tests/support/real_engines.py start_llama_server): 4
 # slots sharing a 65,536-token unified KV cache; but one thread, not two: on a
 # 2-core machine shared with the collector and other jobs, two threads that
 # meet at every layer wait whenever either core is taken, and the speed swings

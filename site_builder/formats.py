@@ -25,7 +25,7 @@ so the builder reads every format from this module. By kind:
 
 A missing value (None, NaN) reads as the missing mark; ±inf is no measurement
 and raises ValueError naming it. Every number reads back to its value within
-half a unit of its last digit (tests/test_site_properties.py).
+half a unit of its last digit (tests/site/test_site_properties.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ comparison that places a value is exact. Plain float arithmetic
 (``floor(lo / step) * step``) lands a hair above lo for values like 43.66 and
 made a measured run unpublishable: a value fell below its first bin.
 
-Contracts, checked by tests/test_site_properties.py: an axis covers its values
+Contracts, checked by tests/site/test_site_properties.py: an axis covers its values
 (start <= lo, end >= hi) with strictly increasing ticks; a value lands in the
 bin whose [lo, hi) holds it, the largest in the last bin, closed; a scale maps
 its domain's ends exactly to its range's ends. NaN and ±inf are refused with a

@@ -1,4 +1,4 @@
-"""Shared fixtures: real engines (tests/engines.py), the CLI runner, the browser."""
+"""Shared fixtures: real engines (tests/support/real_engines.py), the CLI runner, the browser."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser import launch, require_chromium
-from tests.engines import llama_server, vllm_server  # noqa: F401  (fixtures)
+from tests.support.chromium import launch, require_chromium
+from tests.support.real_engines import llama_server, vllm_server  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
-# Property tests (tests/test_site_properties.py): the same examples on every run and
+# Property tests (tests/site/test_site_properties.py): the same examples on every run and
 # machine (derandomized, no example database), no per-example deadline on a busy CI
 # box. HYPOTHESIS_PROFILE=explore draws fresh random examples instead.
 from hypothesis import HealthCheck as _HealthCheck  # noqa: E402

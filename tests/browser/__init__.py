@@ -1,0 +1,1 @@
+"""The built site in a real headless Chromium."""

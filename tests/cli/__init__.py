@@ -1,0 +1,1 @@
+"""Both command lines' bad input: one line, no traceback."""

@@ -1,0 +1,1 @@
+"""The collector (bench/): cells, streams, faults, ground truth, secrets."""

@@ -1,0 +1,1 @@
+"""The run-directory contract (rundir/): schema, metrics, words, statuses."""

@@ -1,0 +1,1 @@
+"""Engine profiles, and the collector against real engines."""

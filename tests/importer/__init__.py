@@ -1,0 +1,1 @@
+"""`bench import`: published pages and other tools' reports."""

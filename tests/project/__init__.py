@@ -1,0 +1,1 @@
+"""What the project declares: CI script, documented examples, baselines."""

@@ -1,0 +1,1 @@
+"""The site builder (site_builder/): aggregates, pages, charts, caches."""

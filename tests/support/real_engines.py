@@ -1,0 +1,276 @@
+"""Start and stop real inference engines (llama.cpp, vLLM CPU) for tests.
+
+A hand-written fake cannot show what real engines do (several tokens per
+chunk, silent queueing, engine-specific refusals), so tests run the two real
+engines installed by ``scripts/engines/setup_*.sh`` with the tiny local
+models from ``make_tiny_models.py``. When an engine is missing the fixtures
+skip locally but fail under CI (``CI`` set), so CI can never pass by skipping.
+
+Use from ``tests/conftest.py``: ``from tests.support.real_engines import llama_server,
+vllm_server  # noqa``, and mark tests ``engine_llama`` / ``engine_vllm``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts" / "engines"
+LLAMA_SETUP = SCRIPTS / "setup_llama_server.sh"
+VLLM_SETUP = SCRIPTS / "setup_vllm_cpu.sh"
+# Written last by setup_vllm_cpu.sh: a venv without it is a half-done install.
+VLLM_MARKER = "installed.ok"
+MODEL_NAME = "tiny"
+LLAMA_READY_TIMEOUT_S = 30.0
+VLLM_READY_TIMEOUT_S = 240.0
+VLLM_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "2",
+    # Without it vLLM binds its internal queue to a non-loopback address.
+    "VLLM_HOST_IP": "127.0.0.1",
+}
+
+
+class EngineStartError(RuntimeError):
+    """The engine exited or did not become ready; the message has its log tail."""
+
+
+def cache_dir() -> Path:
+    """Where the setup scripts put binaries, venvs and models."""
+    env = os.environ.get("SPEED_MATRIX_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "speed-matrix"
+
+
+def _pinned(script: Path, name: str) -> str:
+    """Read a version pin from a setup script, so it is written in one place."""
+    match = re.search(rf'^{name}="([^"]+)"', script.read_text(), re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"{script} does not define {name}")
+    return match.group(1)
+
+
+def llama_server_binary() -> Path:
+    commit = _pinned(LLAMA_SETUP, "LLAMA_CPP_COMMIT")
+    return cache_dir() / f"llama-server-{commit}" / "llama-server"
+
+
+def vllm_python() -> Path:
+    return (
+        cache_dir() / f"vllm-cpu-{_pinned(VLLM_SETUP, 'VLLM_VERSION')}" / "venv" / "bin" / "python"
+    )
+
+
+def _require(paths: Sequence[Path], script: Path) -> None:
+    """Skip (locally) or fail (under CI) when the engine is not installed."""
+    missing = [str(p) for p in paths if not p.exists()]
+    if not missing:
+        return
+    msg = (
+        f"engine not installed (missing {', '.join(missing)}); run: bash {script.relative_to(REPO)}"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set, so engine tests may not be skipped: {msg}", pytrace=False)
+    pytest.skip(msg)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class EngineProcess:
+    """A running engine. It leads its own process group, so that stop() and
+    kill() also reach its children (vLLM runs its engine core in a second
+    process that would otherwise outlive it)."""
+
+    name: str
+    base_url: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    model_name: str = MODEL_NAME
+    command: list[str] = field(default_factory=list)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Terminate gracefully; SIGKILL whatever is left after ``timeout``."""
+        if self.alive():
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self._signal_group(signal.SIGKILL)
+        self.process.wait()
+
+    def kill(self) -> None:
+        """SIGKILL the engine and its children at once (a crash mid-run)."""
+        self._signal_group(signal.SIGKILL)
+        self.process.wait()
+
+
+def _launch(
+    name: str, command: list[str], port: int, env: dict[str, str] | None, timeout: float
+) -> EngineProcess:
+    """Start ``command`` with its output in a temp log and wait until ready."""
+    fd, log_name = tempfile.mkstemp(prefix=f"speed-matrix-{name}-", suffix=".log")
+    with os.fdopen(fd, "wb") as log:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            # Not the repo: `python -m` puts the cwd first on sys.path.
+            cwd=tempfile.gettempdir(),
+            start_new_session=True,
+        )
+    engine = EngineProcess(
+        name, f"http://127.0.0.1:{port}", port, process, Path(log_name), command=command
+    )
+    try:
+        _wait_ready(engine, timeout)
+    except BaseException:
+        engine.stop(timeout=5)
+        raise
+    return engine
+
+
+def _wait_ready(engine: EngineProcess, timeout: float) -> None:
+    """Ready means /health is 200 and /v1/models lists a model."""
+    deadline = time.monotonic() + timeout
+    with httpx.Client(base_url=engine.base_url, timeout=5.0) as client:
+        while True:
+            code = engine.process.poll()
+            if code is not None:
+                raise EngineStartError(
+                    f"{engine.name} exited with code {code} before it was ready; "
+                    f"log {engine.log_path}:\n{engine.log_tail()}"
+                )
+            try:
+                if client.get("/health").status_code == 200:
+                    models = client.get("/v1/models")
+                    if models.status_code == 200 and models.json().get("data"):
+                        return
+            except (httpx.TransportError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise EngineStartError(
+                    f"{engine.name} not ready after {timeout:.0f} s; "
+                    f"log {engine.log_path}:\n{engine.log_tail()}"
+                )
+            time.sleep(0.2)
+
+
+def start_llama_server(
+    parallel: int = 4, ctx: int = 65536, extra_args: Sequence[str] = ()
+) -> EngineProcess:
+    """llama-server on the tiny GGUF; ``parallel`` slots share ``ctx`` (-kvu)."""
+    binary = llama_server_binary()
+    model = cache_dir() / "models" / "tiny.gguf"
+    _require([binary, model], LLAMA_SETUP)
+    port = free_port()
+    command = [
+        str(binary),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-c",
+        str(ctx),
+        "-np",
+        str(parallel),
+        "-kvu",
+        "-t",
+        "2",
+        "--metrics",
+        "--alias",
+        MODEL_NAME,
+        "--no-webui",
+        *extra_args,
+    ]
+    return _launch("llama-server", command, port, None, LLAMA_READY_TIMEOUT_S)
+
+
+def start_vllm(extra_args: Sequence[str] = ()) -> EngineProcess:
+    """vLLM's OpenAI server on the tiny HF model (CPU, eager: ~35 s startup)."""
+    python = vllm_python()
+    model = cache_dir() / "models" / "tiny-hf"
+    _require([python, python.parents[2] / VLLM_MARKER, model / "config.json"], VLLM_SETUP)
+    port = free_port()
+    # The `vllm` console script fails (the distribution is named vllm-cpu).
+    command = [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--served-model-name",
+        MODEL_NAME,
+        "--max-model-len",
+        "32768",
+        "--enforce-eager",
+        *extra_args,
+    ]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(VLLM_ENV)
+    return _launch("vllm", command, port, env, VLLM_READY_TIMEOUT_S)
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Iterator[EngineProcess]:
+    """One llama-server (4 slots) shared by the whole session."""
+    engine = start_llama_server(parallel=4)
+    try:
+        yield engine
+    finally:
+        engine.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server() -> Iterator[EngineProcess]:
+    """One vLLM server shared by the whole session (startup is slow)."""
+    engine = start_vllm()
+    try:
+        yield engine
+    finally:
+        engine.stop()

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rundir import contract, words
-from site_builder import charts, drillcharts, explorecharts, formats, metrictable, oppoint
+from site_builder import charts, drillcharts, explorecharts, formats, metrictable, oppoint, runrows
 from site_builder.aggregate import CellResult
 from site_builder.glossary import (
     CACHE_NOTE,
@@ -180,7 +180,7 @@ class Pages:
     # ---- site-wide ------------------------------------------------------
     def index_page(self, runs: list[RunView], models: list[FamilyGroup]) -> str:
         def options(key: str) -> list[str]:
-            return sorted({v for r in runs if (v := r.record()[key])}, key=str.lower)
+            return sorted({v for r in runs if (v := runrows.index_record(r)[key])}, key=str.lower)
 
         filters = [("model", "Model", sorted({r.model for r in runs}, key=str.lower)),
                    ("gpu", "GPU", options("gpu")), ("engine", "Engine", options("engine")),

@@ -34,7 +34,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rundir.contract import RUN_YAML, ContractError
 from rundir.slugs import unique_slugs
-from site_builder import chartkit, charts, explore, explorecharts, load, runpages, statusstyle, workers
+from site_builder import (
+    chartkit,
+    charts,
+    explore,
+    explorecharts,
+    load,
+    runpages,
+    runrows,
+    statusstyle,
+    workers,
+)
 from site_builder.aggregate import AggregateCache, code_salt
 from site_builder.fingerprint import code_files, fingerprint
 from site_builder.glossary import body_without_glossary, methodology_path
@@ -292,7 +302,7 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
         if not writer.is_current(rel, key):
             writer.write(rel, pages.model_page(m), key)
         bar.advance(task)
-    records = [r.record() for r in views]
+    records = [runrows.index_record(r) for r in views]
     index = {"generator": f"speed-matrix {version()}", "runs": records}
     writer.write("index.html", pages.index_page(views, models))
     writer.write("compare.html", pages.compare_page(views))

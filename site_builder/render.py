@@ -21,7 +21,7 @@ from markupsafe import Markup, escape
 
 from rundir import statuses, words
 from rundir.slugs import slugify
-from site_builder import formats, metrictable
+from site_builder import formats, metrictable, runrows
 from site_builder.glossary import TERM_BY_NAME, TERMS
 
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
@@ -178,7 +178,8 @@ class Renderer:
         )
         self.env.globals.update(term=_term_link, TERMS=TERMS, MISSING=words.MISSING,
                                 FORMAT_RULES=formats.js_rules(), STATUS_RULES=statuses.js_rules(),
-                                METRIC_RULES=metrictable.js_rules())
+                                METRIC_RULES=metrictable.js_rules(),
+                                index_record=runrows.index_record)
         self.env.globals.update(globals_ or {})
 
     def render(self, template: str, *, depth: int, **context: Any) -> str:

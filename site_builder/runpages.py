@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from site_builder import load
+from site_builder import load, runrows
 from site_builder.aggregate import AggregateCache, aggregate_run
 from site_builder.pages import Pages
 from site_builder.render import json_script
@@ -67,12 +67,12 @@ def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
         for name, html in pages.cell_pages(run):
             writer.write(f"{base}/cells/{name}", html, key)
     run.agg.details = {}  # written: free the memory (site-wide pages need cells only)
-    records = run.cell_records()
+    records = runrows.cell_records(run)
     writer.write(f"{base}/cells.csv", csv_text(records))
-    writer.write(f"{base}/cells.json", json_text({"run": {**run.record(),
+    writer.write(f"{base}/cells.json", json_text({"run": {**runrows.index_record(run),
                                                           "info": run.info.to_dict()},
                                                   "cells": records}))
     writer.write(f"{base}/data.js", "(window.SPEED_MATRIX_RUNS = window.SPEED_MATRIX_RUNS || {})"
-                 f"[{json_script(run.slug)}] = {json_script(run.compare_data())};\n")
+                 f"[{json_script(run.slug)}] = {json_script(runrows.compare_data(run))};\n")
     for name, _size in run.raw_files:
         writer.copy(f"{base}/raw/{name}", src_dir / name, digest(f"{run.agg.digest}|{name}".encode()))

@@ -8,11 +8,10 @@ index, CSV and JSON downloads describe a run with the same words.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from rundir import contract, slugs, words
 from rundir.contract import RunInfo
-from site_builder import formats, metrictable
+from site_builder import formats
 from site_builder.aggregate import CellResult, RunAggregate
 from site_builder.families import family_of
 from site_builder.prices import Price
@@ -285,110 +284,6 @@ class RunView:
         hits = [x for x in self.agg.prefill() if x.context // 1024 == 8 and x.has_numbers
                 and x.total_tok_s is not None]
         return hits[0] if hits else None
-
-    def record(self) -> dict[str, Any]:
-        """The run's line in index.json / index.csv / the index table."""
-        h, e = self.info.hardware, self.info.engine
-        ss, pk, pf = self.single_stream, self.peak, self.prefill_8k
-        return {
-            "run_id": self.run_id,
-            "slug": self.slug,
-            "title": self.title,
-            "model": self.model,
-            "family": self.family,
-            "family_slug": self.family_slug,
-            "variant": self.variant or None,
-            "gpu": h.gpu_name or h.cpu or h.type,
-            "gpu_count": h.gpu_count,
-            "vram_gb_per_gpu": h.vram_gb_per_gpu,
-            "engine": e.name,
-            "engine_version": e.version,
-            "quantization": e.quantization,
-            "measured_at": self.info.measured_at,
-            "measured": self.measured_date or None,
-            "submitter": self.info.submitter,
-            "source": self.info.source,
-            "single_stream_tok_s": ss.total_tok_s if ss else None,
-            "single_stream_context": ss.context if ss else None,
-            "peak_total_tok_s": pk.total_tok_s if pk else None,
-            "peak_context": pk.context if pk else None,
-            "peak_concurrency": pk.concurrency if pk else None,
-            "peak_status": pk.status if pk else None,
-            "peak_status_label": words.status_label(pk.status) if pk else None,
-            "prefill_8k_tok_s": pf.total_tok_s if pf else None,
-            "page": self.page,
-            "cells_json": f"runs/{self.slug}/cells.json",
-            "cells_csv": f"runs/{self.slug}/cells.csv",
-            "data_js": f"runs/{self.slug}/data.js",
-        }
-
-    def cell_records(self) -> list[dict[str, Any]]:
-        """Every cell with its raw (unrounded) numbers, for CSV/JSON downloads."""
-        out = []
-        for x in self.agg.cells:
-            out.append({
-                "run_id": self.run_id,
-                "phase": x.phase,
-                "context": x.context,
-                "context_label": words.context_label(x.context),
-                "concurrency": x.concurrency,
-                "status": x.status,
-                "status_label": words.status_label(x.status),
-                "reason": x.reason,
-                "client_bound": x.client_bound,
-                "total_tok_s": x.total_tok_s,
-                "per_request_tok_s": x.per_request_tok_s,
-                "ttft_ms": x.ttft_ms,
-                "tbt_ms": x.tbt_ms,
-                "avg_active": x.avg_active,
-                "avg_active_source": x.avg_active_source,
-                "completed": x.completed,
-                "output_tokens": x.output_tokens,
-                "measured_s": x.measured_s,
-                "requests": x.requests,
-                "token_counting": x.token_counting,
-                "warmup_s": x.warmup_s,
-                **(self._energy_record(x) if self.agg.telemetry else {}),
-            })
-        return out
-
-    @staticmethod
-    def _energy_record(x: CellResult) -> dict[str, Any]:
-        """A cell's GPU telemetry figures (runs with telemetry only: others keep their columns)."""
-        return {"j_per_token": x.j_per_token, "avg_w": x.avg_w, "peak_w": x.peak_w,
-                "energy_j": x.energy_j, "energy_source": x.energy_source,
-                "tok_s_per_kw": x.tok_s_per_kw,
-                "throttle": None if x.throttle is None else ";".join(x.throttle)}
-
-    def compare_data(self) -> dict[str, Any]:
-        """The compact per-cell numbers the A/B page needs (loaded as data.js).
-
-        Each value comes with its text already formatted (the metric table's formats), as the
-        run page shows it (prefill prompt tok/s whole, like the prefill list),
-        so the page's script never re-implements the number rules."""
-        cells = []
-        for x in self.agg.cells:
-            cells.append([
-                x.phase, x.context, x.concurrency, x.status,
-                *(getattr(x, m.key) for m in metrictable.COMPARED),
-                words.context_label(x.context), words.status_label(x.status),
-                *(m.listed_text(x) for m in metrictable.COMPARED)])
-            if self.agg.telemetry:  # tok/s per kW: the page compares it only when both runs have it
-                cells[-1] += [x.tok_s_per_kw, words.tok_s(x.tok_s_per_kw)]
-        energy = COMPARE_ENERGY_FIELDS if self.agg.telemetry else []
-        return {"slug": self.slug, "run_id": self.run_id, "title": self.title,
-                "engine": self.engine_summary, "page": self.page, "telemetry": self.agg.telemetry,
-                "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS, *energy], "cells": cells}
-
-
-# compare_data's columns: raw values, then the texts the page prints; the
-# metrics are the metric table's compared ones (site_builder/metrictable.py).
-COMPARE_FIELDS = ["phase", "context", "concurrency", "status",
-                  *(m.key for m in metrictable.COMPARED)]
-COMPARE_TEXT_FIELDS = ["context_label", "status_label",
-                       *(f"{m.key}_text" for m in metrictable.COMPARED)]
-# Runs with GPU telemetry only: total tok/s per kW of average GPU power, and its text.
-COMPARE_ENERGY_FIELDS = ["tok_s_per_kw", "tok_s_per_kw_text"]
 
 
 def cell_title(x: CellResult) -> str:

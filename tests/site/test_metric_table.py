@@ -15,7 +15,7 @@ from rundir import contract
 from site_builder import chartkit, glossary, metrictable, pages
 from site_builder.aggregate import CellResult
 from site_builder.render import Renderer, templates_dir
-from site_builder.views import COMPARE_FIELDS, COMPARE_TEXT_FIELDS
+from site_builder.runrows import COMPARE_FIELDS, COMPARE_TEXT_FIELDS
 from tests.support.chromium import parse_html
 
 DECODE_CELL = CellResult(phase=contract.DECODE, context=8192, concurrency=16,

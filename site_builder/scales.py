@@ -25,6 +25,9 @@ import numpy as np
 
 # Values beyond this are refused: a bin edge or tick past them could overflow.
 LIMIT = 1e300
+# An axis may reach past the values it shows by a step (a bin's far edge, a
+# nice end): its ends are allowed this far, still far from overflow (1.8e308).
+AXIS_LIMIT = 10 * LIMIT
 
 
 def finite(value: float, what: str) -> float:
@@ -35,9 +38,9 @@ def finite(value: float, what: str) -> float:
     return v
 
 
-def _in_limit(values: Sequence[float], what: str) -> None:
-    if max(abs(v) for v in values) > LIMIT:
-        raise ValueError(f"{what} must lie within ±{LIMIT:g}")
+def _in_limit(values: Sequence[float], what: str, limit: float = LIMIT) -> None:
+    if max(abs(v) for v in values) > limit:
+        raise ValueError(f"{what} must lie within ±{limit:g}")
 
 
 @dataclass(frozen=True)
@@ -131,11 +134,11 @@ def axis(lo: float, hi: float, count: int, *, integer: bool = False) -> Axis:
     """About `count` nice steps over [lo, hi]; start <= lo and end >= hi exactly
     (start < end always: one value gets a step of its own size, as Vega-Lite
     bins it); `integer`: whole steps only (counts). NaN, infinite, reversed or
-    beyond ±LIMIT: ValueError."""
+    beyond ±AXIS_LIMIT: ValueError."""
     lo, hi = finite(lo, "axis start"), finite(hi, "axis end")
     if hi < lo:
         raise ValueError(f"axis end {hi!r} is below its start {lo!r}")
-    _in_limit((lo, hi), "an axis's ends")
+    _in_limit((lo, hi), "an axis's ends", AXIS_LIMIT)
     step = _guess(hi - lo or abs(lo) or 1.0, max(1, count))
     while not _distinct(step, lo, hi) or (integer and step.exact < 1):
         step = step.up()

@@ -9,7 +9,7 @@ import pytest
 
 from rundir.slugs import slugify, unique_slugs
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 
 
 @pytest.mark.parametrize(("text", "slug"), [

@@ -237,6 +237,39 @@ def window_scan(chunks: Chunks, start_ns: int, end_ns: int) -> Window:
 
 
 @dataclass(frozen=True)
+class StreamRates:
+    """Per request with a token after its first in-window token over a positive
+    span: its row, its tok/s and time between tokens (tokens after the first
+    in-window token-carrying chunk / the time from it to the last one); and
+    every request's tokens inside the window (token-carrying chunks)."""
+
+    rows: np.ndarray
+    tok_s: np.ndarray
+    tbt_ms: np.ndarray
+    window_tokens: np.ndarray
+
+
+def stream_rates(chunks: Chunks, start_ns: int, end_ns: int) -> StreamRates:
+    """The per-request rates behind the Per request tok/s and Time between
+    tokens medians (and every other rank of them: rundir/tails.py)."""
+    w = window_scan(chunks, start_ns, end_ns)
+    tokens = np.zeros(chunks.n_requests, dtype=np.int64)
+    has = w.hi > w.lo
+    if not has.any():
+        z = np.zeros(0)
+        return StreamRates(np.zeros(0, dtype=np.int64), z, z, tokens)
+    first, last = w.lo[has], w.hi[has] - 1
+    sums = np.add.reduceat(w.tokens, first)
+    after_first = sums - w.tokens[first]
+    span = (w.chunk_ns[last] - w.chunk_ns[first]).astype(np.float64)
+    ok = (span > 0) & (after_first > 0)
+    rows = np.flatnonzero(has)
+    tokens[rows] = sums
+    return StreamRates(rows[ok], after_first[ok] / (span[ok] / 1e9),
+                       (span[ok] / 1e6) / after_first[ok], tokens)
+
+
+@dataclass(frozen=True)
 class DecodeMetrics:
     output_tokens: int
     duration_s: float
@@ -258,17 +291,8 @@ def decode_metrics(chunks: Chunks, start_ns: int, end_ns: int, completed_mask: n
     if duration_ns <= 0:
         raise ValueError("measurement window must have a positive duration")
     w = window_scan(chunks, start_ns, end_ns)
-    has = w.hi > w.lo
-    if has.any():
-        first, last = w.lo[has], w.hi[has] - 1
-        sums = np.add.reduceat(w.tokens, first)
-        after_first = sums - w.tokens[first]
-        span = (w.chunk_ns[last] - w.chunk_ns[first]).astype(np.float64)
-        ok = (span > 0) & (after_first > 0)
-        rates = after_first[ok] / (span[ok] / 1e9)
-        gaps_ms = (span[ok] / 1e6) / after_first[ok]
-    else:
-        rates = gaps_ms = np.zeros(0)
+    stream = stream_rates(chunks, start_ns, end_ns)
+    rates, gaps_ms = stream.tok_s, stream.tbt_ms
     ttfts = ttft_ms(chunks)
     ended_in = (chunks.end_ns >= start_ns) & (chunks.end_ns <= end_ns) & completed_mask
     return DecodeMetrics(

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir import contract, energy, statuses, words
+from rundir import contract, energy, statuses, tails, words
 from rundir.decode_checks import decode_problems, stored_problems
 from rundir.io import RunData, atomic_write_text
 from rundir.metrics import (
@@ -34,7 +34,7 @@ from rundir.metrics import (
 )
 from site_builder import drilldown, fingerprint
 
-CACHE_FORMAT = 3
+CACHE_FORMAT = 4
 # Statuses whose cells get numbers on the pages.
 NUMBER_STATUSES = statuses.NUMBER_STATUSES  # the status table (rundir/statuses.py)
 
@@ -76,6 +76,14 @@ class CellResult:
     j_per_token: float | None = None
     tok_s_per_kw: float | None = None
     throttle: list[str] | None = None  # throttle classes over the flag share; [] none
+    # Every rank of the per-request latencies (rundir/tails.py), by download column:
+    # ttft_ms_p99, tbt_ms_p50, per_request_tok_s_p1, e2e_ms_p99_9, ttft_ms_n (samples);
+    # None where too few samples. Empty for imported runs (no raw data).
+    tails: dict[str, float | None] = field(default_factory=dict)
+    # Repeats (`bench run --repeats k`): the windows behind the numbers, and per
+    # metric key its 95% interval [lo, hi] over them (empty: one window, no interval).
+    windows: int = 1
+    intervals: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -85,6 +93,12 @@ class CellResult:
     @property
     def has_numbers(self) -> bool:
         return self.status in NUMBER_STATUSES
+
+    def tail(self, key: str, level: str) -> float | None:
+        """A metric at a level (rundir.tails.LEVELS): p50 is the published median."""
+        if level == tails.DEFAULT_LEVEL and key != tails.E2E.key:
+            return getattr(self, key)
+        return self.tails.get(tails.BY_KEY[key].column(level))
 
 
 @dataclass
@@ -283,6 +297,7 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
             cell.completed = m.completed
             cell.output_tokens = m.output_tokens
             cell.measured_s = m.duration_s
+            cell.tails = tails.decode_tails(tails.request_figures(chunks, start, end, done))
             if len(gpu):
                 _put_energy(cell, energy.cell_energy(gpu, start, end, m.output_tokens))
     if len(requests):
@@ -306,6 +321,8 @@ def _prefill_cell(cell: CellResult, requests: pa.Table, chunks: Chunks,
         cell.total_tok_s = pm.prompt_tok_s
         cell.ttft_ms = pm.ttft_ms
         cell.completed = pm.samples
+        cell.tails = tails.prefill_tails(
+            (first_token_ns(chunks) - chunks.send_ns)[used] / 1e6)
         if len(gpu) and used.any():
             spans = list(zip(chunks.send_ns[used].tolist(),
                              first_token_ns(chunks)[used].tolist(), strict=True))

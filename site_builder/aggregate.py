@@ -94,9 +94,14 @@ class CellResult:
     def has_numbers(self) -> bool:
         return self.status in NUMBER_STATUSES
 
+    @property
+    def e2e_ms(self) -> float | None:
+        """Median end-to-end latency of the requests completed in the window."""
+        return self.tails.get(tails.E2E.column(tails.DEFAULT_LEVEL))
+
     def tail(self, key: str, level: str) -> float | None:
         """A metric at a level (rundir.tails.LEVELS): p50 is the published median."""
-        if level == tails.DEFAULT_LEVEL and key != tails.E2E.key:
+        if level == tails.DEFAULT_LEVEL:
             return getattr(self, key)
         return self.tails.get(tails.BY_KEY[key].column(level))
 
@@ -297,7 +302,8 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
             cell.completed = m.completed
             cell.output_tokens = m.output_tokens
             cell.measured_s = m.duration_s
-            cell.tails = tails.decode_tails(tails.request_figures(chunks, start, end, done))
+            figures = tails.request_figures(chunks, start, end, done)
+            cell.tails = tails.decode_tails(figures)
             if len(gpu):
                 _put_energy(cell, energy.cell_energy(gpu, start, end, m.output_tokens))
     if len(requests):
@@ -305,6 +311,8 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
             requests, chunks, start, end, done=done, running=running, waiting=waiting,
             with_tails=cell.status in (contract.LOOPED, contract.ERROR), gpu=gpu,
         )
+        if cell.has_numbers and cell.status != contract.ERROR:
+            details[cell.key]["per_request"] = drilldown.per_request(figures)
         cell.has_detail = True
 
 

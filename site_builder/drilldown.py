@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from rundir.contract import PREFILL_REJECTED_PREFIX
 from rundir.metrics import Chunks, Gauge, first_token_ns, has_negative_tokens, ttft_ms, window_scan
+from rundir.tails import RequestFigures
 
 TBT_BINS = 40
 MAX_ERRORS = 5
@@ -353,6 +354,18 @@ def decode_detail(
         "outcomes": _outcomes(requests, done),
         "errors": _errors(requests),
         "tails": _tails(requests) if with_tails else [],
+    }
+
+
+def per_request(figures: RequestFigures) -> dict[str, list[float | None]]:
+    """Each request's figures (aligned; None where one does not exist), the
+    samples behind the cell's tails: what the distributions draw and an SLO
+    judges request by request (rundir/tails.py)."""
+    return {
+        "ttft_ms": _nullable(figures.ttft_ms, 3),
+        "tbt_ms": _nullable(figures.tbt_ms, 4),
+        "e2e_ms": _nullable(figures.e2e_ms, 3),
+        "window_tokens": figures.window_tokens.tolist(),
     }
 
 

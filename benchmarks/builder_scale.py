@@ -1,7 +1,7 @@
 """The site builder at real scale (docs/performance.md, "Builder scale").
 
     python benchmarks/builder_scale.py [--quick] [--runs N] [--workdir DIR] [--keep]
-                                       [--baseline REV|DIR]
+                                       [--baseline REV|DIR] [--aggregate-only]
 
 Synthetic measured runs the size of a real sweep (60 cells, ~3 million
 chunks each; benchmarks/_synthetic.py) are generated with numpy, then:
@@ -28,6 +28,11 @@ chunks each; benchmarks/_synthetic.py) are generated with numpy, then:
    alternated with this tree's (three each), so both meet the same load:
    how this tree's charts (Altair templates) compare with the hand-written
    specs of the commit before them. Reported: the ratio of the medians.
+   Also `aggregate_run` itself on the same real-size run by both versions,
+   each in its own interpreter, alternated round by round (three timed calls
+   per round after one untimed): the cost of what this tree computes beyond
+   the baseline (issue 20: the tails within 1.3x). --aggregate-only skips
+   the builds (1 and 2) and times only this.
 
 The machine is shared: every figure is a median of repeats where repeats
 are affordable; the last stdout line is one JSON object.
@@ -254,6 +259,42 @@ def export_tree(rev: str, dest: Path) -> Path:
     return dest
 
 
+AGGREGATE = """
+import json, sys, time
+from rundir.io import read_run
+from site_builder.aggregate import aggregate_run
+data = read_run(sys.argv[1])
+aggregate_run(data)
+times = []
+for _ in range(3):
+    t = time.perf_counter()
+    aggregate_run(data)
+    times.append(time.perf_counter() - t)
+print(json.dumps(times))
+"""
+
+
+def aggregate_versus(run_dir: Path, baseline: Path, rounds: int) -> dict[str, Any]:
+    """aggregate_run on one run by this tree and by the baseline, in fresh
+    interpreters alternated round by round: the ratio of the best and of the
+    median calls (noise only adds time, so the best is the least disturbed)."""
+    times: dict[str, list[float]] = {"ours": [], "baseline": []}
+    for _ in range(rounds):
+        for name, repo in (("ours", REPO), ("baseline", baseline)):
+            env = {**os.environ, "PYTHONPATH": str(repo)}
+            got = subprocess.run([sys.executable, "-c", AGGREGATE, str(run_dir)], env=env,
+                                 capture_output=True, text=True, cwd=repo)
+            if got.returncode:
+                raise RuntimeError(f"aggregate by {name} failed: {got.stderr[-2000:]}")
+            times[name] += json.loads(got.stdout.strip().splitlines()[-1])
+    ours, base = times["ours"], times["baseline"]
+    return {"aggregate_ours_s": [round(x, 4) for x in ours],
+            "aggregate_baseline_s": [round(x, 4) for x in base],
+            "aggregate_vs_baseline_best": round(min(ours) / min(base), 3),
+            "aggregate_vs_baseline_median": round(statistics.median(ours)
+                                                  / statistics.median(base), 3)}
+
+
 def versus(data: Path, root: Path, baseline: Path, repeats: int = 3) -> dict[str, Any]:
     """Cold builds of the same runs by this tree and by the baseline, alternated
     (each into a fresh folder, so each is cold); the ratio of the medians."""
@@ -281,14 +322,28 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     ap.add_argument("--baseline", metavar="REV|DIR",
                     help="also time cold builds by this git revision (or folder) of the builder")
+    ap.add_argument("--aggregate-only", action="store_true",
+                    help="with --baseline: time only aggregate_run, this tree against the baseline")
     args = ap.parse_args()
     n = args.runs or (QUICK_RUNS if args.quick else FULL_RUNS)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="builder-scale-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
         base = export_tree(args.baseline, root / "baseline-tree") if args.baseline else None
+        if args.aggregate_only:
+            if base is None:
+                sys.exit("--aggregate-only: needs --baseline REV|DIR")
+            runs, _, _ = generate(root, 1)
+            result = aggregate_versus(runs[0], base, rounds=3 if args.quick else 5)
+            print(f"aggregate_run of one real-size run: this tree {result['aggregate_ours_s']} s, "
+                  f"--baseline {args.baseline} {result['aggregate_baseline_s']} s (alternated): "
+                  f"best {result['aggregate_vs_baseline_best']}x, median "
+                  f"{result['aggregate_vs_baseline_median']}x", flush=True)
+            print(json.dumps(result))
+            return
         result = run(root, n, rounds=3 if args.quick else 5)
         if base is not None:
+            result |= aggregate_versus(runs_of(root)[0], base, rounds=3)
             vs = versus(root / "data", root, base)
             print(f"cold build of {n} runs: this tree {vs['cold_ours_s']} s, --baseline "
                   f"{args.baseline} {vs['cold_baseline_s']} s (alternated): "
@@ -298,6 +353,11 @@ def main() -> None:
         if args.workdir is None and not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(result))
+
+
+def runs_of(root: Path) -> list[Path]:
+    """The generated runs (after `generate`)."""
+    return sorted((root / "data").iterdir())
 
 
 def run(root: Path, n: int, rounds: int) -> dict[str, Any]:

@@ -88,11 +88,16 @@ def percentile(samples: np.ndarray, metric: TailMetric, level: str) -> float | N
 
 
 def tail_columns(samples: np.ndarray, metric: TailMetric) -> dict[str, float | None]:
-    """Every level of one metric, by download column, with its sample count."""
+    """Every level of one metric, by download column, with its sample count
+    (one partial sort for all the levels the sample count allows)."""
     values = np.asarray(samples, dtype=np.float64)
     values = values[np.isfinite(values)]
-    out: dict[str, float | None] = {metric.column(lv): percentile(values, metric, lv)
-                                    for lv in LEVELS}
+    out: dict[str, float | None] = dict.fromkeys((metric.column(lv) for lv in LEVELS), None)
+    shown = [lv for lv in LEVELS if len(values) >= MIN_SAMPLES[lv]]
+    if shown:
+        ranks = np.percentile(values, [metric.rank(lv) for lv in shown])
+        for lv, v in zip(shown, ranks.tolist(), strict=True):
+            out[metric.column(lv)] = v
     out[metric.count_column()] = len(values)
     return out
 

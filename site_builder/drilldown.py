@@ -218,7 +218,8 @@ def _bin_means(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 
 def _nullable(values: np.ndarray, digits: int) -> list[float | None]:
-    return [None if np.isnan(v) else round(float(v), digits) for v in values]
+    plain = np.asarray(values, dtype=np.float64).tolist()
+    return [None if v != v else round(v, digits) for v in plain]  # NaN: unequal to itself
 
 
 def power_timeline(gpu: pa.Table | None, start_ns: int, end_ns: int) -> dict[str, Any] | None:

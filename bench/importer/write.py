@@ -52,10 +52,20 @@ class ImportResult:
     created: bool  # False: the same run was already there (nothing written)
 
 
+# Run parameters added to the contract after pages were first imported, with the
+# value a published page always has: left out of the digest, so a page imported
+# again keeps the id it was given before they existed.
+_LATER_PARAMETERS: dict[str, tuple[object, ...]] = {"repeats": (None, 1)}
+
+
 def content_digest(page: PublishedPage) -> str:
     """sha256 of the parsed content, so re-saving a page another way keeps its id."""
     data = dataclasses.asdict(page)
     data.pop("format")
+    params = data.get("parameters") or {}
+    for name, defaults in _LATER_PARAMETERS.items():  # at its default: as if it did not exist
+        if params.get(name) in defaults:
+            params.pop(name, None)
     blob = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

@@ -552,3 +552,21 @@ def test_numbers() -> None:
     assert numbers.glued_splits("55.0 85") == [("55.0", "85")]
     assert numbers.shown_agrees("8,820", 8820.0) and not numbers.shown_agrees("8,820", 8821.0)
     assert numbers.shown_agrees("17.6K", 17600.0) and numbers.shown_agrees("1,317 ms", 1317.0)
+
+
+# The ids these pages were given when first imported (6afcc47): a field added to
+# the contract later, at its default, must not move them (a re-import would then
+# land beside the old run instead of on it).
+FIRST_IDS = {
+    "kimi-k2.6-int4-h200x8.txt": "kimi-k2.6-h200-sxm-x8-vllm-0.29.0-9bd043e7",
+    "kimi-k2.6-nvfp4-rtxpro6000x8.txt":
+        "kimi-k2.6-nvfp4-rtx-pro-6000-blackwell-server-edition-x8-vllm-0.1.dev1-g9fedd24fa-e35a1102",
+    "qwen3.5-4b-bf16-rtxpro6000.txt":
+        "qwen3.5-4b-rtx-pro-6000-blackwell-server-edition-x1-vllm-0.30.1rc1.dev452-g73a583112-cb67e2f6",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIRST_IDS))
+def test_seed_pages_keep_their_first_ids(name: str) -> None:
+    page = parse_page((DATA / "seeds" / name).read_text(encoding="utf-8"))
+    assert run_id_for(page) == FIRST_IDS[name]

@@ -60,6 +60,7 @@ from rundir.contract import (
     VALID,
 )
 from rundir.metrics import DecodeMetrics
+from rundir.windows import split_span
 
 PARSE_SLICE = 128  # events parsed between yields to the loop (about 1 ms)
 CACHE_HIT_RATIO = 0.1  # a prefill sample with more cached tokens than this is rejected
@@ -77,6 +78,7 @@ class Settings:
     drain_timeout_s: float = 60.0
     stall_timeout_s: float = 60.0
     ttft_timeout_s: float = 900.0
+    repeats: int = 1  # back-to-back windows per decode cell (`--repeats k`)
 
 
 @dataclass
@@ -96,6 +98,9 @@ class CellOutcome:
     client_bound: bool | None = None  # the client could not keep up in the window
     figures: DecodeMetrics | None = None
     table: pa.Table | None = None  # None given: built from `records`
+    # With --repeats k > 1: the k back-to-back windows (start_ns, end_ns) that `window`
+    # spans; None: one window, `window` itself (what windows.parquet then omits).
+    windows: list[tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         if self.table is None:
@@ -317,9 +322,12 @@ class CellRunner:
 
     async def _measure(self, run: _DecodeRun) -> None:
         """The measurement window: its full duration unless a stream fails or
-        the run is interrupted; then every stream is cancelled and parsed."""
+        the run is interrupted; then every stream is cancelled and parsed.
+        With --repeats k the window is k back-to-back windows on the same
+        streams (docs/methodology.md, "Repeats and intervals"): one span of
+        k durations, cut into windows when judged."""
         run.start_ns = time.monotonic_ns()
-        run.end_ns = run.start_ns + int(self.settings.duration_s * 1e9)
+        run.end_ns = run.start_ns + self.settings.repeats * self._window_ns
         with gc_paused():  # a full collection inside the window stalls the loop 8-20 ms
             if not run.failure.is_set() and not run.interrupted.is_set():
                 await self._sleep_until(run.end_ns, run.failure, run.interrupted)
@@ -353,10 +361,17 @@ class CellRunner:
             verdict = with_count(verdict, await self._check_count(run.cell, records))
         if run.notes:
             verdict.reason = "; ".join(filter(None, [verdict.reason, *run.notes]))
+        windows = None
+        if self.settings.repeats > 1:
+            windows = split_span(start_ns, end_ns, self.settings.repeats, self._window_ns)
         return CellOutcome(
             records, verdict.status, verdict.reason, (start_ns, end_ns), run.warmup_s,
-            verdict.counting, bound, verdict.figures, table,
+            verdict.counting, bound, verdict.figures, table, windows,
         )
+
+    @property
+    def _window_ns(self) -> int:
+        return int(self.settings.duration_s * 1e9)
 
     async def _check_count(self, cell: Cell, records: list[RequestRecord]) -> CountCheck:
         """Confirm or refute one token per text chunk, after the window: the

@@ -65,6 +65,9 @@ Exit status:
               help="Prefill contexts (default: the decode ones).")
 @click.option("--no-prefill", is_flag=True, help="Skip the prefill phase.")
 @click.option("--duration", default=30.0, show_default=True, type=Seconds(), help="Window (s).")
+@click.option("--repeats", default=1, show_default=True, type=click.IntRange(1, 100),
+              help="Windows per decode cell, back to back on the same streams; with 2 or "
+                   "more the pages show each figure's median over them with a 95% interval.")
 @click.option("--max-output", default="4096", show_default=True, type=Tokens(),
               help="Max output tokens.")
 @click.option("--prefill-repeats", default=3, show_default=True, type=click.IntRange(1, 1000))
@@ -112,6 +115,7 @@ def run_cmd(**kw: Any) -> None:
             duration_s=kw["duration"],
             max_output=kw["max_output"],
             prefill_repeats=kw["prefill_repeats"],
+            repeats=kw["repeats"],
             warmup_timeout_s=kw["warmup_timeout"],
             stall_timeout_s=kw["stall_timeout"],
             ttft_timeout_s=kw["ttft_timeout"],

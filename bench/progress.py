@@ -49,7 +49,8 @@ def estimate_s(cells: list[Cell], settings, prefill_tok_s: float = PREFILL_TOK_S
     for c in cells:
         if c.phase == DECODE:
             warm = c.concurrency * c.context / prefill_tok_s
-            total += warm + settings.duration_s + settings.stable_s + 4
+            windows = getattr(settings, "repeats", 1)  # back-to-back: one warm-up, k windows
+            total += warm + windows * settings.duration_s + settings.stable_s + 4
         else:
             total += settings.prefill_repeats * (0.2 + c.context / prefill_tok_s)
     return total
@@ -145,6 +146,9 @@ class Progress:
                 p(f"  skip {c.phase} {context_label(c.context)} × {c.concurrency}: "
                   f"{status_label(c.status)}{' — ' + c.reason if c.reason else ''}")
         eta = estimate_s(todo, settings)
+        k = getattr(settings, "repeats", 1)
+        if k > 1:
+            p(f"Repeats: {k} back-to-back windows of {settings.duration_s:g} s per decode cell")
         p(f"Will run {len(todo)} cells, about {eta / 60:.0f} min (refined as cells finish); "
           f"writing {run_dir}")
 

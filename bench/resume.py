@@ -65,6 +65,7 @@ def resumed_inputs(run_dir: Path, old: RunInfo, given: dict[str, object],
     _same("--duration", given.get("duration"), p.duration_s, where, "s windows")
     _same("--max-output", given.get("max_output"), p.max_output_tokens, where, "output tokens")
     _same("--prefill-repeats", given.get("prefill_repeats"), p.prefill_repeats, where, "repeats")
+    _same("--repeats", given.get("repeats"), p.repeats or 1, where, "windows per decode cell")
     _same("--kv-budget", given.get("kv_budget"), old.kv_budget.tokens, where, "KV tokens")
     _same("--model", given.get("model"), old.model.served_name, where, "")
     if given.get("no_prefill") and p.prefill_contexts:
@@ -80,7 +81,7 @@ def resumed_inputs(run_dir: Path, old: RunInfo, given: dict[str, object],
         prefill = _union(prefill, given["contexts"])  # prefill follows the decode contexts
     s = dataclasses.replace(settings, duration_s=float(p.duration_s),
                             max_output=int(p.max_output_tokens),
-                            prefill_repeats=int(p.prefill_repeats))
+                            prefill_repeats=int(p.prefill_repeats), repeats=p.repeats or 1)
     kv_budget, kv_source = old.kv_budget.tokens, old.kv_budget.source
     if kv_budget is None and given.get("kv_budget") is not None:  # R had none: recorded now
         kv_budget, kv_source = int(given["kv_budget"]), "--kv-budget"

@@ -203,6 +203,7 @@ def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_
             max_output_tokens=s.max_output, prefill_mode="Cold requests, unique prefixes",
             prefill_repeats=s.prefill_repeats, decode_test="Fixed duration",
             tool_name=TOOL_NAME, tool_version=__version__,
+            repeats=s.repeats if s.repeats > 1 else None,
         ),
         clock=Clock(monotonic_anchor_ns=time.monotonic_ns(), wall_anchor_ns=time.time_ns()),
         kv_budget=KvBudget(tokens=kv_budget, source=kv_source),

@@ -14,7 +14,7 @@ superseded_requests.parquet, which the builder never reads: kept, never
 mixed into the new attempt's figures.
 
 Files are written in the order superseded, requests, metrics, cells,
-run.yaml: a write that fails part-way (a full disk) leaves at worst rows of
+windows, run.yaml: a write that fails part-way (a full disk) leaves at worst rows of
 an attempt that cells.parquet does not claim yet, never a cell claimed
 without its rows.
 
@@ -52,14 +52,17 @@ from rundir.contract import (
     RUN_YAML,
     SERVER_METRICS_FILE,
     SUPERSEDED_REQUESTS_FILE,
+    WINDOWS_FILE,
+    WINDOWS_SCHEMA,
     RunInfo,
     empty_table,
 )
 from rundir.io import read_table, write_run_info, write_table
+from rundir.windows import by_cell
 
 Key = tuple[str, int, int]
 _OUR_FILES = (RUN_YAML, CELLS_FILE, REQUESTS_FILE, SERVER_METRICS_FILE, SUPERSEDED_REQUESTS_FILE,
-              GPU_METRICS_FILE)
+              GPU_METRICS_FILE, WINDOWS_FILE)
 _ANSWER_TEXT = frozenset({"content_tail", "reasoning_tail"})  # literal secrets only
 # rundir.io.atomic_write's temporary names: ".<name>.<random>.tmp"
 _STALE_TMP = re.compile(r"^\.(?:" + "|".join(re.escape(n) for n in _OUR_FILES) + r")\..+\.tmp$")
@@ -84,6 +87,7 @@ class RunStore:
         self.resumed_metrics: pa.Table = empty_table(SERVER_METRICS_FILE)
         self.server_metrics: pa.Table = self.resumed_metrics
         self.resumed_gpu: pa.Table = empty_table(GPU_METRICS_FILE)  # earlier sessions' telemetry
+        self.windows: dict[Key, list[tuple[int, int]]] = {}  # cells measured with --repeats k > 1
 
     @classmethod
     def resume(cls, run_dir: Path, info: RunInfo, secrets: Iterable[str] = ()) -> RunStore:
@@ -100,6 +104,7 @@ class RunStore:
         store.resumed_metrics = read_table(store.run_dir, SERVER_METRICS_FILE, required=False)
         store.server_metrics = store.resumed_metrics
         store.resumed_gpu = read_table(store.run_dir, GPU_METRICS_FILE, required=False)
+        store.windows = by_cell(read_table(store.run_dir, WINDOWS_FILE, required=False))
         return store
 
     def add_planned(self, cells: list[Cell]) -> None:
@@ -126,6 +131,9 @@ class RunStore:
         row["warmup_s"] = outcome.warmup_s
         row["token_counting"] = outcome.counting
         row["client_bound"] = outcome.client_bound
+        self.windows.pop(cell.key, None)  # a re-measured cell's windows are its new attempt's
+        if outcome.windows:
+            self.windows[cell.key] = list(outcome.windows)
         mine = _key_mask(self.requests, cell.key)
         if len(self.requests) and pc.any(mine).as_py():
             old = self.requests.filter(mine)
@@ -160,9 +168,23 @@ class RunStore:
         cells = pa.Table.from_pylist(list(self.rows.values()), schema=CELLS_SCHEMA)
         with _naming(self.run_dir / CELLS_FILE):
             write_table(self.run_dir, CELLS_FILE, self._redacted(cells, True))
+        self._flush_windows()
         info = redact_tree(self.info, self.secrets)  # every string field, the served name too
         with _naming(self.run_dir / RUN_YAML):
             write_run_info(self.run_dir, info)  # last: run.yaml marks a run directory
+
+    def _flush_windows(self) -> None:
+        """windows.parquet after cells.parquet (a cut write leaves a cell read as one
+        window over its span, never windows without their cell); a run without
+        repeated cells gets no file, so a k = 1 run directory is what it was."""
+        path = self.run_dir / WINDOWS_FILE
+        if not self.windows and not path.exists():
+            return
+        rows = [dict(phase=key[0], context=key[1], concurrency=key[2], window=i,
+                     start_ns=start, end_ns=end)
+                for key, bounds in self.windows.items() for i, (start, end) in enumerate(bounds)]
+        with _naming(path):
+            write_table(self.run_dir, WINDOWS_FILE, pa.Table.from_pylist(rows, WINDOWS_SCHEMA))
 
     def _redacted(self, table: pa.Table, remember: bool = False) -> pa.Table:
         """table with every string redacted; `remember`: keep each distinct

@@ -32,6 +32,9 @@ GPU_METRICS_FILE = "gpu_metrics.parquet"  # optional: GPU telemetry (absent: non
 # attempt cut short): kept as evidence, same schema as requests.parquet, and
 # never read by the builder.
 SUPERSEDED_REQUESTS_FILE = "superseded_requests.parquet"
+# Optional: the windows of decode cells measured more than once (`bench run --repeats k`),
+# one row per (cell, window id 0..k-1); absent, every cell is one window (rundir/windows.py).
+WINDOWS_FILE = "windows.parquet"
 
 # Phases of a cell.
 PREFILL = "prefill"
@@ -141,6 +144,9 @@ class Parameters:
     decode_test: str | None = None
     tool_name: str | None = None
     tool_version: str | None = None
+    # Windows per decode cell (`--repeats k`); written only when k > 1, so a k = 1 run's
+    # run.yaml is what it was before the field existed. Absent: 1.
+    repeats: int | None = None
 
 
 @dataclass
@@ -191,6 +197,8 @@ class RunInfo:
         data = dataclasses.asdict(self)
         if data["model"].get("family") is None:
             del data["model"]["family"]
+        if data["parameters"].get("repeats") in (None, 1):
+            del data["parameters"]["repeats"]
         return data
 
     @classmethod
@@ -241,6 +249,7 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "parameters.duration_s": (0, False),
     "parameters.max_output_tokens": (1, True),
     "parameters.prefill_repeats": (0, True),
+    "parameters.repeats": (1, True),
     "kv_budget.tokens": (0, True),
 }
 _INDEX = re.compile(r"\[\d+\]")
@@ -449,12 +458,23 @@ GPU_METRICS_SCHEMA = pa.schema(
      pa.field("host_cpu_pct", pa.float64())]  # client host CPU, same on a sample's rows
 )
 
+# One row per window of a decode cell measured with --repeats k > 1: back-to-back
+# windows [start_ns, end_ns] inside the cell's window_start_ns..window_end_ns span.
+WINDOWS_SCHEMA = pa.schema(
+    [pa.field("phase", pa.string(), nullable=False),
+     pa.field("context", pa.int64(), nullable=False),
+     pa.field("concurrency", pa.int64(), nullable=False),
+     pa.field("window", pa.int64(), nullable=False),  # the window id, 0..k-1 in time order
+     pa.field("start_ns", _NS, nullable=False), pa.field("end_ns", _NS, nullable=False)]
+)
+
 TABLE_SCHEMAS = {
     REQUESTS_FILE: REQUESTS_SCHEMA,
     CELLS_FILE: CELLS_SCHEMA,
     SERVER_METRICS_FILE: SERVER_METRICS_SCHEMA,
     GPU_METRICS_FILE: GPU_METRICS_SCHEMA,
     SUPERSEDED_REQUESTS_FILE: REQUESTS_SCHEMA,  # earlier attempts of re-measured cells
+    WINDOWS_FILE: WINDOWS_SCHEMA,
 }
 _REQUEST_TABLES = (REQUESTS_FILE, SUPERSEDED_REQUESTS_FILE)
 
@@ -478,7 +498,7 @@ def check_table(name: str, table: pa.Table, where: str | None = None) -> pa.Tabl
         if not fld.nullable and table.column(fld.name).null_count:
             raise ContractError(f"{where}: column {fld.name}: has empty values")
     table = table.select(schema.names).cast(schema)
-    if name in (*_REQUEST_TABLES, CELLS_FILE):
+    if name in (*_REQUEST_TABLES, CELLS_FILE, WINDOWS_FILE):
         _check_values(name, table, where)
     elif name == GPU_METRICS_FILE and (problem := checks.gpu_metrics(table)):
         raise ContractError(f"{where}: {problem}")

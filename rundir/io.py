@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from rundir import windows as cell_windows
 from rundir.checks import KEY
 from rundir.contract import (
     CELLS_FILE,
@@ -25,6 +26,7 @@ from rundir.contract import (
     RUN_YAML,
     SERVER_METRICS_FILE,
     SOURCE_IMPORTED,
+    WINDOWS_FILE,
     ContractError,
     RunInfo,
     check_table,
@@ -189,6 +191,8 @@ class RunData:
     server_metrics: pa.Table
     # GPU telemetry; empty when the run has none (the file is optional: nothing invented)
     gpu_metrics: pa.Table = field(default_factory=lambda: empty_table(GPU_METRICS_FILE))
+    # Windows of repeated decode cells (--repeats k); empty: one window per cell
+    windows: pa.Table = field(default_factory=lambda: empty_table(WINDOWS_FILE))
 
     @property
     def imported(self) -> bool:
@@ -211,7 +215,15 @@ def read_run(run_dir: Path) -> RunData:
             "(each request belongs to a cell of the run)")
     metrics = read_table(run_dir, SERVER_METRICS_FILE, required=False)
     gpu = read_table(run_dir, GPU_METRICS_FILE, required=False)
-    return RunData(run_dir, info, cells, requests, metrics, gpu)
+    return RunData(run_dir, info, cells, requests, metrics, gpu, read_windows(run_dir, cells))
+
+
+def read_windows(run_dir: Path, cells: pa.Table) -> pa.Table:
+    """windows.parquet (empty if absent), its window ids checked against cells.parquet."""
+    table = read_table(run_dir, WINDOWS_FILE, required=False)
+    if len(table) and (problem := cell_windows.problem(table, cells)):
+        raise ContractError(f"{Path(run_dir) / WINDOWS_FILE}: {problem}")
+    return table
 
 
 def cell_without_row(cells: pa.Table, requests: pa.Table) -> tuple[tuple, int] | None:

@@ -80,8 +80,10 @@ BY_KEY: dict[str, TailMetric] = {m.key: m for m in METRICS}
 
 
 def percentile(samples: np.ndarray, metric: TailMetric, level: str) -> float | None:
-    """The metric's value at a level over its samples, or None when too few."""
+    """The metric's value at a level over its samples, or None when too few
+    (NaN, a request without the figure, is no sample: as in tail_columns)."""
     values = np.asarray(samples, dtype=np.float64)
+    values = values[np.isfinite(values)]
     if len(values) < MIN_SAMPLES[level]:
         return None
     return float(np.percentile(values, metric.rank(level)))

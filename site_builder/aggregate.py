@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir import contract, energy, statuses, tails, words
+from rundir import contract, energy, intervals, statuses, tails, windows, words
 from rundir.decode_checks import decode_problems, stored_problems
 from rundir.io import RunData, atomic_write_text
 from rundir.metrics import (
@@ -34,7 +34,7 @@ from rundir.metrics import (
 )
 from site_builder import drilldown, fingerprint
 
-CACHE_FORMAT = 4
+CACHE_FORMAT = 5
 # Statuses whose cells get numbers on the pages.
 NUMBER_STATUSES = statuses.NUMBER_STATUSES  # the status table (rundir/statuses.py)
 
@@ -275,11 +275,12 @@ def recheck_reason(stored: str, problems: list[str], reason: str | None) -> str:
 def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chunks: Chunks,
                  done: np.ndarray, running: Gauge, waiting: Gauge,
                  details: dict[str, dict[str, Any]], gpu: pa.Table,
-                 max_tokens: int | None = None) -> None:
+                 max_tokens: int | None = None, bounds: windows.Bounds | None = None) -> None:
     start, end = row.get("window_start_ns"), row.get("window_end_ns")
     if start is None or end is None or end <= start:
         return
     cell.requests = len(requests)
+    per_window: list[dict[str, float | None]] = []
     if cell.has_numbers:
         m = decode_metrics(chunks, start, end, done)
         act = window_activity_from_gauge(chunks, waiting, start, end)
@@ -306,6 +307,8 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
             cell.tails = tails.decode_tails(figures)
             if len(gpu):
                 _put_energy(cell, energy.cell_energy(gpu, start, end, m.output_tokens))
+            if bounds is not None and len(bounds) > 1:
+                per_window = _put_repeats(cell, chunks, done, bounds)
     if len(requests):
         details[cell.key] = drilldown.decode_detail(
             requests, chunks, start, end, done=done, running=running, waiting=waiting,
@@ -313,7 +316,28 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
         )
         if cell.has_numbers and cell.status != contract.ERROR:
             details[cell.key]["per_request"] = drilldown.per_request(figures)
+            if cell.windows > 1:
+                details[cell.key]["windows"] = per_window
         cell.has_detail = True
+
+
+def _put_repeats(cell: CellResult, chunks: Chunks, done: np.ndarray,
+                 bounds: windows.Bounds) -> list[dict[str, float | None]]:
+    """A cell measured in k windows (`--repeats k`): its four headline figures
+    become the median over the windows, with their 95% intervals; the tails,
+    activity and counts stay over the whole span (more samples behind a p99).
+    Returns each window's figures (the drill-down lists them). Never reached
+    for a one-window cell, so k = 1 runs pay nothing for it."""
+    first = windows.first_token_window(first_token_ns(chunks), bounds)
+    samples = [intervals.window_samples(tails.request_figures(chunks, s, e, done), first, i,
+                                        intervals.slice_rates(chunks, s, e))
+               for i, (s, e) in enumerate(bounds)]
+    found = intervals.repeated(samples, cell.key)
+    for name, value in found.medians.items():
+        setattr(cell, name, value)
+    cell.windows = len(bounds)
+    cell.intervals = found.intervals
+    return found.per_window
 
 
 def _prefill_cell(cell: CellResult, requests: pa.Table, chunks: Chunks,
@@ -359,6 +383,7 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
     done = completed_mask(requests)
     small = requests.drop_columns([n for n in _LIST_COLUMNS if n in requests.column_names])
     empty = np.zeros(0, dtype=np.int64)
+    repeated = windows.by_cell(data.windows) if len(data.windows) else {}
     details: dict[str, dict[str, Any]] = {}
     out = []
     for row in data.cells.to_pylist():
@@ -367,7 +392,8 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
         if cell.phase == contract.DECODE:
             idx = groups.get((*key, contract.PURPOSE_MEASURE), empty)
             _decode_cell(cell, row, _rows(small, idx), chunks.subset(idx), done[idx], running,
-                         waiting, details, data.gpu_metrics, data.info.parameters.max_output_tokens)
+                         waiting, details, data.gpu_metrics, data.info.parameters.max_output_tokens,
+                         repeated.get(key))
         else:
             idx = groups.get((*key, contract.PURPOSE_PREFILL))
             if idx is None:  # samples taken during another cell (e.g. decode warm-up)

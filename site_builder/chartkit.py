@@ -24,8 +24,8 @@ from typing import Any
 import altair as alt
 import vl_convert as vlc
 
-from rundir import contract, statuses, words
-from site_builder import metrictable
+from rundir import contract, statuses, tails, words
+from site_builder import metrictable, views
 from site_builder.aggregate import CellResult
 
 
@@ -106,6 +106,10 @@ RUNS_SINGLE = Look("Context", "Single-stream tok/s", "Run")
 TTFT = Look("TTFT (ms)", "Requests")
 TBT = Look("Time between tokens (ms)", "Tokens", color=TEAL)
 TBT_MEDIAN = RED  # the dashed rule at the cell's median
+# The drill-down's CDFs (one sample per request), a dashed rule at each published level.
+TTFT_CDF = Look("TTFT (ms)", "Share of requests")
+TBT_CDF = Look("Time between tokens (ms)", "Share of requests", color=TEAL)
+LEVEL_RULE = RED
 TIMELINE_TOKENS = Look("Seconds into the window", "Output tok/s")
 TIMELINE_ACTIVE = Look("Seconds into the window", "Requests")
 # The power-and-clocks timeline under it (runs with GPU telemetry), on the same x axis.
@@ -126,12 +130,31 @@ def line_colors(n: int) -> list[str]:
 Point = tuple[float, float | None] | tuple[float | None, float | None, bool]
 
 
-def cell_rows(cells: list[CellResult], label: str | None = None) -> list[dict[str, Any]]:
+# Tooltip fields with tails, and the plotted field that is one (the tradeoff's x).
+LEVEL_FIELDS = [m for m in metrictable.TOOLTIP if m.key in tails.BY_KEY]
+PLOTTED_LEVELS = {"per_request": "Per request tok/s"}  # plotted field -> its header
+# Shown instead of a chart whose plotted field has no value at the chosen level.
+NO_POINT_AT_LEVEL = "Nothing to draw at this level: no cell has enough requests for its rank."
+
+
+def _levels(x: CellResult, plot: bool) -> dict[str, dict[str, Any]]:
+    """A row's tailed fields at every level past the median (site.js swaps them in
+    when the reader picks one): tooltip texts, and the plotted per-request tok/s."""
+    return {lv: {**{m.header: m.fmt(x.tail(m.key, lv)) for m in LEVEL_FIELDS},
+                 "per_request": x.tail("per_request_tok_s", lv) if plot else None}
+            for lv in tails.LEVELS[1:]}
+
+
+def cell_rows(cells: list[CellResult], label: str | None = None, *,
+              levels: bool = False) -> list[dict[str, Any]]:
     """One row per cell. A cell without numbers to plot (Looped, Error, ...) gets null
-    plotted fields, so it breaks its line; its tooltip text keeps what was published."""
+    plotted fields, so it breaks its line; its tooltip text keeps what was published.
+    With `levels` (a page with the percentile selector) each row also carries its
+    tailed fields at every level."""
     rows = []
     for x in cells:
         plot = x.has_numbers
+        extra = {"levels": _levels(x, plot)} if levels else {}
         rows.append(
             {
                 "run": label,
@@ -146,14 +169,35 @@ def cell_rows(cells: list[CellResult], label: str | None = None) -> list[dict[st
                 "ttft": x.ttft_ms,
                 **{m.header: m.cell_text(x) for m in metrictable.TOOLTIP},  # tooltip texts
                 "point": QUEUED_LABEL if x.status == contract.REQUESTS_QUEUED else VALID_LABEL,
+                **extra,
             }
         )
     return rows
 
 
 def slim(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Only the fields a spec's encodings use: the rest would be page weight."""
-    return [{k: r[k] for k in keys} for r in rows]
+    """Only the fields a spec's encodings use: the rest would be page weight. A row's
+    `levels` (when it has them) keep only those fields too."""
+    out = []
+    for r in rows:
+        row = {k: r[k] for k in keys}
+        if "levels" in r:
+            row["levels"] = {lv: {k: v for k, v in fields.items() if k in keys}
+                             for lv, fields in r["levels"].items()}
+        out.append(row)
+    return out
+
+
+def level_titles(spec: dict[str, Any]) -> dict[str, dict[str, str]] | None:
+    """The titles of a spec's tailed fields at every level past the median (``TTFT
+    p99``), for site.js to retitle the tooltips and axes it swaps; None for a spec
+    whose rows carry no levels."""
+    rows = [r for data in (spec.get("datasets") or {}).values() for r in data if "levels" in r]
+    if not rows:
+        return None
+    names = sorted({k for r in rows for fields in r["levels"].values() for k in fields})
+    return {lv: {k: views.level_header(PLOTTED_LEVELS.get(k, k), lv) for k in names}
+            for lv in tails.LEVELS[1:]}
 
 
 def context_labels(cells: list[CellResult]) -> list[str]:
@@ -249,6 +293,11 @@ def make(chart_id: str, title: str, caption: str, spec: dict[str, Any],
          draw: Callable[[], str]) -> Chart:
     """A chart with its description (read by screen readers)."""
     spec["description"] = f"{title}. {caption}"
+    titles = level_titles(spec)
+    if titles:  # Vega-Lite's free slot for the page's own data
+        spec["usermeta"] = {"tails": titles}
+        if any(k in PLOTTED_LEVELS for k in titles[tails.LEVELS[-1]]):
+            spec["usermeta"]["empty"] = NO_POINT_AT_LEVEL
     return Chart(chart_id, title, caption, spec, draw=draw)
 
 

@@ -12,7 +12,10 @@ Tooltip text is pre-formatted so a chart never shows a number differently
 from the tables. Axis titles and colours come from `chartkit`'s `Look` of
 each chart, and layout (a line kind's axes, series and legend, the bars' width,
 the heatmap's rows) from the definitions here: the template and the fallback
-both read them, so the two drawings of a chart cannot drift apart.
+both read them, so the two drawings of a chart cannot drift apart. On a page with
+the percentile selector (`levels=True`) each row also carries its latencies and
+per-request tok/s at every level, pre-formatted, and the spec the titles they get
+there (`usermeta`); site.js swaps them in, and the fallback stays the median.
 """
 
 from __future__ import annotations
@@ -173,60 +176,63 @@ def _plotted(cells: list[CellResult], *, per_request: bool = False) -> list[Cell
 
 
 def _context_lines(cells: list[CellResult], kind: str, chart_id: str, title: str, caption: str,
-                   **holes: Any) -> Chart:
+                   levels: bool, **holes: Any) -> Chart:
     x = LINE_KINDS[kind].x
     keys = _DECODE_KEYS + (("per_request",) if x == "per_request" else ())
-    return _line_chart(kind, chart_id, title, caption, chartkit.cell_rows(cells), keys,
-                       chartkit.context_labels(cells), **holes)
+    return _line_chart(kind, chart_id, title, caption, chartkit.cell_rows(cells, levels=levels),
+                       keys, chartkit.context_labels(cells), **holes)
 
 
-def decode_chart(cells: list[CellResult], chart_id: str = "chart-decode") -> Chart | None:
+def decode_chart(cells: list[CellResult], chart_id: str = "chart-decode", *,
+                 levels: bool = False) -> Chart | None:
     """Total tok/s against concurrency, one line per context (log2 axis); a cell
     without numbers breaks its context's line."""
     data = _plotted([x for x in cells if x.phase == contract.DECODE])
     if not data:
         return None
-    levels = sorted({x.concurrency for x in data if x.has_numbers and x.total_tok_s is not None})
+    concurrency = sorted({x.concurrency for x in data if x.has_numbers and x.total_tok_s is not None})
     return _context_lines(data, "decode", chart_id, "Throughput by concurrency",
                           "Total tok/s against requests at once, one line per context; "
-                          "gaps: no numbers", **_log2_holes(levels))
+                          "gaps: no numbers", levels, **_log2_holes(concurrency))
 
 
-def tradeoff_chart(cells: list[CellResult], chart_id: str = "chart-tradeoff") -> Chart | None:
-    """What one stream gets (per-request tok/s) against what the server delivers."""
+def tradeoff_chart(cells: list[CellResult], chart_id: str = "chart-tradeoff", *,
+                   levels: bool = False) -> Chart | None:
+    """What one stream gets (per-request tok/s) against what the server delivers
+    (at a level past the median, its slow side: the x of p99 is per-request tok/s p1)."""
     data = _plotted([x for x in cells if x.phase == contract.DECODE], per_request=True)
     if not data:
         return None
     return _context_lines(data, "tradeoff", chart_id, "Per-request speed against total throughput",
-                          "Each point is a concurrency level; up and right is better")
+                          "Each point is a concurrency level; up and right is better", levels)
 
 
 def runs_decode_chart(series: list[tuple[str, list[CellResult]]], context: int,
-                      chart_id: str) -> Chart | None:
+                      chart_id: str, *, levels: bool = False) -> Chart | None:
     """Total tok/s against concurrency at one context, one line per run (broken
     where a run's cell has no numbers)."""
     rows = []
     for label, cells in series:
         rows += chartkit.cell_rows(_plotted([x for x in cells if x.phase == contract.DECODE
-                                and x.context == context]), label)
+                                and x.context == context]), label, levels=levels)
     if not rows:
         return None
-    levels = sorted({r["concurrency"] for r in rows if r["total"] is not None})
+    concurrency = sorted({r["concurrency"] for r in rows if r["total"] is not None})
     runs = sorted({r["run"] for r in rows})
     ctx = words.context_label(context)
     return _line_chart("runs_decode", chart_id, f"Throughput at {ctx} context",
                        f"Total tok/s against requests at once at {ctx}, one line per run", rows,
-                       ("run", *_DECODE_KEYS), runs, **_log2_holes(levels))
+                       ("run", *_DECODE_KEYS), runs, **_log2_holes(concurrency))
 
 
 def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
-                       chart_id: str) -> Chart | None:
+                       chart_id: str, *, levels: bool = False) -> Chart | None:
     """Prefill tok/s, or single-stream decode tok/s, by context, one line per run."""
     rows = []
     for label, cells in series:
         pick = [x for x in cells if x.phase == phase and (phase == contract.PREFILL or x.concurrency == 1)]
         if any(x.has_numbers and x.total_tok_s is not None for x in pick):
-            rows += chartkit.cell_rows(pick, label)
+            rows += chartkit.cell_rows(pick, label, levels=levels)
     if not rows:
         return None
     labels = [words.context_label(v) for v in sorted({r["context"] for r in rows
@@ -273,10 +279,11 @@ def _prefill_template() -> Template:
     ).properties(width=WIDTH, height=HEIGHT))
 
 
-def prefill_chart(cells: list[CellResult], chart_id: str = "chart-prefill") -> Chart | None:
+def prefill_chart(cells: list[CellResult], chart_id: str = "chart-prefill", *,
+                  levels: bool = False) -> Chart | None:
     """Prompt tok/s of a cold request at each context length."""
-    rows = [r for r in chartkit.cell_rows([x for x in cells if x.phase == contract.PREFILL and x.has_numbers])
-            if r["total"] is not None]
+    pick = [x for x in cells if x.phase == contract.PREFILL and x.has_numbers]
+    rows = [r for r in chartkit.cell_rows(pick, levels=levels) if r["total"] is not None]
     if not rows:
         return None
     rows.sort(key=lambda r: r["context"])
@@ -325,13 +332,14 @@ def _heatmap_template(missing: bool) -> Template:
         autosize=alt.AutoSizeParams(**{**chartkit.AUTOSIZE, "type": "fit-x"})))
 
 
-def heatmap_chart(cells: list[CellResult], chart_id: str = "chart-heatmap") -> Chart | None:
+def heatmap_chart(cells: list[CellResult], chart_id: str = "chart-heatmap", *,
+                  levels: bool = False) -> Chart | None:
     """The decode matrix as a heatmap of total tok/s; each status without numbers
     has its own labelled fill."""
     data = [x for x in cells if x.phase == contract.DECODE]
     if not any(x.has_numbers and x.total_tok_s is not None for x in data):
         return None
-    rows = chartkit.cell_rows(data)
+    rows = chartkit.cell_rows(data, levels=levels)
     peak = max(r["total"] or 0 for r in rows) or 1
     for r in rows:
         has = r["total"] is not None

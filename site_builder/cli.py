@@ -1,6 +1,7 @@
 """`build-site`: build the static site from run directories, or preview it.
 
     build-site --data data --out site [--skip-invalid] [--cache DIR] [--prices prices.yaml]
+               [--slo ttft_p99=2000,tbt_p99=50]
     build-site [--out site] serve [--port 8000]
 
 Exit status: 0 when every run was published (or bad ones were skipped with
@@ -14,13 +15,30 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
-from site_builder import load, prices, publish
+from site_builder import load, prices, publish, slo
 from site_builder import serve as serve_mod
 from site_builder.sitewriter import SiteError
+
+
+class SloLimits(click.ParamType):
+    """`ttft_p99=2000,tbt_p99=50`: latency limits (site_builder/slo.py), read when the
+    flag is parsed, so a bad one is one line naming --slo and what was expected."""
+
+    name = "limits"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> slo.Slo:
+        if isinstance(value, slo.Slo):
+            return value
+        try:
+            return slo.parse(str(value))
+        except slo.SloError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 def _err(message: str) -> None:
@@ -47,12 +65,16 @@ def _err(message: str) -> None:
               type=click.Path(dir_okay=False, path_type=Path),
               help="YAML price table (dollars per GPU-hour by GPU name, with date and source; "
                    "see docs/prices.example.yaml): adds $ per 1M output tokens. No table, no cost.")
+@click.option("--slo", "limits", default=None, type=SloLimits(),
+              help="Latency limits the pages judge cells by, METRIC_LEVEL=MS with METRIC ttft "
+                   "or tbt and LEVEL p50, p90, p95, p99 or p99.9 (p99_9), comma-separated "
+                   f"[default: {slo.DEFAULT_SPEC}; readers can change them on the page].")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display and no summary.")
 @click.version_option(publish.version(), prog_name="build-site")
 @click.pass_context
 def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
          methodology: Path | None, cache_dir: Path | None, prices_file: Path | None,
-         quiet: bool) -> None:
+         limits: slo.Slo | None, quiet: bool) -> None:
     """Build the Speed test matrix site from the run directories under --data."""
     if ctx.invoked_subcommand is not None:
         return
@@ -63,7 +85,7 @@ def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
     try:
         report = publish.build_site(data_dir, out_dir, methodology=methodology,
                                     progress=not quiet and sys.stderr.isatty(),
-                                    cache_dir=cache_dir, prices=table)
+                                    cache_dir=cache_dir, prices=table, slo=limits)
     except (load.LoadError, SiteError) as exc:
         _err(" ".join(str(exc).split()))
         ctx.exit(1)

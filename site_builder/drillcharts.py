@@ -1,6 +1,7 @@
-"""The drill-down pages' charts: TTFT and time-between-tokens distributions,
-the token timeline and, for runs with GPU telemetry, power and clocks on the
-same bins.
+"""The drill-down pages' charts: TTFT and time-between-tokens distributions
+(histograms, and per-request CDFs with the published percentiles marked), the
+token timeline and, for runs with GPU telemetry, power and clocks on the same
+bins.
 
 Written like the run pages' charts (`charts`): each kind an Altair chart over
 named datasets, compiled once per process into a `chartkit` template and
@@ -15,8 +16,8 @@ from typing import Any
 
 import altair as alt
 
-from rundir import words
-from site_builder import chartkit, fallback, formats, scales
+from rundir import tails, words
+from site_builder import chartkit, drilldown, fallback, formats, scales
 from site_builder.chartkit import INVALID, WIDTH, Chart, Template, nominal, slots, template
 from site_builder.chartkit import make as _make
 
@@ -26,6 +27,8 @@ CELLS = alt.Data(name="cells")
 HISTOGRAM_HEIGHT, MEDIAN_RULE = fallback.HISTOGRAM_HEIGHT, fallback.MEDIAN_RULE
 TIMELINE_HEIGHTS, POWER_HEIGHTS, PANEL_GAP = (fallback.TIMELINE_HEIGHTS, fallback.POWER_HEIGHTS,
                                               fallback.PANEL_GAP)
+CDF_HEIGHT, SHARE_TICKS, LABEL_ROWS = fallback.CDF_HEIGHT, fallback.CDF_SHARE_TICKS, fallback.LABEL_ROWS
+LOG_SPREAD = 20  # a CDF's x axis is logarithmic when its largest value passes 20× its smallest
 
 
 @functools.cache
@@ -194,4 +197,79 @@ def power_chart(detail: dict[str, Any], chart_id: str = "chart-power") -> Chart 
         title, [(r["t"], r["w"]) for r in rows], [(r["t"], r["mhz"]) for r in rows], width,
         heights=POWER_HEIGHTS, gap=PANEL_GAP))
 
+
+@functools.cache
+def _cdf_template(look_name: str, log: bool) -> Template:
+    """A step-after CDF line, a dashed rule at each level and its label (two text
+    layers: labels right of their rule, and left of it near the axis's end)."""
+    look: chartkit.Look = getattr(chartkit, look_name)
+    x = alt.X(field="x", type="quantitative", title=look.x,
+              axis=alt.Axis(values=slots("x_ticks"), format=",~r"),
+              scale=alt.Scale(type="log" if log else "linear", domain=slots("x_domain"), nice=False))
+    share = {"scale": alt.Scale(domain=[0, 1]), "title": look.y,  # every layer's: they merge
+             "axis": alt.Axis(values=SHARE_TICKS, format="~%", labelOverlap=False)}
+    line = alt.Chart(alt.Data(name="steps")).mark_line(
+        interpolate="step-after", color=look.color, strokeWidth=2).encode(
+        x=x, y=alt.Y(field="y", type="quantitative", **share))
+    marks = alt.Chart(alt.Data(name="marks"))
+    at = alt.X(field="x", type="quantitative")
+    rule = marks.mark_rule(color=chartkit.LEVEL_RULE, strokeDash=list(MEDIAN_RULE[1]),
+                           strokeWidth=MEDIAN_RULE[0]).encode(x=at, tooltip=[nominal("label", "Percentile")])
+
+    def labels(left: bool, halo: bool) -> alt.Chart:
+        """A side's labels; the halo (white, drawn first) keeps them legible across a rule."""
+        ink = {"color": "white", "stroke": "white", "strokeWidth": 3} if halo else {"color": fallback.INK}
+        return marks.transform_filter(alt.FieldEqualPredicate(field="left", equal=left)).mark_text(
+            align="right" if left else "left", dx=-4 if left else 4, fontSize=10, **ink,
+        ).encode(x=at, y=alt.Y(field="row", type="quantitative", **share), text=alt.Text(field="label"))
+    texts = [labels(left, halo) for halo in (True, False) for left in (True, False)]
+    return template(alt.layer(line, rule, *texts).properties(width=WIDTH, height=CDF_HEIGHT))
+
+
+CDF_KINDS = {  # kind: (Look name, title, number format, what one sample is)
+    "ttft": ("TTFT_CDF", "TTFT CDF", formats.ttft,
+             "requests that produced a token with a TTFT at or below x"),
+    "tbt": ("TBT_CDF", "Time between tokens CDF", formats.tbt,
+            "requests whose time between tokens (window span ÷ tokens after the first) "
+            "is at or below x"),
+}
+
+
+def _cdf_axis(lo: float, hi: float, log: bool) -> tuple[tuple[float, float], list[tuple[float, str]]]:
+    if log:
+        domain, values = fallback.log_axis(lo, hi)
+        return domain, [(v, fallback.tick_text(v)) for v in values]
+    ax = scales.axis(lo, hi, 6)
+    return (ax.start, ax.end), [(v, ax.label(v)) for v in ax.ticks]
+
+
+def latency_cdf(kind: str, values: list[float | None], levels: list[tuple[str, float]],
+                chart_id: str | None = None) -> Chart | None:
+    """The empirical CDF of one sample per request (`values`, None skipped), with
+    a dashed rule and label at each published level ((name, exact value), the
+    percentile table's numbers); x on a log scale when the values spread past
+    LOG_SPREAD ×. The curve is thinned for large cells (`drilldown.cdf_steps`);
+    the rules are never moved to a kept step."""
+    look_name, title, fmt, unit = CDF_KINDS[kind]
+    samples = [v for v in values if v is not None]
+    if not samples:
+        return None
+    marked = [v for _, v in levels]
+    lo, hi = min(samples + marked), max(samples + marked)
+    log = lo > 0 and hi > LOG_SPREAD * lo
+    domain, ticks = _cdf_axis(lo, hi, log)
+    where = (scales.log2 if log else scales.linear)(domain, (0.0, 1.0))
+    marks = [{"x": v, "label": f"{name} {fmt(v)}", "row": LABEL_ROWS[tails.LEVELS.index(name)],
+              "left": where(v) > fallback.LABEL_LEFT_FROM} for name, v in levels]
+    steps = drilldown.cdf_steps(samples, marked, log=log)
+    spec = _cdf_template(look_name, log).fill(
+        {"steps": [{"x": x, "y": y} for x, y in steps], "marks": marks},
+        x_domain=list(domain), x_ticks=[v for v, _ in ticks])
+    caption = (f"Share of the {formats.count(len(samples))} {unit}: one sample per request, the "
+               f"samples of the percentile table{'; log scale' if log else ''}; dashed: each "
+               "percentile published.")
+    look = getattr(chartkit, look_name)
+    return _make(chart_id or f"chart-{kind}-cdf", title, caption, spec, lambda: fallback.cdf(
+        title, steps, [(m["x"], m["label"], m["row"], m["left"]) for m in marks], look,
+        domain=domain, ticks=ticks, log=log))
 

@@ -370,6 +370,40 @@ def per_request(figures: RequestFigures) -> dict[str, list[float | None]]:
     }
 
 
+# A drawn CDF's points at most: its rank grid, its x grid, the steps around each
+# marked level (LEVEL_STEPS either side) and the two extremes.
+CDF_RANKS, CDF_XS, LEVEL_STEPS = 240, 120, 3
+
+
+def cdf_steps(values: list[float | None], marks: list[float], *, log: bool
+              ) -> list[tuple[float, float]]:
+    """The empirical CDF of values (None skipped) as step corners (x, share of
+    values at or below x), from (min, 0) up to (max, 1), for a step-after line.
+
+    Run at page time on the cached per-request lists. A large cell's curve is
+    thinned to at most ~400 corners: an even grid of ranks, an even grid of x
+    (logarithmic when the axis is), the exact steps around each marked value
+    (`marks`: the published percentiles) and the extremes. Between two kept
+    corners the line holds the lower share, so a thinned curve never claims a
+    share the data do not reach."""
+    v = np.sort(np.asarray([x for x in values if x is not None], dtype=np.float64))
+    n = len(v)
+    if not n:
+        return []
+    keep = [np.linspace(0, n - 1, min(n, CDF_RANKS)).round().astype(np.int64), np.array([n - 1])]
+    grid = (np.geomspace(v[0], v[-1], CDF_XS) if log and v[0] > 0
+            else np.linspace(v[0], v[-1], CDF_XS))
+    keep.append(np.searchsorted(v, grid, side="right") - 1)
+    for m in marks:
+        at = int(np.searchsorted(v, m, side="left"))
+        keep.append(np.arange(at - LEVEL_STEPS, at + LEVEL_STEPS + 1))
+    idx = np.unique(np.clip(np.concatenate(keep), 0, n - 1))
+    last = np.searchsorted(v, v[idx], side="right") - 1  # a tie's step is its last copy
+    idx = np.unique(last)
+    share = (idx + 1) / n
+    return [(float(v[0]), 0.0)] + list(zip(v[idx].tolist(), np.round(share, 5).tolist(), strict=True))
+
+
 def _sample_use(used: bool, error: str | None) -> str:
     """Why a prefill sample is or is not in the published figure (a glossary key)."""
     if used:

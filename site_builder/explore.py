@@ -9,6 +9,14 @@ reader picks in the page, so the build computes it here for every choice
 (a few hundred small lists) and the page's script only looks it up: the
 rule that decides "best" lives in Python, once, and is tested here.
 
+Under latency limits (site_builder/slo.py) the reader may keep only the cells
+meeting them: each point carries its TTFT, time between tokens and per-request
+tok/s at every level of rundir.tails.LEVELS (`levels`, with the texts the
+tooltips print), so the page marks the cells meeting the limits the reader sets
+and draws the frontier through those, with `pareto_front`'s rule (explore.js
+repeats it, since the limits and the percentile are chosen in the page;
+`slo_frontier` here is its reference). The default view draws what it always did.
+
 When the build has a price table (build-site --prices), each point also carries
 its $ per 1M output tokens (site_builder/prices.py's formula and $ format) and
 the data the prices used; without one, no point has a cost field at all.
@@ -22,8 +30,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from rundir import contract, words
-from site_builder import prices
+from rundir import contract, tails, words
+from site_builder import prices, slo
 from site_builder.views import RunView
 
 ALL = "*"  # the scope of every run (no slug holds "*"), beside each family's slug
@@ -32,7 +40,7 @@ Y_MODES = ("gpu", "total")  # total tok/s per GPU, total tok/s
 # tooltips print (formatted here, as the tables print them).
 POINT_FIELDS = ["run", "context", "concurrency", "status", "total", "per_gpu", "per_request",
                 "ttft", "Context", "Requests at once", "Status", "Total tok/s", "Per GPU tok/s",
-                "Per request tok/s", "TTFT"]
+                "Per request tok/s", "TTFT", "levels"]
 # Appended to each point only when the build has a price table: raw $ and its text.
 COST_FIELDS = ["cost", "Cost per 1M output tokens"]
 NO_PRICE = "no price for this GPU in the price table"
@@ -81,8 +89,46 @@ def _point(index: int, run: RunView, x: Any, with_cost: bool) -> list[Any]:
     row = [index, x.context, x.concurrency, x.status, x.total_tok_s, by_gpu,
            x.per_request_tok_s, x.ttft_ms, words.context_label(x.context), str(x.concurrency),
            words.status_label(x.status), words.tok_s(x.total_tok_s), words.tok_s(by_gpu),
-           words.tok_s(x.per_request_tok_s), words.ttft(x.ttft_ms)]
+           words.tok_s(x.per_request_tok_s), words.ttft(x.ttft_ms), point_levels(x)]
     return [*row, *point_cost(run, gpus, x.total_tok_s)] if with_cost else row
+
+
+def point_levels(x: Any) -> dict[str, Any]:
+    """A point's figures at every level (None: too few requests) and the texts of the
+    two the explorer draws, TTFT and per-request tok/s."""
+    lv = {name: [x.tail(key, level) for level in tails.LEVELS]
+          for name, key in (("ttft", "ttft_ms"), ("tbt", "tbt_ms"),
+                            ("per_request", "per_request_tok_s"))}
+    return {**lv, "texts": {"ttft": [words.ttft(v) for v in lv["ttft"]],
+                            "per_request": [words.tok_s(v) for v in lv["per_request"]]}}
+
+
+def meets(point: list[Any], limits: slo.Slo) -> bool:
+    """slo.judge's rule on a point's levels: each limited level exists and is ≤ its limit."""
+    lv = point[POINT_FIELDS.index("levels")]
+    for lim in limits.limits:
+        value = lv[lim.metric][tails.LEVELS.index(lim.level)]
+        if value is None or value > lim.ms:
+            return False
+    return True
+
+
+def slo_frontier(data: dict[str, Any], scope: str, context: int, mode: str,
+                 limits: slo.Slo, level: str = tails.DEFAULT_LEVEL) -> list[int]:
+    """The frontier of one view over the Valid points meeting the limits, per-request
+    tok/s taken at `level`: what explore.js draws with "under the limits" ticked."""
+    fields = {name: i for i, name in enumerate(POINT_FIELDS)}
+    y_key = fields["per_gpu" if mode == "gpu" else "total"]
+    scopes = {f["slug"]: f["runs"] for f in data["families"]}
+    members = set(scopes.get(scope, range(len(data["runs"]))))
+    li = tails.LEVELS.index(level)
+    have = [i for i, p in enumerate(data["points"])
+            if p[0] in members and p[1] == context and p[fields["status"]] == contract.VALID
+            and p[y_key] is not None and meets(p, limits)
+            and p[fields["levels"]]["per_request"][li] is not None]
+    xy = [(data["points"][i][fields["levels"]]["per_request"][li], data["points"][i][y_key])
+          for i in have]
+    return [have[k] for k in pareto_front(xy)]
 
 
 def _plotted(x: Any) -> bool:
@@ -171,7 +217,16 @@ def explore_data(views: list[RunView]) -> dict[str, Any]:
         "best_context": {s: best_context(members, points) for s, members in scopes.items()},
         "frontiers": _frontiers(points, scopes, contexts),
         "default": default_view(runs, fams, points),
+        "levels": list(tails.LEVELS),
+        "valid": contract.VALID,
+        "slo": _limits(views).spec,
     }
+
+
+def _limits(views: Sequence[Any]) -> slo.Slo:
+    """The build's limits (publish puts them on every run), else the site default."""
+    return next((v.slo.slo for v in views if isinstance(getattr(v, "slo", None), slo.RunSlo)),
+                slo.DEFAULT)
 
 
 def view_series(data: dict[str, Any], scope: str, context: int, mode: str,

@@ -25,6 +25,7 @@ KINDS = ("tradeoff", "curves", "ttft")
 HEIGHT = 360
 FRONTIER_COLOR = "#1f2328"  # the Pareto frontier: dark, dashed, drawn over the curves
 FRONTIER_LABEL = "Pareto frontier"
+DIM = 0.25  # a point that misses the reader's latency limits (explore.js sets `dim`)
 TOOLTIP = ("Context", "Requests at once", "Per request tok/s", "Total tok/s", "Per GPU tok/s",
            "TTFT", "Status")
 RUN = Look("Per request tok/s", "Total tok/s per GPU", "Run")
@@ -37,7 +38,8 @@ def _scale(log: bool) -> alt.Scale:
 @functools.cache
 def explore_template(kind: str, x_log: bool, y_log: bool, cost: bool = False) -> Template:
     """One curve per run through its concurrency levels (points filled when Valid,
-    hollow when requests queued). Kind "tradeoff": per-request tok/s (x) against
+    hollow when requests queued, faint when `dim`: it misses the latency limits the
+    reader keeps to). Kind "tradeoff": per-request tok/s (x) against
     total tok/s or total per GPU (y), points labelled with their concurrency, the
     frontier (dataset "frontier") dashed on top; "curves": the same without a
     frontier (an empty dataset would leave Vega an empty extent). Kind "ttft": TTFT
@@ -57,6 +59,7 @@ def explore_template(kind: str, x_log: bool, y_log: bool, cost: bool = False) ->
         points.mark_point(filled=True, size=50, opacity=1, strokeWidth=1.5).encode(
             fill=alt.Fill(**color, condition={"test": "datum.queued", "value": "white"}),
             stroke=alt.Stroke(**color),
+            opacity=alt.value(1, condition={"test": "datum.dim", "value": DIM}),
             tooltip=[nominal("run", "Run"), *(nominal(k) for k in TOOLTIP),
                      *([nominal(explore.COST_FIELDS[1])] if cost else [])]).properties(
             name="points"),

@@ -95,17 +95,19 @@ class Panel:
     nice top at or above y_max (labels "~s", or whole numbers for counts)."""
 
     def __init__(self, canvas: Canvas, x0: float, y0: float, w: float, h: float,
-                 y_max: float, y_title: str, y_si: bool = True, integer: bool = False) -> None:
+                 y_max: float, y_title: str, y_si: bool = True, integer: bool = False,
+                 y_label: Callable[[float], str] | None = None) -> None:
         self.c, self.x0, self.y0, self.w, self.h = canvas, x0, y0, w, h
         y_max = scales.finite(y_max, "y maximum")
         ax = scales.axis(0.0, y_max if y_max > 0 else 1.0, 5, integer=integer)
         self.top = ax.end
         self.y = scales.linear((0.0, self.top), (y0 + h, y0))
         grid = []
+        label = y_label or (si if y_si else ax.label)
         for v in ax.ticks:
             y = self.y(v)
             grid.append(f"M{x0:.1f} {y:.1f}h{w:.1f}")
-            canvas.parts.append(_t(x0 - 5, y + 4, si(v) if y_si else ax.label(v), "end"))
+            canvas.parts.append(_t(x0 - 5, y + 4, label(v), "end"))
         canvas.parts.append(f'<path d="{"".join(grid)}" stroke="{GRID}" fill="none"/>')
         canvas.parts.append(_t(x0 - 44, y0 + h / 2, y_title, size=12, fill=INK,
                                extra=f' transform="rotate(-90 {x0 - 44:.1f} {y0 + h / 2:.1f})"'))
@@ -340,6 +342,86 @@ def _bins_into(c: Canvas, y0: float, height: float, bins: list[tuple[float, floa
         c.parts.append(f'<path d="M{px(rule):.1f} {p.y0:.1f}V{p.y(0):.1f}" stroke="{chartkit.TBT_MEDIAN}" '
                        f'stroke-width="{width:g}" stroke-dasharray="{" ".join(f"{v:g}" for v in dash)}"/>')
     p.x_axis([(px(v), ax.label(v)) for v in ax.ticks], look.x)
+
+
+# The CDFs' layout (`drillcharts` builds their templates from these): the plot
+# height, the share axis's ticks, the row of each level's label (a share of the
+# height, one row per level from the bottom: under the curve, right of its
+# median) and the axis fraction past which a label sits left of its rule.
+CDF_HEIGHT = HISTOGRAM_HEIGHT
+CDF_SHARE_TICKS: list[float] = scales.axis(0.0, 1.0, 5).ticks
+LABEL_ROWS = (0.06, 0.15, 0.24, 0.33, 0.42)
+LABEL_LEFT_FROM = 0.7
+LOG_DECADES_ONLY = 200  # a log axis spanning more than this ticks decades only
+Mark = tuple[float, str, float, bool]  # x, label, row (share), label left of the rule
+HALO = ' stroke="white" stroke-width="3" paint-order="stroke"'  # a label legible across a rule
+
+
+def share_label(v: float) -> str:
+    """A share axis tick: ``40%``."""
+    return f"{round(v * 100)}%"
+
+
+def _one_two_five(k: int) -> list[float]:
+    return [float(f"{m}e{k}") for m in (1, 2, 5)]
+
+
+def log_axis(lo: float, hi: float) -> tuple[tuple[float, float], list[float]]:
+    """A log axis over [lo, hi] (0 < lo <= hi): its ends are the 1-2-5 steps at
+    or beyond them, its ticks the 1, 2 and 5 × 10^k inside (decades only over a
+    span past LOG_DECADES_ONLY); ValueError for a non-positive or reversed span."""
+    lo, hi = scales.finite(lo, "log axis start"), scales.finite(hi, "log axis end")
+    if not 0 < lo <= hi:
+        raise ValueError(f"a log axis needs 0 < start <= end, got {lo!r}, {hi!r}")
+    steps = [v for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2)
+             for v in _one_two_five(k)]
+    start = max(v for v in steps if v <= lo)
+    end = min(v for v in steps if v >= hi)
+    if end == start:
+        end = min(v for v in steps if v > hi)
+    inside = [v for v in steps if start <= v <= end]
+    if end / start > LOG_DECADES_ONLY:
+        inside = [v for v in inside if f"{v:e}".startswith("1")]
+    return (start, end), inside
+
+
+def tick_text(v: float) -> str:
+    """A log axis tick (a 1-2-5 step): ``2,000``, ``50``, ``0.05``."""
+    if v >= 1:
+        return f"{v:,.0f}"
+    return f"{v:.{-math.floor(math.log10(v))}f}"
+
+
+def cdf(label: str, points: list[tuple[float, float]], marks: list[Mark], look: Look, *,
+        domain: tuple[float, float], ticks: list[tuple[float, str]], log: bool,
+        height: int = CDF_HEIGHT, rule_style: RuleStyle = MEDIAN_RULE) -> str:
+    """An empirical CDF: a step-after line through (x, share) corners over the x
+    domain (log or linear), the share axis 0-100%, a dashed rule at each mark's
+    x and its label on the mark's row, left of the rule when asked."""
+    c = Canvas(530, 10 + height + 45, label)
+    p = Panel(c, 60, 10, 440, height, 1.0, look.y, y_label=share_label)
+    span = (p.x0, p.x0 + p.w)
+    px = scales.log2(domain, span) if log else scales.linear(domain, span)
+
+    def placed(x: float, y: float) -> bool:
+        return math.isfinite(x) and math.isfinite(y) and (x > 0 or not log)
+
+    xy = [(px(x), p.y(y)) for x, y in points if placed(x, y)]
+    if xy:
+        d = f"M{xy[0][0]:.1f} {xy[0][1]:.1f}" + "".join(f"H{x:.1f}V{y:.1f}" for x, y in xy[1:])
+        c.parts.append(f'<path d="{d}" stroke="{look.color}" stroke-width="2" fill="none"/>')
+    width, dash = rule_style
+    pattern = " ".join(f"{v:g}" for v in dash)
+    for x, text, row, left in marks:
+        if not placed(x, row):
+            continue
+        at = px(x)
+        c.parts.append(f'<path d="M{at:.1f} {p.y0:.1f}V{p.y(0):.1f}" stroke="{chartkit.LEVEL_RULE}" '
+                       f'stroke-width="{width:g}" stroke-dasharray="{pattern}"/>')
+        c.parts.append(_t(at - 4 if left else at + 4, p.y(row) + 4, text, "end" if left else "start",
+                          size=10, fill=INK, extra=HALO))
+    p.x_axis([(px(v), text) for v, text in ticks], look.x)
+    return c.svg()
 
 
 def timeline(label: str, bins: list[tuple[float, float, float]],

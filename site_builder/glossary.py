@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rundir import contract
-from site_builder.metrictable import BY_TERM, ENERGY, MEASURED, THROTTLING
+from site_builder.metrictable import ENERGY, MEASURED, THROTTLING, Metric, glossary_metrics
 
 
 def methodology_path() -> Path:
@@ -101,23 +101,23 @@ class Term:
         return f"term-{self.key}"
 
 
-def _metric(term: str) -> tuple[str, str, str]:
+def _metric(m: Metric) -> tuple[str, str, str]:
     """A metric's glossary entry: its name and hover text are the metric table's."""
-    m = BY_TERM[term]
-    return term, m.header, m.hint
+    assert m.term is not None
+    return m.term, m.header, m.hint
 
 
-# (key, name, hover text); a metric's from the metric table (site_builder/metrictable.py),
-# in the glossary's order. The definition is the methodology's paragraph with id
-# `term-<key>` (its Glossary section) or, for a term the body defines, `<key>`.
+# (key, name, hover text); the metrics' from the metric table (site_builder/metrictable.py:
+# every record with a `term`, in its glossary order). The definition is the methodology's
+# paragraph with id `term-<key>` (its Glossary section) or, for a term the body defines, `<key>`.
 _TERMS: list[tuple[str, str, str]] = [
     ("phase", "Phase", "Prefill (a cold prompt) or sustained decode (streams generating)."),
     ("context", "Context", "Prompt length in tokens (1K = 1024, rounded down)."),
     ("requests-at-once", "Requests at once", "Simultaneous streams kept open."),
     ("status", "Status", "Whether the cell's numbers can be trusted."),
-    *(_metric(t) for t in ("total-tok-s", "per-request-tok-s", "ttft", "time-between-tokens",
-                           "average-active-requests", "completed-requests", "output-tokens",
-                           "measured-for", "prompt-tok-s")),
+    *(_metric(m) for m in glossary_metrics()),
+    ("percentile-levels", "Percentile levels",
+     "p50 (the median) to p99.9: the slow side of each figure, with the samples behind it."),
     ("client-bound", "Client-bound", "The client may have limited the measurement."),
     # drill-down: what each count on a cell's page counts.
     ("requests-sent", "Requests sent", "Every request the cell timed, warm-up and window alike."),
@@ -135,7 +135,7 @@ _TERMS: list[tuple[str, str, str]] = [
     ("samples-used", "Samples used",
      "Cold prefill samples the published Prompt tok/s and TTFT are medians of."),
     # GPU telemetry (runs that recorded it): the methodology's Energy and throttling.
-    *(_metric(t) for t in ("j-per-token", "avg-w")),
+    *(_metric(m) for m in glossary_metrics(energy=True)),
     ("throttling", "Throttling", "Throttle reasons active for over 10% of the window."),
 ]
 

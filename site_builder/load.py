@@ -26,6 +26,7 @@ RUN_FILES = (
     contract.REQUESTS_FILE,
     contract.SERVER_METRICS_FILE,
     contract.GPU_METRICS_FILE,  # optional; part of the digest, so new telemetry re-aggregates
+    contract.WINDOWS_FILE,  # optional (--repeats k > 1); absent: the digest is as before
 )
 
 

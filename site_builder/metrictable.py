@@ -4,14 +4,16 @@ A metric's computation lives in rundir/metrics.py and its definition in
 docs/methodology.md (the glossary reads it there, by the record's `term`).
 Everything else is here: its header (a table column, a glossary name and a
 chart tooltip field at once), its hover text, unit, number format, which way
-is better and the phases it applies to. The run page's All measurements,
+is better, the phases it applies to, its downloads' columns and whether it
+has tails (percentiles: rundir/tails.py). The run page's All measurements,
 the cell pages' figures, the chart tooltips, the compare page's choices and
-its script (given `js_rules` as JSON by the build) iterate this table.
+its script (given `js_rules` as JSON by the build), the glossary's metric
+terms and the downloads' metric columns iterate this table.
 
-Adding a metric (say p99 TTFT) is one record here, its computation and its
-methodology entry. The table is the builder's: the collector's live view
-prints its own compact columns (bench/summary.py) with the shared number
-formats of rundir/words.py, and needs nothing else of a metric.
+Adding a metric is one record here, its computation and its methodology
+entry (docs/contributing.md, "A metric"). The table is the builder's: the
+collector's live view prints its own compact columns (bench/summary.py) with
+the shared number formats of rundir/words.py, and needs nothing else of a metric.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rundir import tails
 from rundir.contract import DECODE, PREFILL
 from site_builder import formats
 
@@ -30,7 +33,7 @@ Format = Callable[[Any], str]
 class Metric:
     """How one published metric reads and compares."""
 
-    key: str  # the CellResult attribute and the downloads' column
+    key: str  # the CellResult attribute (or property) and the downloads' column
     header: str  # column header, glossary term name and chart tooltip field
     term: str | None  # glossary id: docs/methodology.md `{#term-<id>}` (None: no entry)
     hint: str  # the header's hover text
@@ -46,6 +49,12 @@ class Metric:
     prefill_words: str | None = None  # the compare page's prefill table caption
     # a prefill cell's number where it differs (the prefill list's whole tok/s)
     prefill_fmt: Format | None = None
+    # cells.csv / cells.json: "cells" (every run), "energy" (runs with telemetry), None (no
+    # column of its own: e2e_ms is published by its percentiles, e2e_ms_p50 the median)
+    download: str | None = None
+    # cell fields the downloads write right after this column (the published order):
+    # what qualifies the figure (avg_active_source) or the window it was measured over
+    download_after: tuple[str, ...] = ()
 
     def text(self, value: Any) -> str:
         """The value as the pages print it."""
@@ -60,6 +69,15 @@ class Metric:
         fmt = self.prefill_fmt if cell.phase == PREFILL and self.prefill_fmt else self.fmt
         return fmt(getattr(cell, self.key))
 
+    @property
+    def tail_metric(self) -> tails.TailMetric | None:
+        """Its percentiles' definition (rundir/tails.py), or None: a figure with no tails."""
+        return tails.BY_KEY.get(self.key)
+
+    def tail_text(self, cell: Any, level: str) -> str:
+        """This metric of a cell at a percentile level (p50: the published median), printed."""
+        return self.fmt(cell.tail(self.key, level))
+
 
 # Prefill's name for total tok/s first: a cell page lists a prefill cell's figures
 # in this order, a decode cell's in the order of the decode records.
@@ -70,39 +88,49 @@ TABLE: tuple[Metric, ...] = (
     Metric("total_tok_s", "Total tok/s", "total-tok-s", "Output tokens per second across all streams.",
            formats.tok_s, "tok/s", "higher", (DECODE,), on_cell={DECODE: ""},
            column="measured", tooltip=True, compare=True,
-           prefill_fmt=lambda v: formats.tok_s(v, whole=True)),
+           prefill_fmt=lambda v: formats.tok_s(v, whole=True), download="cells"),
     Metric("per_request_tok_s", "Per request tok/s", "per-request-tok-s",
            "Median decode speed one stream sees.", formats.tok_s, "tok/s", "higher", (DECODE,),
-           on_cell={DECODE: ""}, column="measured", tooltip=True, compare=True),
+           on_cell={DECODE: ""}, column="measured", tooltip=True, compare=True,
+           download="cells"),
     Metric("ttft_ms", "TTFT", "ttft", "Time to first token (median).", formats.ttft, "ms", "lower",
            (PREFILL, DECODE),
            on_cell={PREFILL: "median of the samples used", DECODE: "median over the requests"},
-           column="measured", tooltip=True, compare=True, prefill_words="cold TTFT"),
+           column="measured", tooltip=True, compare=True, prefill_words="cold TTFT",
+           download="cells"),
     Metric("tbt_ms", "Time between tokens", "time-between-tokens",
            "Median time per generated token within a stream.", formats.tbt, "ms", "lower",
-           (DECODE,), on_cell={DECODE: ""}, column="measured", tooltip=True, compare=True),
+           (DECODE,), on_cell={DECODE: ""}, column="measured", tooltip=True, compare=True,
+           download="cells"),
+    # Published by its percentiles only (e2e_ms_p50 …): no column of All measurements.
+    Metric("e2e_ms", "End-to-end latency", "end-to-end-latency",
+           "Time from sending a request to the end of its stream (median, completed requests).",
+           formats.ttft, "ms", "lower", (DECODE,)),
     Metric("avg_active", "Average active requests", "average-active-requests",
            "Time-weighted mean of requests in flight minus those waiting.", formats.average,
-           "requests", None, (DECODE,), on_cell={DECODE: ""}, column="measured"),
+           "requests", None, (DECODE,), on_cell={DECODE: ""}, column="measured",
+           download="cells", download_after=("avg_active_source",)),
     Metric("completed", "Completed requests", "completed-requests",
            "Requests that finished in the window.", formats.count, "requests", None,
            (PREFILL, DECODE),
            on_cell={PREFILL: "cold samples used", DECODE: "ended inside the window"},
-           column="measured"),
+           column="measured", download="cells"),
     Metric("output_tokens", "Output tokens", "output-tokens", "Tokens generated inside the window.",
            formats.count, "tokens", None, (DECODE,), on_cell={DECODE: "inside the window"},
-           column="measured"),
+           column="measured", download="cells"),
     Metric("measured_s", "Measured for", "measured-for", "Length of the measurement window.",
-           formats.seconds, "s", None, (DECODE,), on_cell={DECODE: ""}, column="measured"),
+           formats.seconds, "s", None, (DECODE,), on_cell={DECODE: ""}, column="measured",
+           download="cells", download_after=("requests", "token_counting", "warmup_s")),
     # GPU telemetry (runs that recorded it): the methodology's Energy and throttling.
     Metric("j_per_token", "J/token", "j-per-token",
            "Energy of all GPUs per generated token, in joules.", formats.joules_3g, "J", "lower",
-           (PREFILL, DECODE), column="energy"),
+           (PREFILL, DECODE), column="energy", download="energy"),
     Metric("avg_w", "Avg W", "avg-w", "Average power of all GPUs over the window.",
-           formats.count, "W", None, (PREFILL, DECODE), column="energy"),
+           formats.count, "W", None, (PREFILL, DECODE), column="energy", download="energy",
+           download_after=("peak_w", "energy_j", "energy_source")),
     Metric("tok_s_per_kw", "Total tok/s per kW", None,
            "Total tok/s per kW of average GPU power.", formats.tok_s, "tok/s per kW", "higher",
-           (DECODE,)),
+           (DECODE,), download="energy", download_after=("throttle",)),
 )
 
 BY_TERM: dict[str, Metric] = {m.term: m for m in TABLE if m.term}
@@ -110,6 +138,11 @@ MEASURED = [m for m in TABLE if m.column == "measured"]
 ENERGY = [m for m in TABLE if m.column == "energy"]
 TOOLTIP = [m for m in TABLE if m.tooltip]
 COMPARED = [m for m in TABLE if m.compare]
+# The figures published at every percentile level (rundir/tails.py), in the table's order.
+TAILED = [m for m in TABLE if m.tail_metric is not None]
+# The metrics with a 95% interval over repeated windows (`{key}_ci95_lo`/`_hi`): those the
+# A/B page compares, which calls a difference significant only when the intervals separate.
+INTERVAL_KEYS: tuple[str, ...] = tuple(m.key for m in COMPARED)
 # Shown only beside the energy metrics: the throttle classes, a list, not a number.
 THROTTLING = "Throttling"
 
@@ -117,6 +150,24 @@ THROTTLING = "Throttling"
 def on_cell_page(phase: str) -> list[Metric]:
     """The figures a cell page lists for a cell of this phase, in order."""
     return [m for m in TABLE if phase in m.on_cell]
+
+
+def download_columns(group: str) -> list[str]:
+    """The downloads' columns of a group ("cells" or "energy"): each metric's, in the
+    table's order, followed by the cell fields it names in `download_after`."""
+    out: list[str] = []
+    for m in TABLE:
+        if m.download == group and m.key not in out:
+            out += [m.key, *m.download_after]
+    return out
+
+
+def glossary_metrics(energy: bool = False) -> list[Metric]:
+    """The metrics with a glossary entry, in the glossary's order: a decode cell's
+    figures in the table's order, then prefill's own (Prompt tok/s); or, with
+    `energy`, the telemetry figures."""
+    termed = [m for m in TABLE if m.term and (m.column == "energy") == energy]
+    return sorted(termed, key=lambda m: DECODE not in m.phases)
 
 
 def js_rules() -> dict[str, object]:

@@ -23,17 +23,24 @@ Metrics: total tok/s, total tok/s per GPU (total / the run's GPU count;
 missing when the run records no GPU count), per-request tok/s, TTFT (lower is
 better), and $ per 1M output tokens when the build was given a price table (each
 run's `price`, site_builder/prices.py; lower is better).
+
+Under latency limits (site_builder/slo.py) each run is also ranked by its best
+cell among those meeting the limits (`slo_rank`); the page's scripts redo that
+choice when the reader changes the limits or the percentile, from every cell's
+percentiles carried in the page data (`client_data`: `lv`, `lt`, `ci`). When
+cells carry 95% intervals (repeated windows), neighbouring places whose intervals
+overlap are marked tied within noise; without intervals no tie is claimed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from rundir import contract, words
-from site_builder import prices
+from rundir import contract, tails, words
+from site_builder import prices, slo
 from site_builder.aggregate import CellResult
 from site_builder.views import RunView
 
@@ -229,7 +236,10 @@ def client_data(runs: list[RunView]) -> dict[str, Any]:
     """What oppoint.js needs to re-rank without re-deciding anything: per run its
     decode cells (raw values for sorting, texts for printing), and per point the
     cell standing for each run: i >= 0 the exact cell i, -(i + 2) the nearest cell
-    i, -1 none."""
+    i, -1 none. A cell with numbers also carries `lv` (its TTFT, time between tokens
+    and per-request tok/s at every level of rundir.tails.LEVELS, None where too few
+    requests), `lt` (the TTFT and per-request texts of those) and, with repeated
+    windows, `ci` (each metric's 95% interval, None where it has none)."""
     metrics = [*METRICS, *([COST_METRIC] if priced(runs) else [])]
     keys = [key for key, _, _ in metrics]
     out_runs, cells_by_run = [], []
@@ -240,10 +250,15 @@ def client_data(runs: list[RunView]) -> dict[str, Any]:
         rows = []
         for x in cells:
             v = cell_values(run, x, price)
-            rows.append({"label": Point(x.context, x.concurrency).label,
-                         "status": x.status, "status_label": words.status_label(x.status),
-                         "values": [v[k] for k in keys],
-                         "texts": [text_of(k)(v[k]) for k in keys]})
+            row = {"label": Point(x.context, x.concurrency).label,
+                   "status": x.status, "status_label": words.status_label(x.status),
+                   "values": [v[k] for k in keys],
+                   "texts": [text_of(k)(v[k]) for k in keys]}
+            if x.has_numbers:  # every level, for the percentile switch and the limits
+                row["lv"], row["lt"] = _levels(x)
+                if x.intervals:
+                    row["ci"] = [interval(run, x, k) for k in keys]
+            rows.append(row)
         out_runs.append({"slug": run.slug, "title": run.title, "family": run.family,
                          "family_slug": run.family_slug, "label": run.short_label,
                          "page": run.page, "price": price.note if price else "",
@@ -258,7 +273,8 @@ def client_data(runs: list[RunView]) -> dict[str, Any]:
         choices[point.key] = row
     return {"metrics": [{"key": k, "label": label, "higher": hi} for k, label, hi in metrics],
             "points": {p.key: p.label for p in all_points(runs)}, "choices": choices,
-            "runs": out_runs, "missing": words.MISSING, "valid": contract.VALID}
+            "runs": out_runs, "missing": words.MISSING, "valid": contract.VALID,
+            "levels": list(tails.LEVELS)}
 
 
 def cost_rows(run: RunView) -> list[tuple[str, list[str]]]:
@@ -313,4 +329,97 @@ def page_context(runs: list[RunView], *, index: bool) -> dict[str, Any]:
         if index else [],
         "nearest_note": NEAREST_NOTE,
         "data": client_data(runs),
+        "slo": slo_context(runs),
     }
+
+
+# ---- under latency limits ----------------------------------------------------
+# The metric each ranking key reads its interval from (per GPU and cost scale total).
+INTERVAL_KEY = {"total": "total_tok_s", "per_gpu": "total_tok_s", "cost": "total_tok_s",
+                "per_request": "per_request_tok_s", "ttft": "ttft_ms"}
+LEVEL_KEYS = {"ttft": "ttft_ms", "tbt": "tbt_ms", "per_request": "per_request_tok_s"}
+
+
+@dataclass
+class SloEntry:
+    """One run under the limits: its best meeting cell (None: no cell meets them)."""
+
+    run: RunView
+    cell: CellResult | None
+    values: dict[str, float | None]
+    tied: bool = False  # tied within noise with the place above
+
+
+def interval(run: RunView, cell: CellResult | None, by: str) -> list[float] | None:
+    """The 95% interval of a cell's value of metric `by` (None: one window, no interval)."""
+    if cell is None:
+        return None
+    found = cell.intervals.get(INTERVAL_KEY[by])
+    if not found or None in found:
+        return None
+    lo, hi = found
+    if by in ("total", "per_request", "ttft"):
+        return [lo, hi]
+    ends = [cell_values(run, replace(cell, total_tok_s=v), run.price)[by] for v in (lo, hi)]
+    if None in ends:
+        return None
+    return sorted(ends)  # type: ignore[type-var]
+
+
+def overlaps(a: list[float] | None, b: list[float] | None) -> bool:
+    """Tied within noise: both intervals known and overlapping (else no claim)."""
+    return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
+
+
+def slo_rank(runs: list[RunView], limits: slo.Slo, by: str = "per_gpu") -> list[SloEntry]:
+    """Each run's best cell meeting the limits by metric `by`, best run first; then
+    runs with a meeting cell but no value for `by` (no GPU count, no price), then
+    runs with no meeting cell, each group in title order."""
+    out = []
+    for run in runs:
+        def value(x: CellResult, run: RunView = run) -> float | None:
+            return cell_values(run, x, run.price)[by]
+        cell = slo.best_cell(_measured(run), limits, value, better(by)) or slo.best_cell(
+            _measured(run), limits, lambda x: x.total_tok_s)  # no value for `by`: listed after
+        out.append(SloEntry(run, cell, cell_values(run, cell, run.price)))
+    sign = -1 if better(by) else 1
+    ranked = sorted((e for e in out if e.values[by] is not None),
+                    key=lambda e: (sign * e.values[by], e.run.title, e.run.run_id))  # type: ignore[operator]
+    rest = sorted((e for e in out if e.values[by] is None),  # a meeting cell first
+                  key=lambda e: (e.cell is None, e.run.title, e.run.run_id))
+    for above, e in zip(ranked, ranked[1:], strict=False):
+        e.tied = overlaps(interval(above.run, above.cell, by), interval(e.run, e.cell, by))
+    return ranked + rest
+
+
+def run_limits(runs: list[RunView]) -> slo.RunSlo:
+    """The build's limits, as publish gave every run (the site default when none was)."""
+    return next((r.slo for r in runs if isinstance(r.slo, slo.RunSlo)), slo.RunSlo(slo.DEFAULT))
+
+
+def _levels(cell: CellResult) -> tuple[dict[str, list[float | None]], dict[str, list[str]]]:
+    """A cell's value at every level (tails.LEVELS) of TTFT, time between tokens and
+    per-request tok/s, and the texts of the two rankings print (TTFT, per request)."""
+    lv = {name: [cell.tail(key, level) for level in tails.LEVELS]
+          for name, key in LEVEL_KEYS.items()}
+    lt = {"ttft": [words.ttft(v) for v in lv["ttft"]],
+          "per_request": [words.tok_s(v) for v in lv["per_request"]]}
+    return lv, lt
+
+
+def slo_context(runs: list[RunView]) -> dict[str, Any]:
+    """What the "fastest under latency limits" block prints without JavaScript (the
+    build's limits, ranked by per GPU) and hands slo.js / oppoint.js."""
+    rs = run_limits(runs)
+    by = "per_gpu" if any(gpus(r) for r in runs) else "total"
+    entries = slo_rank(runs, rs.slo, by)
+    rows = []
+    place = 0
+    for e in entries:
+        place += e.cell is not None and e.values[by] is not None
+        rows.append({"entry": e, "place": place if e.values[by] is not None else None,
+                     "label": Point(e.cell.context, e.cell.concurrency).label if e.cell else "",
+                     "texts": {k: text_of(k)(e.values[k]) for k in e.values}})
+    return {"limits": rs.slo, "given": rs.given, "by": by, "rows": rows,
+            "levels": tails.LEVELS, "default_spec": rs.slo.spec,
+            "metrics": [m for m in (*METRICS, *([COST_METRIC] if priced(runs) else []))]}

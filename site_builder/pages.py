@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from rundir import contract, words
+from rundir import contract, tails, words
 from site_builder import charts, drillcharts, explorecharts, formats, metrictable, oppoint, runrows
 from site_builder.aggregate import CellResult
 from site_builder.glossary import (
@@ -26,7 +26,7 @@ from site_builder.glossary import (
     imported_note,
 )
 from site_builder.render import Renderer, markdown
-from site_builder.views import FamilyGroup, RunView, cell_title
+from site_builder.views import FamilyGroup, RunView, cell_title, family_matrix_notes, latency_notes
 
 TOKEN_COUNTING = {
     contract.COUNT_USAGE_CONTINUOUS: "server's cumulative usage on every chunk",
@@ -88,6 +88,61 @@ def _count_rows(x: CellResult, d: dict[str, Any]) -> list[tuple[str, str, str]]:
     return rows
 
 
+# The cell page's percentile table: its rows' metrics, per phase (prefill: TTFT only).
+TAIL_ROWS = {contract.DECODE: tails.METRICS, contract.PREFILL: (tails.TTFT,)}
+# Which requests each row's samples are (rundir.tails.request_figures).
+TAIL_SAMPLES = {
+    contract.DECODE: "Samples: for TTFT every request that produced a token; for time between "
+    "tokens and per request tok/s the requests with a token after their first inside the "
+    "window; for end-to-end latency the requests completed inside it.",
+    contract.PREFILL: "Samples: the cold samples used.",
+}
+
+
+def _tail_record(metric: tails.TailMetric, phase: str) -> metrictable.Metric:
+    """The metric table's record of a tail metric: its header and number format."""
+    return next(m for m in metrictable.TAILED if m.tail_metric == metric and phase in m.phases)
+
+
+def _rank_text(percent: float) -> str:
+    """A percentile rank as a reader reads it: p10, p0.1."""
+    return tails.rank_name(percent).replace("_", ".")
+
+
+def sample_rule(unit: str) -> str:
+    """The rule for publishing a rank, from rundir.tails.MIN_SAMPLES (p50 needs one)."""
+    needs = [f"{lv} {formats.count(n)}" for lv, n in tails.MIN_SAMPLES.items() if n > 1]
+    return (f"A percentile is shown only with enough {unit} that, on average, at least one lies "
+            f"beyond it: {', '.join(needs)}; with fewer it reads {formats.MISSING}.")
+
+
+def tail_table(x: CellResult) -> dict[str, Any] | None:
+    """The cell page's every-percentile table (rows: metric, values at each level,
+    samples), or just `missing` when the run has no per-request data; None for a
+    cell without numbers. A rate's level is its slow side, so its row names the
+    ranks it holds (per request tok/s at p90 is its 10th percentile)."""
+    if not x.has_numbers:
+        return None
+    unit = "samples" if x.phase == contract.PREFILL else "requests"
+    if not x.tails:
+        return {"rows": [], "missing": "The per-request data behind the percentiles is not "
+                "available for this run (imported, or aggregated before they were computed)."}
+    rows = []
+    for metric in TAIL_ROWS[x.phase]:
+        record = _tail_record(metric, x.phase)
+        ranks = [_rank_text(metric.rank(lv)) for lv in tails.LEVELS] if metric.higher_is_better else []
+        rows.append({"header": record.header, "ranks": ranks,
+                     "cells": [record.tail_text(x, lv) for lv in tails.LEVELS],
+                     "n": formats.count(x.tails.get(metric.count_column()))})
+    return {"levels": list(tails.LEVELS), "rows": rows, "missing": "",
+            "rule": " ".join(filter(None, (sample_rule(unit), TAIL_SAMPLES.get(x.phase))))}
+
+
+def _level_marks(x: CellResult, key: str) -> list[tuple[str, float]]:
+    """(level, exact value) of every published level of a metric: the CDF's rules."""
+    return [(lv, v) for lv in tails.LEVELS if (v := x.tail(key, lv)) is not None]
+
+
 class Pages:
     """Renders every kind of page with one Renderer and one SVG renderer."""
 
@@ -106,11 +161,13 @@ class Pages:
 
     # ---- run ------------------------------------------------------------
     def run_page(self, run: RunView) -> str:
-        cells = run.agg.cells
-        page_charts = self.svg.fill([charts.prefill_chart(cells), charts.decode_chart(cells),
-                                charts.tradeoff_chart(cells), charts.heatmap_chart(cells)])
+        cells, lv = run.agg.cells, run.has_tails  # percentiles: the selector and its data
+        page_charts = self.svg.fill([
+            charts.prefill_chart(cells, levels=lv), charts.decode_chart(cells, levels=lv),
+            charts.tradeoff_chart(cells, levels=lv), charts.heatmap_chart(cells, levels=lv)])
         return self.r.render("run.html", depth=2, run=run, charts=page_charts, nav="runs",
-                             costs=oppoint.cost_rows(run))
+                             costs=oppoint.cost_rows(run), tail_levels=lv,
+                             latency_notes=latency_notes(MEDIANS_NOTE))
 
     def cell_pages(self, run: RunView) -> Iterator[tuple[str, str]]:
         """(file name, html) of every drill-down page of a measured run."""
@@ -131,9 +188,14 @@ class Pages:
                     f"Time to first token of each of the {formats.count(len(detail['ttft_ms']))} "
                     "requests that produced a token (warm-up and window, any outcome); "
                     "the cell's TTFT is their median."))
+            per_request = detail.get("per_request") or {}
             page_charts = self.svg.fill([
                 ttft,
+                drillcharts.latency_cdf("ttft", per_request.get("ttft_ms") or [],
+                                        _level_marks(cell, tails.TTFT.key)),
                 drillcharts.tbt_histogram(detail["tbt"], cell.tbt_ms),
+                drillcharts.latency_cdf("tbt", per_request.get("tbt_ms") or [],
+                                        _level_marks(cell, tails.TBT.key)),
                 drillcharts.timeline_chart(detail),
                 drillcharts.power_chart(detail),  # runs with GPU telemetry only
             ])
@@ -144,6 +206,7 @@ class Pages:
         return self.r.render(
             "cell.html", depth=3, run=run, cell=cell, title=cell_title(cell), charts=page_charts,
             metrics=metrics, note=note, window_rows=self._window_rows(run, cell, detail),
+            tail_table=tail_table(cell),
             samples=detail.get("samples") or [], samples_used=detail.get("used"),
             sample_use=SAMPLE_USE, counts_note=COUNTS_NOTES.get(cell.phase, ""),
             errors=detail.get("errors") or [],
@@ -199,12 +262,16 @@ class Pages:
             shared = max(common) if common else None
         smallest = min((min(s) for s in ctx_sets), default=None)
         wanted = [x for x in dict.fromkeys([smallest, shared]) if x is not None]
-        page_charts = [charts.runs_decode_chart(series, x, f"chart-decode-{x}") for x in wanted]
-        page_charts += [charts.runs_context_chart(series, contract.DECODE, "chart-single"),
-                   charts.runs_context_chart(series, contract.PREFILL, "chart-prefill")]
+        lv = model.has_tails  # percentiles: the selector and its data
+        page_charts = [charts.runs_decode_chart(series, x, f"chart-decode-{x}", levels=lv)
+                       for x in wanted]
+        page_charts += [charts.runs_context_chart(series, contract.DECODE, "chart-single", levels=lv),
+                        charts.runs_context_chart(series, contract.PREFILL, "chart-prefill",
+                                                  levels=lv)]
         return self.r.render("model.html", depth=1, model=model, charts=self.svg.fill(page_charts),
                              peak_notes=_peak_notes(model.runs), nav="runs",
-                             oppoint=oppoint.page_context(model.runs, index=False))
+                             oppoint=oppoint.page_context(model.runs, index=False),
+                             tail_levels=lv, matrix_notes=family_matrix_notes())
 
     def compare_page(self, runs: list[RunView]) -> str:
         return self.r.render("compare.html", depth=0, runs=runs, metrics=COMPARE_METRICS,
@@ -213,7 +280,7 @@ class Pages:
     def explore_page(self, data: dict[str, Any]) -> str:
         """The explorer: its controls, and the default view's picture for readers without JS."""
         return self.r.render("explore.html", depth=0, families=data["families"], nav="explore",
-                             **explorecharts.default_picture(data))
+                             slo_spec=data.get("slo", ""), **explorecharts.default_picture(data))
 
     def downloads_page(self, runs: list[RunView]) -> str:
         return self.r.render("downloads.html", depth=0, runs=runs,

@@ -60,6 +60,8 @@ from site_builder.sitewriter import (
     digest,
     save,
 )
+from site_builder.slo import DEFAULT as DEFAULT_SLO
+from site_builder.slo import RunSlo, Slo
 from site_builder.views import FamilyGroup, RunView, family_groups
 
 STATIC = "static"
@@ -103,7 +105,7 @@ def write_assets(writer: SiteWriter, folder: Path) -> dict[str, str]:
     static = folder / STATIC
     names = {"css": "style.css", "site_js": "site.js", "table_js": "table.js",
              "compare_js": "compare.js", "oppoint_js": "oppoint.js",
-             "explore_js": "explore.js", "favicon": "favicon.svg"}
+             "explore_js": "explore.js", "slo_js": "slo.js", "tails_js": "tails.js", "favicon": "favicon.svg"}
     assets = {}
     for key, name in names.items():
         data = statusstyle.static_bytes(static / name)  # style.css: with its status rules
@@ -124,11 +126,13 @@ def page_fingerprint(renderer: Renderer, assets: dict[str, str], methodology: st
                      views: list[RunView]) -> str:
     """What every cached page depends on, by site_builder.fingerprint's rule: the code
     (rundir/, site_builder/), the templates and static files, the asset names, the
-    methodology text and each run's price as the table gives it (every field: a cost
-    is computed from the unrounded price, so "$3.50" may stand for 3.504)."""
+    methodology text, each run's price as the table gives it (every field: a cost
+    is computed from the unrounded price, so "$3.50" may stand for 3.504) and the
+    SLO's limits (run pages print meets/misses and goodput under them)."""
     priced = "|".join(f"{v.slug}={v.price!r}" for v in views if v.price is not None)
+    limits = next((f"slo={v.slo.slo.spec}" for v in views if v.slo is not None), "")
     return fingerprint([*code_files(), *renderer.fingerprint_files()], version(),
-                       json.dumps(assets, sort_keys=True), methodology, priced)
+                       json.dumps(assets, sort_keys=True), methodology, priced, limits)
 
 
 def methodology_text(path: Path | None = None) -> str:
@@ -366,6 +370,7 @@ def build_site(
     jobs: int | None = None,
     cache_dir: Path | None = None,
     prices: PriceTable | None = None,
+    slo: Slo | None = None,
 ) -> BuildReport:
     """Build (or update) the site in out_dir from the runs under data_dir.
 
@@ -377,7 +382,9 @@ def build_site(
     workers.default_jobs(); used only for builds with enough raw data to
     aggregate). The cache (default: sitewriter.default_cache_dir) is never
     inside out_dir. `prices` (build-site --prices) gives each run its GPU's price,
-    hence a cost; without it no page shows a cost.
+    hence a cost; without it no page shows a cost. `slo` (build-site --slo) is the
+    latency limits the pages judge cells by; without it, slo.DEFAULT. It is applied
+    after aggregation (never part of a run's cached aggregate).
     """
     out = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(out)
@@ -393,6 +400,7 @@ def build_site(
         views = _views(_load_all(sources, cache, report, bar, pool), report)
         for v in views:
             v.price = prices.for_gpu(v.info.hardware.gpu_name) if prices else None
+            v.slo = RunSlo(slo or DEFAULT_SLO, given=slo is not None)
         if not views or not _publish(views, writer, cache, pool, bundle, methodology,
                                      report, bar):
             return report

@@ -21,7 +21,7 @@ from markupsafe import Markup, escape
 
 from rundir import statuses, words
 from rundir.slugs import slugify
-from site_builder import formats, metrictable, runrows
+from site_builder import formats, metrictable, runrows, views
 from site_builder.glossary import TERM_BY_NAME, TERMS
 
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
@@ -139,6 +139,15 @@ def json_script(value: Any) -> Markup:
     return Markup(text)
 
 
+def attr_json(value: Any) -> Markup:
+    """Compact JSON for a single-quoted attribute (data-levels='[…]'): every character
+    that could end the attribute or start markup is a JSON escape."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    for a, b in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("'", "\\u0027")):
+        text = text.replace(a, b)
+    return Markup(text)
+
+
 def _term_link(name: str, root: str) -> Markup:
     term = TERM_BY_NAME.get(name)
     if term is None:
@@ -174,12 +183,18 @@ class Renderer:
             utc=formats.utc_datetime,
             status=words.status_label,
             json_script=json_script,
+            attr_json=attr_json,
             markdown=markdown,
         )
         self.env.globals.update(term=_term_link, TERMS=TERMS, MISSING=words.MISSING,
                                 FORMAT_RULES=formats.js_rules(), STATUS_RULES=statuses.js_rules(),
                                 METRIC_RULES=metrictable.js_rules(),
                                 index_record=runrows.index_record)
+        # The percentile selector's choices and each figure's texts at every level
+        # (site_builder/views.py; templates/_partials/tail_select.html, static/tails.js).
+        self.env.globals.update(TAIL_CHOICES=views.TAIL_CHOICES, TAIL_NOTES=views.level_notes(),
+                                tail_cell=views.cell_levels, tail_header=views.header_levels,
+                                tail_ttft=views.matrix_ttft_levels)
         self.env.globals.update(globals_ or {})
 
     def render(self, template: str, *, depth: int, **context: Any) -> str:

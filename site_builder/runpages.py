@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from site_builder import load, runrows
+from site_builder import curves, load, runrows, slo
 from site_builder.aggregate import AggregateCache, aggregate_run
 from site_builder.pages import Pages
 from site_builder.render import json_script
@@ -21,11 +21,13 @@ from site_builder.sitewriter import SiteWriter, digest
 from site_builder.views import RunView
 
 
-def csv_text(rows: list[dict[str, Any]]) -> str:
-    """rows as CSV with a header from the first row's keys ('' when there are none)."""
+def csv_text(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+    """rows as CSV with a header of `columns`, else the first row's keys ('' when
+    there are neither: no rows and no columns given)."""
     buf = io.StringIO()
-    if rows:
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    names = columns if columns is not None else list(rows[0]) if rows else []
+    if names:
+        w = csv.DictWriter(buf, fieldnames=names, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
     return buf.getvalue()
@@ -58,6 +60,8 @@ def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
     src_dir = Path(run.source_dir)
     base = f"runs/{run.slug}"
     key = digest(f"{fp}|{run.agg.digest}|{run.slug}|{run.family_slug}".encode())
+    slo.attach(run, cache.folder if cache is not None else None,  # goodput: page, downloads
+               lambda: run.agg.details or (_details(cache, run, src_dir) if cache else {}))
     if not writer.is_current(f"{base}/index.html", key):
         writer.write(f"{base}/index.html", pages.run_page(run), key)
     cell_rels = [f"{base}/cells/{x.key}.html" for x in run.agg.cells if x.has_detail]
@@ -72,6 +76,9 @@ def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
     writer.write(f"{base}/cells.json", json_text({"run": {**runrows.index_record(run),
                                                           "info": run.info.to_dict()},
                                                   "cells": records}))
+    curve = curves.curve_record(run)
+    writer.write(f"{base}/curve.csv", csv_text(curve["points"], curves.POINT_COLUMNS))
+    writer.write(f"{base}/curve.json", json_text(curve))
     writer.write(f"{base}/data.js", "(window.SPEED_MATRIX_RUNS = window.SPEED_MATRIX_RUNS || {})"
                  f"[{json_script(run.slug)}] = {json_script(runrows.compare_data(run))};\n")
     for name, _size in run.raw_files:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rundir import words
+from rundir import contract, tails, words
 from site_builder import metrictable
 from site_builder.aggregate import CellResult
 from site_builder.views import RunView
@@ -54,7 +54,18 @@ def index_record(run: RunView) -> dict[str, Any]:
     }
 
 def cell_records(run: RunView) -> list[dict[str, Any]]:
-    """Every cell with its raw (unrounded) numbers, for CSV/JSON downloads."""
+    """Every cell with its raw (unrounded) numbers, for CSV/JSON downloads.
+
+    The columns, in their published order: the cell's key and status; the metric
+    table's download columns (site_builder/metrictable.py), then its telemetry
+    ones for runs with telemetry; every percentile with its sample counts
+    (rundir/tails.py); the windows behind the numbers and the 95% intervals.
+    A figure a cell lacks (an imported run's tails, a cell without numbers) is
+    an empty value, never a missing column: every row has the same keys.
+    """
+    measured = metrictable.download_columns("cells")
+    if run.agg.telemetry:
+        measured += metrictable.download_columns("energy")
     out = []
     for x in run.agg.cells:
         out.append({
@@ -67,28 +78,34 @@ def cell_records(run: RunView) -> list[dict[str, Any]]:
             "status_label": words.status_label(x.status),
             "reason": x.reason,
             "client_bound": x.client_bound,
-            "total_tok_s": x.total_tok_s,
-            "per_request_tok_s": x.per_request_tok_s,
-            "ttft_ms": x.ttft_ms,
-            "tbt_ms": x.tbt_ms,
-            "avg_active": x.avg_active,
-            "avg_active_source": x.avg_active_source,
-            "completed": x.completed,
-            "output_tokens": x.output_tokens,
-            "measured_s": x.measured_s,
-            "requests": x.requests,
-            "token_counting": x.token_counting,
-            "warmup_s": x.warmup_s,
-            **(_energy_record(x) if run.agg.telemetry else {}),
+            **{name: _download_value(x, name) for name in measured},
+            **{name: x.tails.get(name) for name in TAIL_COLUMNS},
+            **_interval_record(x),
+            **(run.slo.record(x) if run.slo is not None else {}),  # site_builder/slo.py
         })
     return out
 
-def _energy_record(x: CellResult) -> dict[str, Any]:
-    """A cell's GPU telemetry figures (runs with telemetry only: others keep their columns)."""
-    return {"j_per_token": x.j_per_token, "avg_w": x.avg_w, "peak_w": x.peak_w,
-            "energy_j": x.energy_j, "energy_source": x.energy_source,
-            "tok_s_per_kw": x.tok_s_per_kw,
-            "throttle": None if x.throttle is None else ";".join(x.throttle)}
+
+# Every percentile column with its sample count: ttft_ms_p50 … e2e_ms_n (rundir/tails.py).
+TAIL_COLUMNS = tails.all_columns()
+
+
+def _download_value(x: CellResult, name: str) -> Any:
+    """A cell field as the downloads write it (the throttle classes joined by ';')."""
+    value = getattr(x, name)
+    return ";".join(value) if isinstance(value, list) else value
+
+
+def _interval_record(x: CellResult) -> dict[str, Any]:
+    """The windows behind a measured decode cell's numbers (empty elsewhere: an imported
+    run has none, a prefill cell is its samples) and each compared metric's 95% interval
+    over them ([lo, hi]; empty with one window: an interval is never invented)."""
+    measured = x.phase == contract.DECODE and bool(x.tails)
+    out: dict[str, Any] = {"windows": x.windows if measured else None}
+    for key in metrictable.INTERVAL_KEYS:
+        lo, hi = x.intervals.get(key) or (None, None)
+        out[f"{key}_ci95_lo"], out[f"{key}_ci95_hi"] = lo, hi
+    return out
 
 def compare_data(run: RunView) -> dict[str, Any]:
     """The compact per-cell numbers the A/B page needs (loaded as data.js).
@@ -97,6 +114,7 @@ def compare_data(run: RunView) -> dict[str, Any]:
     run page shows it (prefill prompt tok/s whole, like the prefill list),
     so the page's script never re-implements the number rules."""
     cells = []
+    repeated = any(x.windows > 1 for x in run.agg.cells)  # k = 1 runs: data.js as before
     for x in run.agg.cells:
         cells.append([
             x.phase, x.context, x.concurrency, x.status,
@@ -105,10 +123,21 @@ def compare_data(run: RunView) -> dict[str, Any]:
             *(m.listed_text(x) for m in metrictable.COMPARED)])
         if run.agg.telemetry:  # tok/s per kW: the page compares it only when both runs have it
             cells[-1] += [x.tok_s_per_kw, words.tok_s(x.tok_s_per_kw)]
+        if repeated:  # --repeats k > 1: the windows and each 95% interval, [lo, hi] and its text
+            cells[-1] += [x.windows, *(v for m in metrictable.COMPARED
+                                       for v in (x.intervals.get(m.key), _span_text(m, x)))]
     energy = COMPARE_ENERGY_FIELDS if run.agg.telemetry else []
+    spans = [f for m in metrictable.COMPARED for f in (f"{m.key}_ci", f"{m.key}_ci_text")]
     return {"slug": run.slug, "run_id": run.run_id, "title": run.title,
             "engine": run.engine_summary, "page": run.page, "telemetry": run.agg.telemetry,
-            "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS, *energy], "cells": cells}
+            "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS, *energy,
+                       *(["windows", *spans] if repeated else [])], "cells": cells}
+
+
+def _span_text(metric: metrictable.Metric, x: CellResult) -> str | None:
+    """A cell's 95% interval of a metric as the pages print it ("6,120.4–6,288.0"), or None."""
+    span = x.intervals.get(metric.key)
+    return None if not span else f"{metric.text(span[0])}–{metric.text(span[1])}"
 
 
 # compare_data's columns: raw values, then the texts the page prints; the

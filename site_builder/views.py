@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rundir import contract, slugs, words
+from rundir import contract, slugs, tails, words
 from rundir.contract import RunInfo
-from site_builder import formats
+from site_builder import formats, metrictable
 from site_builder.aggregate import CellResult, RunAggregate
 from site_builder.families import family_of
 from site_builder.prices import Price
@@ -60,6 +60,79 @@ def hardware_label(info: RunInfo) -> str:
     return " ".join(parts)
 
 
+# ---- percentile levels (the selector: templates/static/tails.js) -----------
+# Every figure with tails is printed here at every level, in tails.LEVELS order,
+# so the script only swaps texts the build formatted (it never formats a number).
+
+TAIL_CHOICES: list[tuple[str, str]] = [
+    (lv, "median (p50)" if lv == tails.DEFAULT_LEVEL else lv) for lv in tails.LEVELS]
+# A header of the tables or the charts -> the figure whose tails it shows.
+TAILED_HEADERS: dict[str, tails.TailMetric] = {
+    m.header: tm for m in metrictable.TABLE if (tm := tails.BY_KEY.get(m.key)) is not None}
+_TOTAL_NOTE = "Total tok/s is output across all simultaneous requests."
+
+
+def rank_label(metric: tails.TailMetric, level: str) -> str:
+    """The rank a level shows of a figure: p99 of a latency, p1 of a rate (its slow 1%)."""
+    return "p" + f"{metric.rank(level):.1f}".rstrip("0").rstrip(".")
+
+
+def level_header(header: str, level: str) -> str:
+    """A header at a level: ``TTFT`` at the median, ``TTFT p99``, ``Per request tok/s p1``."""
+    metric = TAILED_HEADERS.get(header)
+    if metric is None or level == tails.DEFAULT_LEVEL:
+        return header
+    return f"{header} {rank_label(metric, level)}"
+
+
+def header_levels(header: str) -> list[str] | None:
+    """A header at every level, or None for a column without tails."""
+    if header not in TAILED_HEADERS:
+        return None
+    return [level_header(header, lv) for lv in tails.LEVELS]
+
+
+def cell_levels(metric: metrictable.Metric, cell: CellResult) -> list[str] | None:
+    """A cell's figure at every level as the pages print it ("—": too few requests
+    for that rank, never the median instead), or None for a figure without tails."""
+    if metric.key not in tails.BY_KEY:
+        return None
+    return [metric.fmt(cell.tail(metric.key, lv)) for lv in tails.LEVELS]
+
+
+def matrix_ttft_levels(cell: CellResult) -> list[str]:
+    """A matrix cell's TTFT line at every level: ``1,317 ms TTFT``, ``2,040 ms TTFT p99``."""
+    return [f"{formats.ttft(cell.tail('ttft_ms', lv))} {level_header('TTFT', lv)}"
+            for lv in tails.LEVELS]
+
+
+def latency_notes(median_note: str) -> list[str]:
+    """All measurements' note at every level (the median's is the page's own)."""
+    out = [median_note]
+    for lv in tails.LEVELS[1:]:
+        need = formats.count(tails.MIN_SAMPLES[lv])
+        out.append(f"Latencies are the {lv} of each cell's requests (per request tok/s: its "
+                   f"slow side, {rank_label(tails.PER_REQUEST, lv)}); {words.MISSING} where a "
+                   f"cell has fewer than {need}. {_TOTAL_NOTE}")
+    return out
+
+
+def family_matrix_notes() -> list[str]:
+    """The family page's note above its matrices, at every level."""
+    return [f"total tok/s with {'median' if lv == tails.DEFAULT_LEVEL else lv} TTFT · rows are "
+            "context length, columns are simultaneous requests" for lv in tails.LEVELS]
+
+
+def level_notes() -> list[str]:
+    """What the selector's choice means, at every level (empty at the median)."""
+    out = [""]
+    for lv in tails.LEVELS[1:]:
+        slow = f"{100 * (1 - tails.QUANTILE[lv]):.1f}".rstrip("0").rstrip(".") + "%"
+        out.append(f"{lv}: the slowest {slow} of each cell's requests; {words.MISSING} where "
+                   f"fewer than {formats.count(tails.MIN_SAMPLES[lv])} requests")
+    return out
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
@@ -80,6 +153,7 @@ class RunView:
     source_dir: str = ""
     raw_files: list[tuple[str, int]] = field(default_factory=list)  # (name, bytes)
     price: Price | None = None  # its GPU's price (build-site --prices), else no cost
+    slo: object = None  # the build's SLO for this run (site_builder/slo.RunSlo), set by publish
 
     # ---- identity -------------------------------------------------------
     @property
@@ -250,6 +324,11 @@ class RunView:
         return notes
 
     @property
+    def has_tails(self) -> bool:
+        """Whether its cells have percentiles (a measured run): its page gets the selector."""
+        return any(x.tails for x in self.agg.cells)
+
+    @property
     def any_client_bound(self) -> bool:
         return any(x.client_bound for x in self.agg.cells)
 
@@ -305,6 +384,11 @@ class FamilyGroup:
     @property
     def all_cells(self) -> list[CellResult]:
         return [x for r in self.runs for row in r.matrix for x in row.cells]
+
+    @property
+    def has_tails(self) -> bool:
+        """Whether any of its runs has percentiles: the page gets the selector."""
+        return any(r.has_tails for r in self.runs)
 
     @property
     def variants(self) -> list[str]:

@@ -141,6 +141,20 @@
     return value(c, metric) !== null ? c[metric + "_text"] : c.status_label;
   }
 
+  /* A cell's 95% interval of a metric, [lo, hi], or null: only runs measured with
+     `bench run --repeats k` (k >= 2) carry one (data.js "<metric>_ci"). */
+  function span(c, metric) {
+    var v = hasNumbers(c) ? c[metric + "_ci"] : null;
+    return v && v.length === 2 ? v : null;
+  }
+  /* A difference is significant only when both cells have intervals and they do not
+     overlap; null: no claim (a side has one window). */
+  function separated(ca, cb, metric) {
+    var a = span(ca, metric), b = span(cb, metric);
+    if (!a || !b) return null;
+    return a[1] < b[0] || b[1] < a[0];
+  }
+
   function compareCell(ca, cb, metric) {
     var td = el("td", "cell");
     var va = value(ca, metric), vb = value(cb, metric);
@@ -159,14 +173,49 @@
     }
     var change = va === 0 ? null : (vb - va) / va * 100;
     var delta = el("span", "delta", change === null ? DASH : fmtPct(change));
-    if (change !== null && half(change, RULES.digits) !== 0) {
+    var apart = separated(ca, cb, metric);
+    if (change !== null && half(change, RULES.digits) !== 0 && apart !== false) {
       var good = HIGHER[metric] ? change > 0 : change < 0;
       delta.classList.add(good ? "better" : "worse");
     }
     td.appendChild(delta);
-    td.appendChild(el("span", "pair", "A " + ca[metric + "_text"]));
-    td.appendChild(el("span", "pair", "B " + cb[metric + "_text"]));
+    if (apart !== null) {
+      td.classList.add(apart ? "ab-significant" : "ab-noise");
+      td.appendChild(el("span", "verdict", apart ? "significant" : "within noise"));
+    }
+    td.appendChild(el("span", "pair", "A " + ca[metric + "_text"] + spanText(ca, metric)));
+    td.appendChild(el("span", "pair", "B " + cb[metric + "_text"] + spanText(cb, metric)));
     return td;
+  }
+
+  function spanText(c, metric) {
+    return span(c, metric) ? " (95% " + c[metric + "_ci_text"] + ")" : "";
+  }
+
+  /* How many cells the intervals separate, or why no difference is called significant. */
+  function noiseLine(pa, pb, metric) {
+    var both = 0, apart = 0;
+    alignContexts(pa, pb).rows.forEach(function (r) {
+      if (r.a === null || r.b === null) return;
+      pa.levels.forEach(function (n) {
+        var ca = pa.cells[r.a + "x" + n], cb = pb.cells[r.b + "x" + n];
+        if (!ca || !cb || value(ca, metric) === null || value(cb, metric) === null) return;
+        var s = separated(ca, cb, metric);
+        if (s === null) return;
+        both += 1;
+        if (s) apart += 1;
+      });
+    });
+    var p = el("p", "ab-noise-summary");
+    if (!both) {
+      p.textContent = "No difference is called significant: that needs a 95% interval on both " +
+        "sides, which a run has only when measured with bench run --repeats k (k ≥ 2).";
+    } else {
+      p.textContent = "Of the " + both + " decode cell" + (both === 1 ? "" : "s") + " with a 95% " +
+        "interval in both runs, " + apart + " differ significantly (the intervals do not overlap); " +
+        (both - apart) + " are within noise.";
+    }
+    return p;
   }
 
   function scrollBox(label, table) {
@@ -336,6 +385,7 @@
       var label = selM.options[selM.selectedIndex].textContent;
       var pa0 = cellsOf(runs[0], "decode"), pb0 = cellsOf(runs[1], "decode");
       result.appendChild(summaryLine(pa0, pb0, s.m, label));
+      result.appendChild(noiseLine(pa0, pb0, s.m));
       var curvesFig = curvesChart(s.a, s.b, alignContexts(pa0, pb0).rows);
       if (curvesFig) result.appendChild(curvesFig);
       var decode = matrixTable(cellsOf(runs[0], "decode"), cellsOf(runs[1], "decode"), s.m,

@@ -5,7 +5,11 @@
    Everything comes from data/explore.js, written by the build (site_builder/explore.py):
    the points with their texts already formatted, the frontier of every view, and the
    chart templates compiled from Altair (site_builder/explorecharts.py), whose holes are
-   filled here as chartkit.Template.fill does. The A/B page uses `curves` and `summary`. */
+   filled here as chartkit.Template.fill does. The A/B page uses `curves` and `summary`.
+   The percentile (pct=p99, event sm-tail) takes per-request tok/s and TTFT at that
+   level; "under latency limits" (under=1; the limits: slo.js, slo=, event sm-slo)
+   draws the cells missing them faint and the frontier through the Valid cells meeting
+   them, by explore.pareto_front's rule (repeated here: the reader picks the limits). */
 (function () {
   "use strict";
   var DATA = window.SPEED_MATRIX_EXPLORE;
@@ -29,22 +33,75 @@
 
   function field(name) { return DATA.fields.indexOf(name); }
 
+  /* The percentile (index in DATA.levels; 0: the median) and the limits kept to
+     (null: not under limits), as the page's address says. */
+  var look = { li: 0, limits: null };
+
+  function at(p, key, raw) {
+    var lv = p[field("levels")];
+    return look.li > 0 && lv ? lv[key][look.li] : p[field(raw)];
+  }
+
+  function dim(p) {
+    return !!(look.limits && window.SpeedMatrixSlo &&
+              !window.SpeedMatrixSlo.meets(p[field("levels")], look.limits));
+  }
+
   /* A point's row for the chart: x and y for the view, the tooltip texts. */
   function row(p, view, yMode) {
     var r = { run: DATA.runs[p[0]].label, concurrency: p[field("concurrency")],
-              queued: STATUS.flagged.indexOf(p[field("status")]) >= 0 };
+              queued: STATUS.flagged.indexOf(p[field("status")]) >= 0, dim: dim(p) };
     ["Context", "Requests at once", "Per request tok/s", "Total tok/s", "Per GPU tok/s", "TTFT",
      "Status"].forEach(function (k) { r[k] = p[field(k)]; });
+    var lv = p[field("levels")];
+    if (look.li > 0 && lv) {
+      r["Per request tok/s"] = lv.texts.per_request[look.li];
+      r.TTFT = lv.texts.ttft[look.li];
+    }
     /* only a build with a price table has the cost's text (and a tooltip line for it) */
     if (field(COST) >= 0) r[COST] = p[field(COST)];
     if (view === "ttft") {
       r.x = p[field("concurrency")];
-      r.y = p[field("ttft")];
+      r.y = at(p, "ttft", "ttft");
     } else {
-      r.x = p[field("per_request")];
+      r.x = at(p, "per_request", "per_request");
       r.y = p[field(yMode === "gpu" ? "per_gpu" : "total")];
     }
     return r;
+  }
+
+  /* explore.pareto_front: indices of the [x, y] no other beats on both, by x. */
+  function paretoFront(pts) {
+    var order = pts.map(function (_, i) { return i; }).sort(function (a, b) {
+      return (pts[b][0] - pts[a][0]) || (pts[b][1] - pts[a][1]);
+    });
+    var front = [], bestY = -Infinity;
+    order.forEach(function (i) {
+      var y = pts[i][1], last = front.length ? pts[front[front.length - 1]] : null;
+      if (y > bestY || (y === bestY && last && last[0] === pts[i][0] && last[1] === y)) {
+        front.push(i);
+        bestY = y;
+      }
+    });
+    return front.sort(function (a, b) { return (pts[a][0] - pts[b][0]) || (pts[b][1] - pts[a][1]); });
+  }
+
+  /* The frontier's point indices of a view: the build's at the median without limits,
+     else over the Valid points meeting the limits, at the chosen percentile. */
+  function frontierOf(scope, runIdx, ctx, mode) {
+    if (look.li === 0 && !look.limits) return DATA.frontiers[scope + "|" + ctx + "|" + mode] || [];
+    var want = {};
+    runIdx.forEach(function (i) { want[i] = 1; });
+    var yKey = field(mode === "gpu" ? "per_gpu" : "total");
+    var have = [];
+    DATA.points.forEach(function (p, k) {
+      if (want[p[0]] && p[1] === ctx && p[field("status")] === DATA.valid && p[yKey] !== null &&
+          !dim(p) && at(p, "per_request", "per_request") !== null) have.push(k);
+    });
+    var xy = have.map(function (k) {
+      return [at(DATA.points[k], "per_request", "per_request"), DATA.points[k][yKey]];
+    });
+    return paretoFront(xy).map(function (j) { return have[j]; });
   }
 
   /* The curves of some runs at one context: rows, run labels in order, their colours. */
@@ -119,6 +176,9 @@
   var selView = document.getElementById("ex-view");
   var boxX = document.getElementById("ex-logx");
   var boxY = document.getElementById("ex-logy");
+  var boxUnder = document.getElementById("ex-under");
+  var sloBox = document.getElementById("ex-slo");
+  var OWN = ["family", "ctx", "y", "view", "logx", "logy", "under"];  /* this page's keys */
   var permalink = document.getElementById("ex-permalink");
   var caption = fig.querySelector("figcaption span");
   var title = fig.querySelector("figcaption strong");
@@ -160,8 +220,12 @@
     }
     var y = params.get("y") === "total" || params.get("y") === "gpu" ? params.get("y") : d.y;
     var view = params.get("view") === "ttft" ? "ttft" : "tradeoff";
+    var li = Math.max(0, (DATA.levels || []).indexOf(params.get("pct")));
+    var under = params.get("under") === "1";
+    var limits = under && window.SpeedMatrixSlo ? window.SpeedMatrixSlo.current(DATA.slo) : null;
     return { family: scope, ctx: ctx, y: y, view: view, logx: params.get("logx") === "1",
-             logy: params.get("logy") === "1", problems: problems };
+             logy: params.get("logy") === "1", under: under, li: li, limits: limits,
+             problems: problems };
   }
 
   function show(s) {
@@ -171,17 +235,28 @@
     selView.value = s.view;
     boxX.checked = s.logx;
     boxY.checked = s.logy;
+    boxUnder.checked = s.under;
+    sloBox.hidden = !s.under;
     selY.disabled = s.view === "ttft";
   }
 
   function hash() {
     return "#family=" + encodeURIComponent(selFamily.value) + "&ctx=" + encodeURIComponent(selCtx.value) +
       "&y=" + selY.value + "&view=" + selView.value + "&logx=" + (boxX.checked ? 1 : 0) +
-      "&logy=" + (boxY.checked ? 1 : 0);
+      "&logy=" + (boxY.checked ? 1 : 0) + (boxUnder.checked ? "&under=1" : "") + others();
+  }
+
+  /* The address's keys this page does not own (pct, slo: kept for the other scripts). */
+  function others() {
+    var p = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+    OWN.forEach(function (k) { p.delete(k); });
+    var text = p.toString();
+    return text ? "&" + text : "";
   }
 
   function render() {
     var s = state();
+    look = { li: s.li, limits: s.limits };
     show(s);
     permalink.href = "explore.html" + hash();
     var ctx = Number(selCtx.value);
@@ -203,17 +278,19 @@
     var yTitle = gpuMode ? "Total tok/s per GPU" : "Total tok/s";
     var titles, frontier = [];
     if (s.view === "ttft") {
-      titles = ["Requests at once", "TTFT (ms)"];
+      titles = ["Requests at once", "TTFT" + (s.li ? " " + DATA.levels[s.li] : "") + " (ms)"];
       title.textContent = "TTFT against requests at once at " + label;
       caption.textContent = "One line per run; lower is better.";
     } else {
-      titles = ["Per request tok/s", yTitle];
-      (DATA.frontiers[selFamily.value + "|" + ctx + "|" + (gpuMode ? "gpu" : "total")] || [])
+      titles = ["Per request tok/s" + (s.li ? " " + DATA.levels[s.li] : ""), yTitle];
+      frontierOf(selFamily.value, runs, ctx, gpuMode ? "gpu" : "total")
         .forEach(function (k) { frontier.push(row(DATA.points[k], "tradeoff", gpuMode ? "gpu" : "total")); });
       title.textContent = "Per-request speed against " + (gpuMode ? "throughput per GPU" : "total throughput") + " at " + label;
       caption.textContent = "One line per run through its concurrency levels (labels: requests at once); " +
         "dashed dark line and rings: the Pareto frontier over Valid points (no other point is faster on both axes); " +
-        "hollow points: requests queued; up and right is better.";
+        "hollow points: requests queued; up and right is better." +
+        (s.limits ? " Under " + window.SpeedMatrixSlo.text(s.limits) +
+         ": faint points miss the limits; the frontier runs through those meeting them." : "");
     }
     var target = fig.querySelector(".chart-live");
     if (!target) {
@@ -249,9 +326,11 @@
     render();
   }
 
-  [selFamily, selCtx, selY, selView, boxX, boxY].forEach(function (e) {
+  [selFamily, selCtx, selY, selView, boxX, boxY, boxUnder].forEach(function (e) {
     e.addEventListener("change", onChange);
   });
   window.addEventListener("hashchange", render);
+  document.addEventListener("sm-slo", render);
+  document.addEventListener("sm-tail", render);
   render();
 })();

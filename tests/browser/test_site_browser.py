@@ -192,3 +192,24 @@ def test_copy_button_and_nothing_blocks_the_first_paint(session: tuple[Any, Watc
     page.wait_for_function("() => ['Copied', 'Press Ctrl+C']"
                            ".includes(document.querySelector('button.copy').textContent)")
     assert watcher.problems() == []
+
+
+def test_cell_page_draws_both_cdfs_with_their_percentiles(session: tuple[Any, Watcher]) -> None:
+    """The decode drill-down's TTFT and time-between-tokens CDFs are drawn live, one
+    dashed rule per published level (the spec's marks), with no console problem."""
+    page, watcher = session
+    page.goto(watcher.site_root + "runs/synth-a/cells/decode-1024-4.html")
+    wait_for_charts(page)
+    for chart_id in ("chart-ttft-cdf", "chart-tbt-cdf"):
+        figure = page.locator(f"#{chart_id}")
+        assert figure.locator(".chart-fallback").count() == 0  # replaced by the live chart
+        marks = page.evaluate(f"""() => JSON.parse(document.querySelector(
+            '#{chart_id} script.chart-spec').textContent).datasets.marks.length""")
+        assert marks >= 1
+        assert figure.locator(".chart-live svg .mark-rule.role-mark line").count() == marks
+        assert figure.locator(".chart-live svg .mark-line.role-mark path").count() == 1
+        labels = figure.locator(".chart-live svg .mark-text.role-mark text").evaluate_all(
+            "els => els.map(e => e.textContent)")
+        assert sum(t.startswith("p50 ") for t in labels) == 2  # the label and its halo
+    assert page.locator("table.tails tbody tr").count() == 4
+    assert watcher.problems() == []

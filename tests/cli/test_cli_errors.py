@@ -214,6 +214,10 @@ SITE_BAD_FLAGS = [
     (["--out"], "--out"),
     (["serve", "--dir", "site"], "'--dir'"),  # gone: serve previews --out
     (["--no-such-flag"], "'--no-such-flag'"),
+    (["--slo", "ttft_p99=0"], "--slo"), (["--slo", "ttft_p99=-1"], "--slo"),
+    (["--slo", "ttft_p98=100"], "--slo"), (["--slo", "e2e_p99=100"], "--slo"),
+    (["--slo", "ttft_p99=1,ttft_p90=2"], "--slo"), (["--slo", ""], "--slo"),
+    (["--slo", "tbt_p99=fast"], "--slo"), (["--slo", "tbt_p99_9=nan"], "--slo"),
 ]
 
 
@@ -230,6 +234,14 @@ def test_build_site_bad_flag_is_one_line_exit_2(args, flag, tmp_path, monkeypatc
 def test_build_site_bad_flag_through_the_real_cli(cli, tmp_path) -> None:
     line = _one_line_error(cli("build-site", "serve", "--port", "x", cwd=tmp_path))
     assert line.startswith("error: --port: ")
+
+
+def test_build_site_bad_slo_names_the_flag_and_what_was_expected(cli, tmp_path) -> None:
+    line = _one_line_error(cli("build-site", "--slo", "ttft_p98=100", cwd=tmp_path))
+    assert line == ("error: --slo: 'ttft_p98=100': unknown level 'p98'; expected one of "
+                    "p50, p90, p95, p99, p99.9")
+    line = _one_line_error(cli("build-site", "--slo", "tbt_p99=50,tbt_p90=20", cwd=tmp_path))
+    assert line.startswith("error: --slo: ") and "limited twice" in line
 
 
 # -- build-site serve: previews --out ---------------------------------------------

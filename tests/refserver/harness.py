@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.refserver.scenario import Scenario
@@ -270,3 +271,82 @@ def refserver_fixture(tmp_path):
     yield factory
     for srv in servers:
         srv.kill()
+
+
+# ---- true per-request figures (tests/collector/test_tail_truth.py) ------
+
+
+@dataclass(frozen=True)
+class TrueFigure:
+    """One figure of each of a cell's requests (NaN where it has none): its true
+    value from the server's sends, and the interval from that value to the
+    value moved by the request's own transport (`lo` ≤ `hi`), which the host
+    may make as long as it likes but the two logs measure."""
+
+    truth: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+FIGURE_KEYS = ("ttft_ms", "tbt_ms", "per_request_tok_s", "e2e_ms")
+
+
+def true_request_figures(records: list[dict], rows: list[dict], start_ns: int,
+                         end_ns: int) -> dict[str, TrueFigure]:
+    """Per request of a cell (`rows`: its requests.parquet rows, in order), by
+    the keys of rundir.tails: the true TTFT (first token's send − arrival),
+    time between tokens and tok/s (tokens after the first in-window token ÷
+    the span between the first and last in-window token chunks' sends) and
+    end-to-end latency (arrival → the stream's last write, `finish_ns`).
+
+    The samples are the collector's: the same requests and, for the window,
+    the chunks whose client stamps lie in [start_ns, end_ns] (where a chunk
+    near an edge falls is the window's rule, not a tail's), each matched to
+    its send by its cumulative token count; a request whose in-window chunks
+    were all read at one stamp has no span to time, on either side.
+
+    Transport moves a figure by what the logs measure: TTFT by the request's
+    way up (client send → server arrival) plus its first token's way down, a
+    span by its last chunk's transit less its first's, end-to-end by the way
+    up plus the client's read of the end after the server's last write. A
+    rank over the collector's figures lies between the same rank of `lo` and
+    of `hi` (a rank is monotone in every sample)."""
+    by_id = {r["request_id"]: r for r in records}
+    out = {key: np.full((3, len(rows)), np.nan) for key in FIGURE_KEYS}
+    for i, row in enumerate(rows):
+        rec = by_id.get(row["request_id"])
+        if rec is not None:
+            for key, values in _request_truth(rec, row, start_ns, end_ns).items():
+                out[key][:, i] = values
+    return {key: TrueFigure(*arr) for key, arr in out.items()}
+
+
+def _moved(truth: float, moved: float) -> tuple[float, float, float]:
+    return truth, min(truth, moved), max(truth, moved)
+
+
+def _request_truth(rec: dict, row: dict, s: int, e: int) -> dict[str, tuple[float, float, float]]:
+    sends = {cum: t for t, n, cum in rec["chunks"] if n > 0}
+    tok, prev = [], 0  # (client stamp, server send, tokens) of each token chunk
+    for stamp, cum in zip(row["chunk_ns"] or [], row["chunk_tokens"] or [], strict=True):
+        if cum > prev:
+            tok.append((stamp, sends[cum], cum - prev))
+        prev = cum
+    if not tok:
+        return {}
+    ms, up = 1e6, rec["recv_ns"] - row["send_ns"]
+    ttft = (tok[0][1] - rec["recv_ns"]) / ms
+    out = {"ttft_ms": _moved(ttft, ttft + (up + tok[0][0] - tok[0][1]) / ms)}
+    inwin = [c for c in tok if s <= c[0] <= e]
+    after = sum(n for _, _, n in inwin[1:])
+    if after > 0 and inwin[-1][1] > inwin[0][1] and inwin[-1][0] > inwin[0][0]:
+        span, seen = inwin[-1][1] - inwin[0][1], inwin[-1][0] - inwin[0][0]
+        out["tbt_ms"] = _moved(span / ms / after, seen / ms / after)
+        out["per_request_tok_s"] = _moved(after / (span / 1e9), after / (seen / 1e9))
+    end = row["end_ns"]
+    done = (row["finish_reason"] is not None and row["error"] is None
+            and not row["cancelled"])
+    if done and end is not None and s <= end <= e:
+        e2e = (rec["finish_ns"] - rec["recv_ns"]) / ms
+        out["e2e_ms"] = _moved(e2e, e2e + (up + end - rec["finish_ns"]) / ms)
+    return out

@@ -31,6 +31,17 @@ The toy model the scenario drives (documented here because tests rely on it):
   carries `tokens_per_chunk` tokens (an int, or a list cycled per step like
   speculative decoding), so chunk size does not change the step interval. A
   first token due between steps waits for the next step while others decode.
+- **Per-request variation** (variation.py), by request number: request k with
+  k % `slow_first_every` == 0 has its first token due `slow_first_extra_ms`
+  later (a list is cycled over those requests: the j-th, k = j ×
+  slow_first_every, waits entry (j − 1) mod len); request k with
+  k % `half_speed_every` == 0 emits a chunk only at every
+  `half_speed_steps`-th step of the global clock after its first token (2,
+  the default: half speed; a list is cycled the same way). Each truth record
+  carries its request's `first_extra_ms` and `every_steps`, and `steps`: per
+  streamed chunk, the number of clock steps so far (a first token between
+  steps has the last step's number), so consecutive chunks of a request are
+  `every_steps` apart in it however late the host runs the clock.
 - **Requests** are numbered 1, 2, ... in arrival order (completion requests
   that pass the API key); `status_every` answers number k with k % n == 0,
   and the mid-stream faults (reset, fail, stall, malformed; streaming requests
@@ -72,6 +83,7 @@ from typing import Any
 
 from tests.refserver.answers import check as check_answers
 from tests.refserver.inject import check as check_inject
+from tests.refserver.variation import check as check_variation
 
 ENGINES = ("vllm", "generic", "llamacpp", "sglang")
 USAGE_MODES = ("continuous", "final", "none")
@@ -97,6 +109,12 @@ class Scenario:
     slowdown_per_active: float = 0.0
     tokens_per_chunk: int | list[int] = 1
     reasoning_tokens: int = 0
+    # per-request variation by request number (variation.py): a later first token,
+    # a decode at every m-th step (lists are cycled over the requests they hit)
+    slow_first_every: int | None = None
+    slow_first_extra_ms: float | list[float] = 0.0
+    half_speed_every: int | None = None
+    half_speed_steps: int | list[int] = 2
     # capacity
     slots: int | None = None  # None: unlimited (llamacpp engine: 1)
     kv_budget_tokens: int | None = None
@@ -189,6 +207,8 @@ class Scenario:
         need(answers_problem is None, str(answers_problem))
         inject_problem = check_inject(self.inject)
         need(inject_problem is None, str(inject_problem))
+        variation_problem = check_variation(self)
+        need(variation_problem is None, str(variation_problem))
 
     # ---- serialisation -------------------------------------------------
 

@@ -34,6 +34,7 @@ from tests.refserver.answers import override
 from tests.refserver.dialects import JSON, dialect_for, error_body
 from tests.refserver.inject import Injector
 from tests.refserver.scenario import Scenario, message_words, prompt_words
+from tests.refserver.variation import every_steps, first_token_extra_ms
 
 mono = time.monotonic_ns
 WAITING, PREFILL, DECODE, DONE = "waiting", "prefill", "decode", "done"
@@ -69,14 +70,24 @@ class Req:
         self.bad_size_sent = self.bad_size_now = False
         self.late_fault: dict | None = None  # inject.py: a trigger waiting for its token count
         self.forced_hit, self.report_cached = False, True
+        self.first_extra_ns, self.every_steps, self.steps_waited = 0, 1, 0  # variation.py
         self.text = ["", ""]  # non-stream body: reasoning, content
         self.rec = {"request_id": rid, "index": index,
                     "endpoint": "chat" if chat else "completions", "stream": self.stream,
                     "recv_ns": 0, "slot_ns": None,
                     "prompt_tokens": self.prompt_tokens, "max_tokens": None, "cached": False,
-                    "chunks": [], "backlogged": 0, "role_chunk_ns": None, "finish_ns": None,
+                    "chunks": [], "steps": [], "backlogged": 0, "role_chunk_ns": None, "finish_ns": None,
                     "finish_reason": None, "cancelled": False, "fault": None, "fault_ns": None,
                     "status": 200, "accepted": False}
+
+    def takes_step(self) -> bool:
+        """Whether this step of the clock is one at which the decoding request
+        emits (every `every_steps`-th since its last chunk: variation.py)."""
+        self.steps_waited += 1
+        if self.steps_waited < self.every_steps:
+            return False
+        self.steps_waited = 0
+        return True
 
     def usage(self) -> dict:
         cached = self.prompt_tokens if self.rec["cached"] and self.report_cached else 0
@@ -128,6 +139,7 @@ class Engine:
         self.n_requests = self.prompt_total = self.gen_total = self.pc_hits = 0
         self.next_tick: int | None = None  # the step clock; None while nothing decodes
         self.frozen = False  # the one whole-server freeze has happened
+        self.steps = 0  # steps of the clock so far; each streamed chunk logs its own
         self._waiter: asyncio.Future | None = None
 
     def start(self, r: Req) -> None:
@@ -148,7 +160,8 @@ class Engine:
             prefill = 0 if cached or not sc.prefill_tok_per_s else (
                 r.prompt_tokens / sc.prefill_tok_per_s)
             r.rec.update(slot_ns=now, cached=cached)
-            r.state, r.ready_ns = PREFILL, now + int(sc.ttft_ms * 1e6 + prefill * 1e9)
+            r.state, r.ready_ns = PREFILL, now + int(sc.ttft_ms * 1e6 + prefill * 1e9
+                                                     ) + r.first_extra_ns
             self.prompt_total += r.prompt_tokens
             self.pc_hits += r.prompt_tokens if cached else 0
             self.running.append(r)
@@ -222,8 +235,9 @@ class Engine:
     def _tick(self) -> None:
         now = mono()
         ticking = self.next_tick is not None and now >= self.next_tick
+        self.steps += ticking
         batch = [r for r in self.running if r.ready_ns <= now
-                 and (r.state == PREFILL or (r.state == DECODE and ticking))]
+                 and (r.state == PREFILL or (r.state == DECODE and ticking and r.takes_step()))]
         # frames are built first, then stamped and written in one tight burst
         writes = [w for w in (self._step(r, now) for r in batch) if w is not None]
         for r, role, pre, frame, n in writes:
@@ -235,6 +249,7 @@ class Engine:
             if r.bad_size_now:  # this one frame announces a malformed chunk size
                 r.bad_size_now, size = False, self.sc.bad_chunk_size.encode()
             r.rec["chunks"].append([r.conn.send(frame, r.rec, size), n, r.generated])
+            r.rec["steps"].append(self.steps)
         for r in batch:
             if r.state != DONE and r.generated >= r.end_tokens:
                 self._complete(r)
@@ -494,6 +509,9 @@ class App:
         r.faulty = e.n_requests % sc.fault_every == 0
         r.forced_hit = bool(sc.cache_hit_every) and e.n_requests % sc.cache_hit_every == 0
         r.report_cached = sc.report_cached_tokens
+        extra_ms, r.every_steps = first_token_extra_ms(sc, e.n_requests), every_steps(sc, e.n_requests)
+        r.first_extra_ns = int(extra_ms * 1e6)
+        r.rec.update(first_extra_ms=extra_ms, every_steps=r.every_steps)
         r.prefix = tuple(words[: sc.prefix_cache_words])
         r.max_tokens = r.max_tokens or sc.default_max_tokens or max(
             1, sc.max_model_len - r.prompt_tokens)

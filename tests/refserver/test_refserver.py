@@ -194,6 +194,57 @@ def test_slowdown_per_active(refserver):
         assert (sends[-1] - sends[0]) / MS > len(gaps) * 10.0 - 1.0, gaps  # never ahead
 
 
+def test_variation_fields_are_checked():
+    sc = Scenario(slow_first_every=3, slow_first_extra_ms=[50, 100.5], half_speed_every=2,
+                  half_speed_steps=[2, 3])
+    assert Scenario.from_dict(json.loads(json.dumps(sc.to_dict()))) == sc
+    for bad in ({"slow_first_every": 0}, {"half_speed_every": -1},
+                {"slow_first_extra_ms": -5}, {"slow_first_extra_ms": []},
+                {"half_speed_steps": 0}, {"half_speed_steps": [2, 1.5]}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Scenario(**bad)
+
+
+def test_slow_first_token_and_half_speed_by_request_number(refserver):
+    """Requests 2, 4, 6 start 40 then 80 ms late (the list cycles); 3 and 6 decode
+    at every 2nd, then 3rd step, while request 10's stream beside 9 keeps every
+    step. Told by the truth log's step numbers, not by time: a busy host runs
+    the clock late but never skips or adds a step."""
+    srv = refserver(tokens_per_s=200, ttft_ms=10, slow_first_every=2,
+                    slow_first_extra_ms=[40, 80], half_speed_every=3, half_speed_steps=[2, 3])
+    for n in (1, 12, 12, 12, 12, 12):  # requests 1 .. 6, one at a time
+        assert stream(srv.base_url, chat_body(n))
+    recs = sorted(srv.truth(6), key=lambda r: r["index"])
+    assert [r["first_extra_ms"] for r in recs] == [0, 40, 0, 80, 0, 40]
+    assert [r["every_steps"] for r in recs] == [1, 1, 2, 1, 1, 3]
+    for rec in recs[1:]:
+        due = 10 + rec["first_extra_ms"]
+        assert (rec["chunks"][0][0] - rec["slot_ns"]) / MS >= due, rec["index"]  # never early
+        steps, sends = rec["steps"], [t for t, _, _ in rec["chunks"]]
+        assert len(steps) == 12 and {b - a for a, b in zip(steps, steps[1:], strict=False)} == {
+            rec["every_steps"]}, (rec["index"], steps)
+        assert (sends[-1] - sends[0]) / MS > 11 * 5.0 * rec["every_steps"] - 1.0  # never ahead
+
+    # beside a normal stream, a half-speed one (request 9) skips steps; the other does not
+    async def main():
+        async with httpx.AsyncClient(base_url=srv.base_url, timeout=10) as client:
+            await astream(client, chat_body(1), "r7")
+            await astream(client, chat_body(1), "r8")
+            await asyncio.gather(astream(client, chat_body(20), "r9"),
+                                 astream(client, chat_body(40), "r10"))
+
+    asyncio.run(main())
+    by_id = srv.truth_by_id(10)
+    slow, fast = by_id["r9"], by_id["r10"]
+    assert (slow["every_steps"], fast["every_steps"]) == (2, 1)
+    for rec, every in ((slow, 2), (fast, 1)):
+        steps = rec["steps"]
+        assert {b - a for a, b in zip(steps, steps[1:], strict=False)} == {every}, steps
+    # one clock: while both decode, each half-speed chunk leaves at a step of the other's
+    shared = [k for k in slow["steps"] if k >= fast["steps"][0]]
+    assert len(shared) >= 10 and set(shared) <= set(fast["steps"]), (shared, fast["steps"])
+
+
 def test_prefix_cache_and_prefill(refserver):
     srv = refserver(prefill_tok_per_s=1000, ttft_ms=5, tokens_per_s=1000)
     prompt = " ".join(f"p{i}" for i in range(100))

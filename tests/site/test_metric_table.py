@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from rundir import contract
-from site_builder import chartkit, glossary, metrictable, pages
+from rundir import contract, tails
+from site_builder import chartkit, formats, glossary, metrictable, pages
 from site_builder.aggregate import CellResult
 from site_builder.render import Renderer, templates_dir
 from site_builder.runrows import COMPARE_FIELDS, COMPARE_TEXT_FIELDS
@@ -29,8 +29,8 @@ PREFILL_CELL = CellResult(phase=contract.PREFILL, context=8192, concurrency=1,
 def test_every_record_names_a_real_figure_and_a_glossary_entry() -> None:
     fields = set(CellResult.__dataclass_fields__)
     terms = {t.key: t for t in glossary.TERMS}
-    for m in metrictable.TABLE:
-        assert m.key in fields, m.key
+    for m in metrictable.TABLE:  # a field, or a property computed from them (e2e_ms)
+        assert m.key in fields or isinstance(getattr(CellResult, m.key, None), property), m.key
         assert m.better in ("higher", "lower", None)
         assert set(m.phases) <= set(contract.PHASES) and set(m.on_cell) <= set(m.phases)
         if m.term:  # its glossary entry is its name and hover text
@@ -42,7 +42,8 @@ def test_all_measurements_columns_are_the_tables() -> None:
     assert glossary.ENERGY_HEADERS[:-1] == [m.header for m in metrictable.ENERGY]
     r = Renderer(globals_={"measured_metrics": metrictable.MEASURED,
                            "energy_metrics": metrictable.ENERGY, "headers": [],
-                           "energy_headers": [], "phase_labels": glossary.PHASE_LABELS})
+                           "energy_headers": [], "phase_labels": glossary.PHASE_LABELS,
+                           "tail_levels": None})  # the published layout: no percentile data
     run = type("Run", (), {"measurement_rows": [DECODE_CELL], "agg": type("A", (), {"telemetry": False})})
     html = r.env.get_template("_partials/measurements.html").render(run=run, root="", links=False)
     cells = [td.text() for td in parse_html(html).find("tbody").find_all("td")]
@@ -98,3 +99,40 @@ def test_listed_text_gives_prefill_its_whole_tok_s() -> None:
     assert total.listed_text(DECODE_CELL) == total.cell_text(DECODE_CELL) == "12.3K"
     ttft = next(m for m in metrictable.COMPARED if m.key == "ttft_ms")
     assert ttft.listed_text(PREFILL_CELL) == ttft.cell_text(PREFILL_CELL) == "929 ms"
+
+
+def test_end_to_end_latency_is_a_decode_latency_published_by_its_percentiles() -> None:
+    (e2e,) = [m for m in metrictable.TABLE if m.key == "e2e_ms"]
+    assert (e2e.header, e2e.better, e2e.phases, e2e.fmt) == (
+        "End-to-end latency", "lower", (contract.DECODE,), formats.ttft)
+    # the published layout stays: no All measurements column, tooltip, comparison or download
+    assert e2e not in [*metrictable.MEASURED, *metrictable.TOOLTIP, *metrictable.COMPARED]
+    assert e2e.download is None and "e2e_ms" not in metrictable.download_columns("cells")
+    cell = replace(DECODE_CELL, tails={"e2e_ms_p50": 1234.4, "e2e_ms_p99": 2500.0})
+    assert e2e.cell_text(cell) == e2e.tail_text(cell, "p50") == "1,234 ms"
+    assert e2e.tail_text(cell, "p99") == "2,500 ms" and e2e.tail_text(cell, "p90") == "—"
+
+
+def test_the_metrics_with_tails_are_the_tails_module_s() -> None:
+    assert [m.key for m in metrictable.TAILED] == [
+        "per_request_tok_s", "ttft_ms", "tbt_ms", "e2e_ms"]
+    assert {m.key for m in metrictable.TAILED} == set(tails.BY_KEY)
+    assert all(m.tail_metric is tails.BY_KEY[m.key] for m in metrictable.TAILED)
+    assert next(m for m in metrictable.TABLE if m.key == "avg_active").tail_metric is None
+    ttft = next(m for m in metrictable.TAILED if m.key == "ttft_ms")
+    cell = replace(DECODE_CELL, tails={"ttft_ms_p99": 48.25})
+    assert ttft.tail_text(cell, "p50") == "4.8 ms" and ttft.tail_text(cell, "p99") == "48 ms"
+
+
+def test_the_glossary_lists_every_metric_term_from_the_table_in_its_order() -> None:
+    termed = [m.term for m in metrictable.TABLE if m.term]
+    metric_terms = [t.key for t in glossary.TERMS if t.key in termed]
+    assert sorted(metric_terms) == sorted(set(termed))  # each once, none by hand
+    assert metric_terms == [m.term for m in (*metrictable.glossary_metrics(),
+                                             *metrictable.glossary_metrics(energy=True))]
+    # a decode cell's figures first (the table's order), prefill's own after; energy last
+    assert metric_terms[:6] == ["total-tok-s", "per-request-tok-s", "ttft",
+                                "time-between-tokens", "end-to-end-latency",
+                                "average-active-requests"]
+    assert metric_terms[-3:] == ["prompt-tok-s", "j-per-token", "avg-w"]
+    assert {"percentile-levels", "end-to-end-latency"} <= {t.key for t in glossary.TERMS}

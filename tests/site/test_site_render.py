@@ -184,7 +184,7 @@ def test_run_page_of_a_measured_run(site: Path) -> None:
     cell = _doc(site, "runs/synth-a/cells/decode-1024-8.html")
     assert cell.find("h1").text() == "1K context × 8 requests at once"
     assert [f.attrs["id"] for f in cell.find_all("figure", "chart")] == [
-        "chart-ttft", "chart-tbt", "chart-timeline"]
+        "chart-ttft", "chart-ttft-cdf", "chart-tbt", "chart-tbt-cdf", "chart-timeline"]
     assert all(f.find("div", "chart-fallback").find_all("svg") for f in cell.find_all("figure"))
     assert [f.attrs["id"] for f in doc.find_all("figure", "chart")] == [
         "chart-prefill", "chart-decode", "chart-tradeoff", "chart-heatmap"]

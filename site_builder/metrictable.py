@@ -64,6 +64,12 @@ class Metric:
         """This metric of a cell, as the pages print it."""
         return self.fmt(getattr(cell, self.key))
 
+    def interval_text(self, cell: Any) -> str | None:
+        """The cell's 95% interval of this metric over repeated windows, as the pages
+        print it ("6,120.4–6,288.0"), or None (one window: no interval is claimed)."""
+        span = (getattr(cell, "intervals", None) or {}).get(self.key)
+        return None if not span else f"{self.fmt(span[0])}–{self.fmt(span[1])}"
+
     def listed_text(self, cell: Any) -> str:
         """As the run page's lists print it: a prefill cell by `prefill_fmt` when it has one."""
         fmt = self.prefill_fmt if cell.phase == PREFILL and self.prefill_fmt else self.fmt

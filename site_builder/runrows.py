@@ -125,19 +125,13 @@ def compare_data(run: RunView) -> dict[str, Any]:
             cells[-1] += [x.tok_s_per_kw, words.tok_s(x.tok_s_per_kw)]
         if repeated:  # --repeats k > 1: the windows and each 95% interval, [lo, hi] and its text
             cells[-1] += [x.windows, *(v for m in metrictable.COMPARED
-                                       for v in (x.intervals.get(m.key), _span_text(m, x)))]
+                                       for v in (x.intervals.get(m.key), m.interval_text(x)))]
     energy = COMPARE_ENERGY_FIELDS if run.agg.telemetry else []
     spans = [f for m in metrictable.COMPARED for f in (f"{m.key}_ci", f"{m.key}_ci_text")]
     return {"slug": run.slug, "run_id": run.run_id, "title": run.title,
             "engine": run.engine_summary, "page": run.page, "telemetry": run.agg.telemetry,
             "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS, *energy,
                        *(["windows", *spans] if repeated else [])], "cells": cells}
-
-
-def _span_text(metric: metrictable.Metric, x: CellResult) -> str | None:
-    """A cell's 95% interval of a metric as the pages print it ("6,120.4–6,288.0"), or None."""
-    span = x.intervals.get(metric.key)
-    return None if not span else f"{metric.text(span[0])}–{metric.text(span[1])}"
 
 
 # compare_data's columns: raw values, then the texts the page prints; the

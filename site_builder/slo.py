@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rundir import tails, words
+from rundir import contract, tails, words
 from rundir.io import atomic_write_text
 from site_builder import formats
 
@@ -236,10 +236,12 @@ class RunSlo:
         return {"slo_met_share": g.share if g else None, "goodput_tok_s": g.tok_s if g else None}
 
     def rows(self, cells: Iterable[Any]) -> list[dict[str, Any]]:
-        """The run page's SLO table: per decode cell with numbers, as printed."""
+        """The run page's SLO table: per decode cell with numbers, as printed. Only
+        cells with raw data (their tails): an imported run's published medians
+        cannot show a tail limit is kept, so its page shows no table."""
         out = []
         for x in cells:
-            if x.phase != "decode" or not x.has_numbers:
+            if x.phase != contract.DECODE or not x.has_numbers or not x.tails:
                 continue
             v = judge(x, self.slo)
             g = self.figures.get(x.key)
@@ -260,7 +262,7 @@ def measure(run_slo: RunSlo, cells: Iterable[Any], details: dict[str, dict[str, 
     """Fill the goodput of every decode cell with per-request figures in details."""
     for x in cells:
         per_request = (details.get(x.key) or {}).get("per_request")
-        if x.phase == "decode" and x.has_numbers and per_request:
+        if x.phase == contract.DECODE and x.has_numbers and per_request:
             run_slo.figures[x.key] = goodput(per_request, x.measured_s, run_slo.slo)
 
 
@@ -289,7 +291,7 @@ def attach(run: Any, folder: Path | None, load_details: Callable[[], dict[str, A
             return
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         pass
-    if not any(x.phase == "decode" and x.has_detail for x in run.agg.cells):
+    if not any(x.phase == contract.DECODE and x.has_detail for x in run.agg.cells):
         return
     measure(run_slo, run.agg.cells, load_details())
     if path is not None:

@@ -22,7 +22,9 @@
       return;
     }
     // A header keeps its glossary link: its text is the link's.
-    texts.push({ node: el.querySelector("a.term") || el, list: list });
+    // A cell with a 95% interval swaps only its value (.lv); the interval is of the
+    // median over windows, so it shows only at the median (style.css, data-pct).
+    texts.push({ node: el.querySelector("a.term, .lv") || el, list: list });
   });
   var current = median;
 
@@ -43,6 +45,7 @@
     var i = levels.indexOf(level);
     current = level;
     select.value = level;
+    document.documentElement.setAttribute("data-pct", level);
     texts.forEach(function (t) {
       if (i < t.list.length && t.node.textContent !== t.list[i]) t.node.textContent = t.list[i];
     });

@@ -123,12 +123,12 @@ def test_no_template_or_script_writes_a_status_code() -> None:
 
 def test_pages_hand_the_scripts_the_status_rules() -> None:
     r = Renderer(globals_={"assets": {k: k for k in ("css", "favicon", "vega", "explore_js",
-                                                      "compare_js", "site_js")},
+                                                      "compare_js", "site_js", "slo_js")},
                            "version": "0", "nav": "", "cache_note": "", "medians_note": ""})
     for template, context in (("compare.html", {"runs": [], "metrics": []}),
                               ("explore.html", {"families": [], "view_text": "", "chart_title": "",
                                                 "chart_caption": "", "fallback_svg": "",
-                                                "cost_note": ""})):
+                                                "cost_note": "", "slo_spec": ""})):
         doc = parse_html(r.render(template, depth=0, **context))
         rules = doc.find("script", id="status-rules")
         assert rules is not None, template

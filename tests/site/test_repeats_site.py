@@ -15,6 +15,7 @@ import pytest
 
 from rundir import contract
 from rundir.io import read_run, read_table, write_table
+from site_builder import metrictable
 from site_builder.aggregate import aggregate_run
 from site_builder.publish import build_site
 from tests.support.chromium import Watcher, require_chromium
@@ -117,3 +118,19 @@ def test_ab_page_calls_only_separated_intervals_significant(site: Path, browser:
     assert "needs a 95% interval on both sides" in line and "--repeats" in line
     assert watcher.problems() == []
     context.close()
+
+
+def test_run_page_prints_each_interval_under_its_median(tmp_path) -> None:
+    """All measurements shows the 95% interval of every compared metric of a
+    repeated cell under its median; a one-window run shows none (never invented)."""
+    data = tmp_path / "data"
+    repeated = aggregate_run(read_run(run(data, "rep", 60.0, 1)))
+    run(data, "single", 60.0, 2, k=1)
+    build_site(data, tmp_path / "site")
+    page = (tmp_path / "site" / "runs" / "rep" / "index.html").read_text(encoding="utf-8")
+    spans = re.findall(r'<span class="ci"[^>]*>([^<]+)</span>', page)
+    expected = [m.interval_text(x) for x in repeated.decode() for m in metrictable.MEASURED
+                if m.interval_text(x)]
+    assert spans and spans == expected
+    single = (tmp_path / "site" / "runs" / "single" / "index.html").read_text(encoding="utf-8")
+    assert 'class="ci"' not in single

@@ -34,6 +34,24 @@
   var LEVELS = data.levels || ["p50"];
   var AT_LEVEL = { per_request: 1, ttft: 1 };  /* the columns the percentile switches */
 
+  /* A ranking row's first cell: its place ("—" when the run has no value) and the
+     run's linked name, which wraps between its words only, never inside one (as the
+     templates do); `withModel` names the model too (the ranking spans families). */
+  function nameCell(e, place, withModel) {
+    var name = el("td", null, "name");
+    name.appendChild(el("span", e.value !== null ? String(place) : data.missing, "place"));
+    name.appendChild(document.createTextNode(" "));
+    var a = el("a");
+    (withModel ? e.run.title + " \u00b7 " + e.run.label : e.run.label).split(" ")
+      .forEach(function (w, j) {
+        if (j) a.appendChild(document.createTextNode(" "));
+        a.appendChild(el("span", w, "nowrap"));
+      });
+    a.href = ROOT + e.run.page;
+    name.appendChild(a);
+    return name;
+  }
+
   function params() { return new URLSearchParams(window.location.hash.replace(/^#/, "")); }
 
   /* The percentile in the address (index in LEVELS; 0: the median, the default). */
@@ -148,19 +166,7 @@
       var tr = body.insertRow();
       tr.setAttribute("data-slug", e.run.slug);
       if (e.value !== null) place += 1;
-      var name = el("td", null, "name");
-      name.appendChild(el("span", e.value !== null ? String(place) : data.missing, "place"));
-      name.appendChild(document.createTextNode(" "));
-      var a = el("a");
-      /* A name wraps between its words only, never inside one (as the templates do). */
-      (selFam && !state.fam ? e.run.title + " · " + e.run.label : e.run.label)
-        .split(" ").forEach(function (w, j) {
-          if (j) a.appendChild(document.createTextNode(" "));
-          a.appendChild(el("span", w, "nowrap"));
-        });
-      a.href = ROOT + e.run.page;
-      name.appendChild(a);
-      tr.appendChild(name);
+      tr.appendChild(nameCell(e, place, selFam && !state.fam));
       var where = el("td");
       if (e.cell) {
         where.appendChild(document.createTextNode(e.cell.label));
@@ -294,17 +300,7 @@
       var tr = body.insertRow();
       tr.setAttribute("data-slug", e.run.slug);
       if (e.value !== null) place += 1;
-      var name = el("td", null, "name");
-      name.appendChild(el("span", e.value !== null ? String(place) : data.missing, "place"));
-      name.appendChild(document.createTextNode(" "));
-      var a = el("a");
-      (selFam ? e.run.title + " \u00b7 " + e.run.label : e.run.label).split(" ")
-        .forEach(function (w, j) {
-          if (j) a.appendChild(document.createTextNode(" "));
-          a.appendChild(el("span", w, "nowrap"));
-        });
-      a.href = ROOT + e.run.page;
-      name.appendChild(a);
+      var name = nameCell(e, place, !!selFam);
       if (e.tied) {
         var badge = el("span", "tied within noise", "badge tied");
         badge.title = "its 95% interval overlaps the place above";

@@ -31,6 +31,7 @@ Gauge = tuple[np.ndarray, np.ndarray] | None
 _FIRST_TOKEN = "first_token"
 _NEGATIVE = "negative"
 _WINDOW = "window"
+_RATES = "rates"
 
 
 def _list_parts(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -251,22 +252,27 @@ class StreamRates:
 
 def stream_rates(chunks: Chunks, start_ns: int, end_ns: int) -> StreamRates:
     """The per-request rates behind the Per request tok/s and Time between
-    tokens medians (and every other rank of them: rundir/tails.py)."""
-    w = window_scan(chunks, start_ns, end_ns)
-    tokens = np.zeros(chunks.n_requests, dtype=np.int64)
-    has = w.hi > w.lo
-    if not has.any():
-        z = np.zeros(0)
-        return StreamRates(np.zeros(0, dtype=np.int64), z, z, tokens)
-    first, last = w.lo[has], w.hi[has] - 1
-    sums = np.add.reduceat(w.tokens, first)
-    after_first = sums - w.tokens[first]
-    span = (w.chunk_ns[last] - w.chunk_ns[first]).astype(np.float64)
-    ok = (span > 0) & (after_first > 0)
-    rows = np.flatnonzero(has)
-    tokens[rows] = sums
-    return StreamRates(rows[ok], after_first[ok] / (span[ok] / 1e9),
-                       (span[ok] / 1e6) / after_first[ok], tokens)
+    tokens medians (and every other rank of them: rundir/tails.py); memoised
+    per window, since the medians and the tails both need them."""
+
+    def compute() -> StreamRates:
+        w = window_scan(chunks, start_ns, end_ns)
+        tokens = np.zeros(chunks.n_requests, dtype=np.int64)
+        has = w.hi > w.lo
+        if not has.any():
+            z = np.zeros(0)
+            return StreamRates(np.zeros(0, dtype=np.int64), z, z, tokens)
+        first, last = w.lo[has], w.hi[has] - 1
+        sums = np.add.reduceat(w.tokens, first)
+        after_first = sums - w.tokens[first]
+        span = (w.chunk_ns[last] - w.chunk_ns[first]).astype(np.float64)
+        ok = (span > 0) & (after_first > 0)
+        rows = np.flatnonzero(has)
+        tokens[rows] = sums
+        return StreamRates(rows[ok], after_first[ok] / (span[ok] / 1e9),
+                           (span[ok] / 1e6) / after_first[ok], tokens)
+
+    return chunks._memoised((_RATES, int(start_ns), int(end_ns)), compute)
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,7 @@ def request_figures(chunks: Chunks, start_ns: int, end_ns: int,
     ttft = np.where(first_tok >= 0, (first_tok - chunks.send_ns) / 1e6, np.nan)
     ended_in = (chunks.end_ns >= start_ns) & (chunks.end_ns <= end_ns) & completed_mask
     e2e = np.where(ended_in, (chunks.end_ns - chunks.send_ns) / 1e6, np.nan)
-    return RequestFigures(ttft, tbt, rate, e2e, stream.window_tokens)
+    return RequestFigures(ttft, tbt, rate, e2e, stream.window_tokens.copy())  # memo: not shared
 
 
 def decode_tails(figures: RequestFigures) -> dict[str, float | None]:

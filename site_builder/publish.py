@@ -48,6 +48,7 @@ from site_builder import (
 from site_builder.aggregate import AggregateCache, code_salt
 from site_builder.fingerprint import code_files, fingerprint
 from site_builder.glossary import body_without_glossary, methodology_path
+from site_builder.names import distinct_names
 from site_builder.pages import Pages
 from site_builder.prices import PriceTable
 from site_builder.render import Renderer, json_script
@@ -200,6 +201,8 @@ def _views(loaded: list[tuple[load.RunSource, Any, Any]], report: BuildReport) -
             report.errors.append(f"{src.path}: cannot read ({exc.strerror or exc})")
             continue
         views.append(RunView(info, agg, slug, source_dir=str(src.path), raw_files=raw))
+    for view, name in zip(views, distinct_names(views), strict=True):
+        view.name = name
     return views
 
 

@@ -154,6 +154,11 @@ class RunView:
     raw_files: list[tuple[str, int]] = field(default_factory=list)  # (name, bytes)
     price: Price | None = None  # its GPU's price (build-site --prices), else no cost
     slo: object = None  # the build's SLO for this run (site_builder/slo.RunSlo), set by publish
+    # Its site-wide distinct name (site_builder/names.py), set by publish; the title until then.
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.title
 
     # ---- identity -------------------------------------------------------
     @property

@@ -42,6 +42,7 @@ from site_builder import (
     load,
     runpages,
     runrows,
+    series,
     statusstyle,
     workers,
 )
@@ -69,7 +70,7 @@ STATIC = "static"
 # What a build writes at the top of --out: a --data folder there would be overwritten.
 BUILDER_NAMES = ("runs", "models", STATIC, "data", "index.html", "compare.html",
                  "explore.html", "downloads.html", "methodology.html", "index.json", "index.csv",
-                 ".cache")
+                 ".cache", "series")
 
 
 def version() -> str:
@@ -311,6 +312,7 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
         bar.advance(task)
     records = [runrows.index_record(r) for r in views]
     index = {"generator": f"speed-matrix {version()}", "runs": records}
+    series.write_pages(writer, pages, series.attach(views), fp)
     writer.write("index.html", pages.index_page(views, models))
     writer.write("compare.html", pages.compare_page(views))
     writer.write("downloads.html", pages.downloads_page(views))
@@ -333,6 +335,7 @@ def _publish(views: list[RunView], writer: SiteWriter, cache: AggregateCache,
     when there is a pool), then the site-wide pages over the runs that rendered.
     False when no run could be rendered (nothing site-wide is written then)."""
     models = family_groups(views)
+    series.attach(views)  # before the run pages: they link their series' neighbours
     if bundle is not None:
         bundle.join()
     renderer = Renderer()

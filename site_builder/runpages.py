@@ -60,10 +60,12 @@ def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
     src_dir = Path(run.source_dir)
     base = f"runs/{run.slug}"
     key = digest(f"{fp}|{run.agg.digest}|{run.slug}|{run.family_slug}".encode())
+    page_key = digest(f"{key}|{run.series_slug}|{run.series_prev}|{run.series_next}|"
+                      f"{run.regression}".encode())  # the run page links its series' neighbours
     slo.attach(run, cache.folder if cache is not None else None,  # goodput: page, downloads
                lambda: run.agg.details or (_details(cache, run, src_dir) if cache else {}))
-    if not writer.is_current(f"{base}/index.html", key):
-        writer.write(f"{base}/index.html", pages.run_page(run), key)
+    if not writer.is_current(f"{base}/index.html", page_key):
+        writer.write(f"{base}/index.html", pages.run_page(run), page_key)
     cell_rels = [f"{base}/cells/{x.key}.html" for x in run.agg.cells if x.has_detail]
     if not all(writer.is_current(rel, key) for rel in cell_rels):
         if not run.agg.details and cell_rels and cache is not None:

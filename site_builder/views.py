@@ -156,6 +156,12 @@ class RunView:
     slo: object = None  # the build's SLO for this run (site_builder/slo.RunSlo), set by publish
     # Its site-wide distinct name (site_builder/names.py), set by publish; the title until then.
     name: str = ""
+    # Its history (site_builder/series.py), set by publish: the series' slug (empty: no
+    # series), its previous and next run as (slug, name), and a regression note.
+    series_slug: str = ""
+    series_prev: tuple[str, str] | None = None
+    series_next: tuple[str, str] | None = None
+    regression: str = ""
 
     def __post_init__(self) -> None:
         self.name = self.name or self.title
@@ -206,6 +212,11 @@ class RunView:
     @property
     def page(self) -> str:
         return f"runs/{self.slug}/index.html"
+
+    @property
+    def series_page(self) -> str:
+        """Its series' page (`series/<slug>.html`), or empty when it is in no series."""
+        return f"series/{self.series_slug}.html" if self.series_slug else ""
 
     # ---- summary line ---------------------------------------------------
     @property

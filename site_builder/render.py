@@ -114,8 +114,13 @@ def make_markdown(heading_prefix: str = "", heading_shift: int = 0, *,
         return (f'<a href="{escape(src)}" rel="nofollow noopener noreferrer">'
                 f"[image: {escape(alt)}]</a>")
 
+    def th_open(self, tokens, idx, options, env):  # type: ignore[no-untyped-def]
+        tokens[idx].attrSet("scope", "col")  # a Markdown table's header cells head columns
+        return self.renderToken(tokens, idx, options, env)
+
     md.add_render_rule("link_open", link_open)
     md.add_render_rule("image", image)
+    md.add_render_rule("th_open", th_open)
     return md
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from rundir import contract, slugs, tails, words
 from rundir.contract import RunInfo
-from site_builder import formats, metrictable
+from site_builder import formats, metrictable, throttle
 from site_builder.aggregate import CellResult, RunAggregate
 from site_builder.families import family_of
 from site_builder.prices import Price
@@ -174,6 +174,11 @@ class RunView:
     @property
     def imported(self) -> bool:
         return self.info.source == contract.SOURCE_IMPORTED
+
+    @property
+    def throttling(self) -> throttle.ThrottleAnswer:
+        """"Was it power-capped or throttled?", from its GPU telemetry (or why not known)."""
+        return throttle.answer(self.agg, imported=self.imported)
 
     @property
     def model(self) -> str:

@@ -125,6 +125,7 @@
 
   function el(tag, cls, text) {
     var e = document.createElement(tag);
+    if (tag === "th") e.scope = "col"; /* a row header says scope = "row" where it is made */
     if (cls) e.className = cls;
     if (text !== undefined) e.textContent = text;
     return e;

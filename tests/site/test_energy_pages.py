@@ -177,3 +177,30 @@ def test_in_the_browser_power_chart_draws_and_per_kw_shows_only_when_both_have_t
         assert watcher.problems() == []
     finally:
         context.close()
+
+
+def _throttle_answer(site: Path, run: str) -> str:
+    section = _page(site, f"runs/{run}/index.html").find("section", id="throttling")
+    return " ".join(section.text().split())
+
+
+def test_every_run_page_answers_power_capped_or_throttled(site: Path) -> None:
+    hot = _throttle_answer(site, "hot")
+    assert "Yes: Power-capped" in hot and "in 2 of 2 decode cells with readings" in hot
+    assert "1K × 1, 1K × 2" in hot and "more than 10%" in hot
+    assert "No: not power-capped or throttled" in _throttle_answer(site, "warm")
+    cold = _throttle_answer(site, "cold")
+    assert "No GPU telemetry recorded" in cold and "cannot be told" in cold
+
+
+def test_an_imported_run_says_why_it_cannot_answer(tmp_path: Path) -> None:
+    from site_builder.publish import build_site
+    from tests.support.synthetic_runs import make_imported_run
+
+    cells = [{"phase": contract.DECODE, "context": 1024, "concurrency": 1,
+              "status": contract.VALID, "total_tok_s": 50.0, "per_request_tok_s": 50.0,
+              "ttft_ms": 90.0, "completed": 4, "output_tokens": 100, "measured_s": 30.0}]
+    make_imported_run(tmp_path / "data/imp", run_id="imp", cells=cells)
+    assert build_site(tmp_path / "data", tmp_path / "site").errors == []
+    text = _throttle_answer(tmp_path / "site", "imp")
+    assert "No GPU telemetry recorded" in text and "imported from a published page" in text

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.browser
 NO_SCOPE_JS = """() => Array.from(document.querySelectorAll('th'))
   .filter(th => !['col', 'row', 'colgroup', 'rowgroup'].includes(th.getAttribute('scope')))
   .map(th => th.textContent.trim().slice(0, 40))"""
-FOCUS_JS = """() => { const e = document.activeElement, s = getComputedStyle(e), r = e.getBoundingClientRect();
+FOCUS_JS = """() => { const e = document.activeElement, s = getComputedStyle(e),
+  r = e.getBoundingClientRect();
   return {tag: e.tagName, cls: e.className, text: e.textContent.trim(), outline: s.outlineStyle,
           width: parseFloat(s.outlineWidth), top: r.top, bottom: r.bottom}; }"""
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rundir import contract
+from rundir import contract, identity
 from rundir.contract import ContractError, RunInfo
-from rundir.io import RunData, read_run, read_run_info
+from rundir.io import RunData, read_run, read_run_info, read_table
 
 RUN_FILES = (
     contract.RUN_YAML,
@@ -232,3 +232,38 @@ def one_line(exc: BaseException, where: Path) -> str:
     if isinstance(exc, ContractError) and text:
         return text
     return f"{where}: {type(exc).__name__}: {text}" if text else f"{where}: {type(exc).__name__}"
+
+
+def same_source(runs: list[tuple[Path, RunInfo]]) -> dict[Path, Path]:
+    """{run folder: the earlier folder (in the given order) holding the same source}.
+
+    Why: an imported source may lie twice under --data under two ids (imported
+    by an importer whose ids moved, or copied by hand), and publishing both
+    would count one measurement twice in every ranking and history. Only
+    imported runs have a source key (rundir.identity); only those sharing a
+    measured_at with another are read further (their small cells.parquet), so
+    a site of measured runs pays nothing. A folder whose cells cannot be read
+    is left to the normal loading, which reports it.
+    """
+    groups: dict[str | None, list[Path]] = {}
+    infos = dict(runs)
+    for path, info in runs:
+        if info.source == contract.SOURCE_IMPORTED:
+            groups.setdefault(info.measured_at, []).append(path)
+    dups: dict[Path, Path] = {}
+    for paths in groups.values():
+        if len(paths) < 2:
+            continue
+        first: dict[str, Path] = {}
+        for path in paths:
+            try:
+                key = identity.source_key(infos[path], read_table(path, contract.CELLS_FILE))
+            except ContractError:
+                continue
+            if key is None:
+                continue
+            if key in first:
+                dups[path] = first[key]
+            else:
+                first[key] = path
+    return dups

@@ -38,10 +38,12 @@ def import_cmd(path: Path, out: Path) -> None:
     as text, or an llm-inference-bench JSON report (benchmark_results.json).
 
     The kind is told from the content, not the extension: a file starting with
-    '{' is read as the tool's JSON. The run id is derived from the content, so
-    importing the same file again is a no-op; a folder holding a different run
-    is never overwritten. The JSON is kept, redacted, under the run's raw/.
-    Prints the run directory's path.
+    '{' is read as the tool's JSON. The run id is derived from the measurements
+    (the published numbers and when they were measured), so importing the same
+    source again, saved another way or from another folder, is a no-op that
+    names the run directory already holding it, under whatever id; a folder
+    holding a different run is never overwritten. The JSON is kept, redacted,
+    under the run's raw/. Prints the run directory's path.
     """
     try:
         if is_json_file(path):
@@ -61,8 +63,9 @@ def import_cmd(path: Path, out: Path) -> None:
         _fail(f"{exc.filename or path}: {exc.strerror or exc}")
         return
     click.echo(str(result.path))
-    if not result.created:
-        click.echo(f"{result.path}: already imported, unchanged", err=True)
+    line = result.message()
+    if line is not None:
+        click.echo(line, err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m bench.importer.cli`

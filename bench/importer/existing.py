@@ -1,0 +1,125 @@
+"""Is the source being imported already in the folder? Found by content, not by name.
+
+Why search rather than only look at ``out/<run_id>``: a folder written by an
+earlier importer may carry another id for the same source (ids were once
+derived from the parser's whole data structure and moved when it gained a
+field), and runs are never renamed, since their ids are in links. So every
+imported run directly under ``--out`` is compared on its source key
+(:mod:`rundir.identity`: the same published numbers measured at the same
+time), or on the sha256 of the file it was imported from. Only runs whose
+run.yaml could match are read further, so a folder of many runs stays cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from rundir.contract import CELLS_FILE, RUN_YAML, SOURCE_IMPORTED, ContractError, RunInfo
+from rundir.identity import source_key
+from rundir.io import read_run_info, read_table
+
+# run.yaml fields compared to say what else differs (the rest is the key itself)
+_FIELDS = ("model", "hardware", "engine", "parameters", "submitter", "launch_command", "notes")
+
+
+@dataclass(frozen=True)
+class Existing:
+    """A run directory already holding the source; how it was recognised."""
+
+    path: Path
+    run_id: str
+    by_file_only: bool  # the same file's bytes, but its numbers read differently now
+    differs: tuple[str, ...]  # what else the folder says differently (nothing overwritten)
+
+
+def read_existing(path: Path) -> tuple[RunInfo, pa.Table] | None:
+    """(run.yaml, cells) of a run directory; None when it does not read under the contract."""
+    try:
+        return read_run_info(path), read_table(path, CELLS_FILE)
+    except ContractError:
+        return None
+
+
+def differences(info: RunInfo, cells: pa.Table, other: RunInfo, other_cells: pa.Table,
+                ) -> tuple[str, ...]:
+    """Names of what two runs of the same source say differently, in run.yaml order."""
+    mine, theirs = info.to_dict(), other.to_dict()
+    out = [name.replace("_", " ") for name in _FIELDS if mine.get(name) != theirs.get(name)]
+    if mine.get("measured_at") != theirs.get("measured_at"):  # same file, read otherwise
+        out.append("measured at")
+    if _statuses(cells) != _statuses(other_cells):
+        out.append("cell statuses")
+    if _numbers(cells) != _numbers(other_cells):  # only when matched by the file's bytes
+        out.append("published numbers")
+    return tuple(out)
+
+
+def _statuses(cells: pa.Table) -> list[tuple]:
+    cols = ["phase", "context", "concurrency", "status", "reason"]
+    return sorted(tuple(r.values()) for r in cells.select(cols).to_pylist())
+
+
+def _numbers(cells: pa.Table) -> list[tuple]:
+    cols = [n for n in cells.column_names if n.startswith("pub_")]
+    rows = cells.select(["phase", "context", "concurrency", *cols]).to_pylist()
+    return sorted(tuple((k, v) for k, v in r.items() if v is not None) for r in rows)
+
+
+def match(path: Path, key: str, sha256: str | None, info: RunInfo, cells: pa.Table,
+          ) -> Existing | None:
+    """Existing when the run directory at path holds the same source, else None."""
+    got = read_existing(path)
+    if got is None or got[0].source != SOURCE_IMPORTED:
+        return None
+    other, other_cells = got
+    if source_key(other, other_cells) == key:
+        return Existing(path, other.run_id, False, differences(info, cells, other, other_cells))
+    same_file = other.imported is not None and other.imported.source_sha256
+    if sha256 and same_file == sha256:
+        return Existing(path, other.run_id, True, differences(info, cells, other, other_cells))
+    return None
+
+
+def find_same_source(out: Path, key: str, sha256: str | None, info: RunInfo,
+                     cells: pa.Table, skip: Path | None = None) -> Existing | None:
+    """The first run directory directly under out (by name) holding this source.
+
+    run.yaml's text decides cheaply which folders can match (imported, and the
+    same measured date or the same file's sha256) before any is read whole.
+    """
+    date = (info.measured_at or "")[:10]
+    for child in sorted(Path(out).iterdir()) if Path(out).is_dir() else []:
+        if child.name.startswith(".") or child == skip or not (child / RUN_YAML).is_file():
+            continue
+        try:
+            text = (child / RUN_YAML).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if SOURCE_IMPORTED not in text:
+            continue
+        if not (sha256 and sha256 in text) and not (date and date in text) and date:
+            continue  # a run measured on another day, not from this file: cannot match
+        found = match(child, key, sha256, info, cells)
+        if found is not None:
+            return found
+    return None
+
+
+def already_line(found: Existing) -> str:
+    """The one line ``bench import`` prints when nothing was written."""
+    if found.by_file_only:
+        what = ", ".join(found.differs) or "nothing"
+        return (f"already imported as {found.path}: from the same file, which this importer "
+                f"reads differently ({what}); nothing written (remove that folder to import "
+                "it again)")
+    line = f"already imported as {found.path}: the same source (the same published numbers)"
+    if found.differs:
+        return (f"{line}; this file also differs in {', '.join(found.differs)}, nothing "
+                "written (remove that folder to import this version instead)")
+    return f"{line}; nothing written"
+
+
+__all__ = ["Existing", "already_line", "differences", "find_same_source", "match"]

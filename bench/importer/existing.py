@@ -33,6 +33,7 @@ class Existing:
     run_id: str
     by_file_only: bool  # the same file's bytes, but its numbers read differently now
     differs: tuple[str, ...]  # what else the folder says differently (nothing overwritten)
+    measured: bool = False  # a measured run directory, recognised by its id and bytes
 
 
 def read_existing(path: Path) -> tuple[RunInfo, pa.Table] | None:
@@ -110,6 +111,9 @@ def find_same_source(out: Path, key: str, sha256: str | None, info: RunInfo,
 
 def already_line(found: Existing) -> str:
     """The one line ``bench import`` prints when nothing was written."""
+    if found.measured:
+        return (f"already imported as {found.path}: the same run ({found.run_id}, the same "
+                "files); nothing written")
     if found.by_file_only:
         what = ", ".join(found.differs) or "nothing"
         return (f"already imported as {found.path}: from the same file, which this importer "

@@ -186,7 +186,7 @@ def _load_all(sources: list[load.RunSource], cache: AggregateCache, report: Buil
 def _views(loaded: list[tuple[load.RunSource, Any, Any]], report: BuildReport) -> list[RunView]:
     seen: dict[str, Path] = {}
     kept = []
-    twice = load.same_source([(src.path, info) for src, info, _ in loaded])
+    twice = load.same_source([(src.path, info, agg) for src, info, agg in loaded])
     for src, info, agg in loaded:
         if src.path in twice:  # one measurement, imported twice: published once
             report.warnings.append(f"skipped {src.path}: the same source as {twice[src.path]}"

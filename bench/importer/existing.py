@@ -12,13 +12,15 @@ run.yaml could match are read further, so a folder of many runs stays cheap.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from rundir.contract import CELLS_FILE, RUN_YAML, SOURCE_IMPORTED, ContractError, RunInfo
-from rundir.identity import source_key
+from rundir.identity import KEY_COLUMNS, source_key, source_key_of
 from rundir.io import read_run_info, read_table
 
 # run.yaml fields compared to say what else differs (the rest is the key itself)
@@ -84,8 +86,23 @@ def match(path: Path, key: str, sha256: str | None, info: RunInfo, cells: pa.Tab
     return None
 
 
+_IMPORTED = re.compile(r"^source:[ \t]*['\"]?" + SOURCE_IMPORTED + r"\b", re.MULTILINE)
+_MEASURED_AT = re.compile(r"^measured_at:[ \t]*['\"]?(\d{4}-\d\d-\d\d)", re.MULTILINE)
+
+
+def could_match(text: str, date: str, sha256: str | None) -> bool:
+    """From run.yaml's text alone: can this folder hold the source? (False only when
+    it surely cannot: not imported, or dated otherwise and not from the same file.)"""
+    if not _IMPORTED.search(text):
+        return False
+    if sha256 and sha256 in text:
+        return True
+    dated = _MEASURED_AT.search(text)
+    return dated is None or dated.group(1) == date  # no readable date: read it whole
+
+
 def find_same_source(out: Path, key: str, sha256: str | None, info: RunInfo,
-                     cells: pa.Table, skip: Path | None = None) -> Existing | None:
+                     cells: pa.Table) -> Existing | None:
     """The first run directory directly under out (by name) holding this source.
 
     run.yaml's text decides cheaply which folders can match (imported, and the
@@ -93,20 +110,46 @@ def find_same_source(out: Path, key: str, sha256: str | None, info: RunInfo,
     """
     date = (info.measured_at or "")[:10]
     for child in sorted(Path(out).iterdir()) if Path(out).is_dir() else []:
-        if child.name.startswith(".") or child == skip or not (child / RUN_YAML).is_file():
+        if child.name.startswith(".") or not (child / RUN_YAML).is_file():
             continue
         try:
             text = (child / RUN_YAML).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        if SOURCE_IMPORTED not in text:
+        if not could_match(text, date, sha256):
             continue
-        if not (sha256 and sha256 in text) and not (date and date in text) and date:
-            continue  # a run measured on another day, not from this file: cannot match
+        quick = quick_key(child, text)
+        if quick is not None and quick != key and not (sha256 and sha256 in text):
+            continue  # surely another source: not validated whole (a few ms a folder)
         found = match(child, key, sha256, info, cells)
         if found is not None:
             return found
     return None
+
+
+_MEASURED_AT_LINE = re.compile(r"^measured_at:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_QUOTED = re.compile(r"'([^'\\]*)'" + r'|"([^"\\]*)"')
+
+
+def quick_key(run_dir: Path, text: str) -> str | None:
+    """The source key from run.yaml's measured_at line and the raw cells, without
+    validating either (None when that cannot be told for sure: the full read decides)."""
+    lines = _MEASURED_AT_LINE.findall(text)
+    if len(lines) != 1:
+        return None
+    value = lines[0]
+    if value in ("null", "~", ""):
+        measured_at = None
+    elif quoted := _QUOTED.fullmatch(value):
+        measured_at = quoted.group(1) if quoted.group(1) is not None else quoted.group(2)
+    else:
+        return None  # a plain scalar YAML may read as something else
+    try:
+        table = pq.read_table(run_dir / CELLS_FILE)
+        names = [n for n in table.column_names if n in KEY_COLUMNS or n.startswith("pub_")]
+        return source_key_of(measured_at, table.select(names).to_pylist())
+    except (pa.ArrowException, OSError, KeyError, TypeError, ValueError):
+        return None
 
 
 def already_line(found: Existing) -> str:

@@ -183,6 +183,25 @@ def test_a_run_under_an_earlier_id_is_recognised(tmp_path: Path) -> None:
     assert snapshot(tmp_path / "data") == before
 
 
+@pytest.mark.parametrize("dated", [False, True])
+def test_a_resaved_page_finds_the_run_under_an_earlier_id(tmp_path: Path, dated: bool) -> None:
+    """Other bytes (so not by the file's sha256), another id: found by its key alone,
+    dated or not (an undated folder is keyed from its raw cells before a full read)."""
+    name = "kimi-k2.6-int4-h200x8.kv-tsv.txt" if dated else QWEN
+    page = (DATA if dated else SEEDS) / name
+    first = import_file(page, tmp_path / "data")
+    old = rename_run(first.path, first.run_id[:-8] + "0badc0de")
+    import_file(SEEDS / "kimi-k2.6-nvfp4-rtxpro6000x8.txt", tmp_path / "data")  # another run
+    resaved = tmp_path / "resaved.txt"
+    resaved.write_bytes(page.read_bytes().replace(b"\n", b"\r\n"))
+    before = snapshot(tmp_path / "data")
+    again = import_file(resaved, tmp_path / "data")
+    assert (again.created, again.path) == (False, old)
+    assert again.message() == (f"already imported as {old}: the same source (the same "
+                               "published numbers); nothing written")
+    assert snapshot(tmp_path / "data") == before
+
+
 def test_the_same_file_read_differently_is_not_imported_twice(tmp_path: Path) -> None:
     """An earlier importer read other numbers from the same bytes: the folder is
     recognised by the file's sha256, kept, and the line says what differs."""
@@ -285,3 +304,17 @@ def test_measured_runs_have_no_source_key() -> None:
     if run is None:
         pytest.skip("no measured sample run")
     assert source_key(run.info, run.cells) is None
+
+
+def test_only_folders_that_could_match_are_read() -> None:
+    """The cheap look at run.yaml's text never rules out a folder that matches."""
+    from bench.importer.existing import could_match
+
+    dated = "source: imported\nmeasured_at: '2026-03-03T14:05:00Z'\n"
+    assert could_match(dated, "2026-03-03", None)
+    assert not could_match(dated, "", None) and not could_match(dated, "2026-03-04", "ab12")
+    assert could_match(dated + "  source_sha256: ab12\n", "2026-03-04", "ab12")
+    assert could_match("source: imported\nmeasured_at: null\n", "", None)
+    assert could_match("source: imported\nmeasured_at: 2026/03/03\n", "2026-03-03", None)
+    assert not could_match("source: measured\nmeasured_at: null\nimported: null\n", "", None)
+    assert could_match("run_id: x\nsource: 'imported'\n", "", None)

@@ -12,8 +12,10 @@ import yaml
 from click.testing import CliRunner
 
 from rundir import contract
-from rundir.io import read_run_info
+from rundir.io import read_run, read_run_info
 from rundir.slugs import slugify, unique_slugs
+from site_builder import load
+from site_builder.aggregate import aggregate_run
 from site_builder.cli import main
 from site_builder.load import find_run_dirs, same_source
 from tests.support.synthetic_runs import make_measured_run
@@ -202,5 +204,22 @@ def test_same_source_groups_only_imported_runs(tmp_path: Path) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=contract.CELLS_SCHEMA),
                    c / contract.CELLS_FILE)
     m = _run(tmp_path, "m")
-    runs = [(p, read_run_info(p)) for p in (b, a, c, m)]
+    runs = [(p, read_run_info(p), None) for p in (b, a, c, m)]
     assert same_source(runs) == {a: b}  # the first in the order given is the one kept
+    agg = aggregate_run(read_run(a))  # what the build has in memory groups them first
+    runs = [(p, read_run_info(p), agg) for p in (b, a)]
+    assert same_source(runs) == {a: b}
+
+
+def test_same_source_reads_cells_only_when_figures_agree(tmp_path: Path, monkeypatch) -> None:
+    """Distinct imported runs are told apart by their aggregates, without a read."""
+    src = _bundled_imported()
+    a = _imported_copy(src, tmp_path / "a", "a")
+    b = _imported_copy(src, tmp_path / "b", "b")
+    agg_a = aggregate_run(read_run(a))
+    agg_b = aggregate_run(read_run(a))
+    agg_b.cells[0].total_tok_s = (agg_b.cells[0].total_tok_s or 0.0) + 1.0
+    reads: list[Path] = []
+    monkeypatch.setattr(load, "read_table", lambda path, name: reads.append(path))
+    assert same_source([(a, read_run_info(a), agg_a), (b, read_run_info(b), agg_b)]) == {}
+    assert reads == []

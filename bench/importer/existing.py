@@ -103,12 +103,14 @@ def could_match(text: str, date: str, sha256: str | None) -> bool:
 
 def find_same_source(out: Path, key: str, sha256: str | None, info: RunInfo,
                      cells: pa.Table) -> Existing | None:
-    """The first run directory directly under out (by name) holding this source.
+    """The first run directory directly under out (by name) holding this source;
+    one holding the same numbers wins over one only imported from the same file.
 
     run.yaml's text decides cheaply which folders can match (imported, and the
     same measured date or the same file's sha256) before any is read whole.
     """
     date = (info.measured_at or "")[:10]
+    same_file: Existing | None = None
     for child in sorted(Path(out).iterdir()) if Path(out).is_dir() else []:
         if child.name.startswith(".") or not (child / RUN_YAML).is_file():
             continue
@@ -122,9 +124,10 @@ def find_same_source(out: Path, key: str, sha256: str | None, info: RunInfo,
         if quick is not None and quick != key and not (sha256 and sha256 in text):
             continue  # surely another source: not validated whole (a few ms a folder)
         found = match(child, key, sha256, info, cells)
-        if found is not None:
+        if found is not None and not found.by_file_only:
             return found
-    return None
+        same_file = same_file or found
+    return same_file
 
 
 _MEASURED_AT_LINE = re.compile(r"^measured_at:[ \t]*(.*?)[ \t]*$", re.MULTILINE)

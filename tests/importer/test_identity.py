@@ -218,6 +218,10 @@ def test_the_same_file_read_differently_is_not_imported_twice(tmp_path: Path) ->
                       "reads differently (published numbers); nothing written (remove that "
                       "folder to import it again)\n")
     assert snapshot(tmp_path / "data") == before
+    exact = import_file(SEEDS / QWEN, tmp_path / "other")  # the same numbers, named later
+    shutil.copytree(exact.path, tmp_path / "data" / "zz-same-numbers")
+    again = import_file(SEEDS / QWEN, tmp_path / "data")
+    assert again.path == tmp_path / "data" / "zz-same-numbers" and not again.created
 
 
 def test_other_runs_in_the_folder_are_left_alone(tmp_path: Path) -> None:

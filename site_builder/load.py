@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rundir import contract
+from rundir import contract, identity
 from rundir.contract import ContractError, RunInfo
-from rundir.io import RunData, read_run, read_run_info
+from rundir.io import RunData, read_run, read_run_info, read_table
 
 RUN_FILES = (
     contract.RUN_YAML,
@@ -232,3 +232,47 @@ def one_line(exc: BaseException, where: Path) -> str:
     if isinstance(exc, ContractError) and text:
         return text
     return f"{where}: {type(exc).__name__}: {text}" if text else f"{where}: {type(exc).__name__}"
+
+
+def same_source(runs: list[tuple[Path, RunInfo, Any]]) -> dict[Path, Path]:
+    """{run folder: the earlier folder (in the given order) holding the same source}.
+
+    Why: an imported source may lie twice under --data under two ids (imported
+    by an importer whose ids moved, or copied by hand), and publishing both
+    would count one measurement twice in every ranking and history. Only
+    imported runs have a source key (rundir.identity). Each entry is (folder,
+    run.yaml, aggregate or None); runs are grouped first by what is already in
+    memory (measured_at and the aggregate's published figures), and only a
+    group of two or more reads its small cells.parquet files to compare keys,
+    so a site without duplicates reads nothing more. A folder whose cells
+    cannot be read is left to the normal loading, which reports it.
+    """
+    groups: dict[tuple, list[tuple[Path, RunInfo]]] = {}
+    for path, info, agg in runs:
+        if info.source == contract.SOURCE_IMPORTED:
+            groups.setdefault((info.measured_at, _figures(agg)), []).append((path, info))
+    dups: dict[Path, Path] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        first: dict[str, Path] = {}
+        for path, info in members:
+            try:
+                key = identity.source_key(info, read_table(path, contract.CELLS_FILE))
+            except ContractError:
+                continue
+            if key is None:
+                continue
+            if key in first:
+                dups[path] = first[key]
+            else:
+                first[key] = path
+    return dups
+
+
+def _figures(agg: Any) -> tuple:
+    """The aggregate's published figures by cell, hashable (() without one): equal
+    for two runs with the same source key, since both come from the same cells."""
+    cells = getattr(agg, "cells", None) or []
+    return tuple((c.phase, c.context, c.concurrency, repr(c.total_tok_s), repr(c.ttft_ms),
+                  repr(c.tbt_ms), repr(c.per_request_tok_s)) for c in cells)

@@ -186,7 +186,12 @@ def _load_all(sources: list[load.RunSource], cache: AggregateCache, report: Buil
 def _views(loaded: list[tuple[load.RunSource, Any, Any]], report: BuildReport) -> list[RunView]:
     seen: dict[str, Path] = {}
     kept = []
+    twice = load.same_source([(src.path, info, agg) for src, info, agg in loaded])
     for src, info, agg in loaded:
+        if src.path in twice:  # one measurement, imported twice: published once
+            report.warnings.append(f"skipped {src.path}: the same source as {twice[src.path]}"
+                                   " (the same published numbers), which is published")
+            continue
         if info.run_id in seen:
             report.errors.append(f"{src.path / RUN_YAML}: field run_id: {info.run_id!r} is "
                                  f"also used by {seen[info.run_id]}")

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import click
 
+from bench.importer.copyrun import import_run_dir
 from bench.importer.llmbench import import_json_file
 from bench.importer.llmbench_read import JsonImportError, is_json_file
 from bench.importer.parse import PageError
 from bench.importer.write import TargetError, import_file
 from bench.redact import redact
 from rundir.clierrors import EXIT_FAILED, fail
+from rundir.contract import ContractError
 
 
 def _fail(message: str) -> None:
@@ -25,7 +27,7 @@ def _fail(message: str) -> None:
 
 
 @click.command("import")
-@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("path", type=click.Path(path_type=Path))
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -35,16 +37,23 @@ def _fail(message: str) -> None:
 )
 def import_cmd(path: Path, out: Path) -> None:
     """Import PATH as a run directory: a published Speed test matrix page saved
-    as text, or an llm-inference-bench JSON report (benchmark_results.json).
+    as text, an llm-inference-bench JSON report (benchmark_results.json), or a
+    run directory from elsewhere (copied whole to OUT/<run_id>/, validated first).
 
     The kind is told from the content, not the extension: a file starting with
-    '{' is read as the tool's JSON. The run id is derived from the content, so
-    importing the same file again is a no-op; a folder holding a different run
-    is never overwritten. The JSON is kept, redacted, under the run's raw/.
-    Prints the run directory's path.
+    '{' is read as the tool's JSON. The run id is derived from the measurements
+    (the published numbers and when they were measured), so importing the same
+    source again, saved another way or from another folder, is a no-op that
+    names the run directory already holding it, under whatever id; a folder
+    holding a different run is never overwritten. A run directory is already
+    there when a folder under OUT holds its run id with the same files (or, for
+    an imported run, the same source). The JSON is kept, redacted, under the
+    run's raw/. Prints the run directory's path.
     """
     try:
-        if is_json_file(path):
+        if path.is_dir():
+            result = import_run_dir(path, out)
+        elif is_json_file(path):
             result = import_json_file(path, out)
         else:
             result = import_file(path, out)
@@ -57,12 +66,16 @@ def import_cmd(path: Path, out: Path) -> None:
     except TargetError as exc:
         _fail(str(exc))
         return
+    except ContractError as exc:  # a run directory that does not read under the contract
+        _fail(" ".join(str(exc).split()))
+        return
     except OSError as exc:
         _fail(f"{exc.filename or path}: {exc.strerror or exc}")
         return
     click.echo(str(result.path))
-    if not result.created:
-        click.echo(f"{result.path}: already imported, unchanged", err=True)
+    line = result.message()
+    if line is not None:
+        click.echo(line, err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m bench.importer.cli`

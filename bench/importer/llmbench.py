@@ -50,6 +50,7 @@ from rundir.contract import (
     Parameters,
     RunInfo,
 )
+from rundir.identity import source_key
 from rundir.slugs import slugify
 
 RAW_FILE = "raw/llm-inference-bench.json"
@@ -95,14 +96,16 @@ def write_report(report: ToolReport, out: Path, source_file: str, sha256: str) -
         report.version, report.version_tuple, redact_tree(report.metadata),
         redact_tree(report.results), redact_tree(report.prefill), redact_tree(report.data),
     )
-    blob = json.dumps(report.data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    digest = hashlib.sha256(blob.encode("utf-8")).hexdigest()
     info = run_info(report, "", redact(source_file), sha256)
+    cells = cells_table(report)
+    # the id ends in the source key (rundir.identity): the report's published
+    # figures by cell and its timestamp, whatever its formatting or key order
+    digest = source_key(info, cells) or ""
     parts = [info.model.name, info.engine.name, info.engine.version]
     run_id = slugify("-".join(p for p in parts if p), "imported") + f"-{digest[:8]}"
     info.run_id = run_id
     raw = json.dumps(report.data, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
-    return write_run_dir(out, run_id, info, cells_table(report), {RAW_FILE: raw})
+    return write_run_dir(out, run_id, info, cells, {RAW_FILE: raw})
 
 
 # -- run.yaml -----------------------------------------------------------------

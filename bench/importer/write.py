@@ -2,16 +2,18 @@
 
 Why so careful: an import must be all or nothing and repeatable. The run is
 written into a temporary sibling folder, validated with ``read_run`` and
-renamed into place only when whole; its id is derived from the content, so
-importing the same page twice lands on the same folder and is a no-op, and
-a folder holding a different run is never overwritten.
+renamed into place only when whole. Its id is derived from the measurements
+only (:mod:`rundir.identity`), so importing the same source again, from any
+file or folder, lands on the same id; and before writing, the folder is
+searched for the same source under any id (:mod:`.existing`), so a run an
+earlier importer wrote is recognised rather than duplicated. A folder holding
+a different run is never overwritten.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from bench.importer.existing import Existing, already_line, find_same_source, match
 from bench.importer.parse import PageError, PublishedPage, parse_page
 from bench.redact import redact, redact_tree
 from rundir.contract import (
@@ -26,10 +29,10 @@ from rundir.contract import (
     CELLS_SCHEMA,
     SCHEMA_VERSION,
     SOURCE_IMPORTED,
-    ContractError,
     Imported,
     RunInfo,
 )
+from rundir.identity import source_key, source_key_of
 from rundir.io import atomic_write_bytes, is_run_dir, read_run, write_run_info, write_table
 from rundir.slugs import slugify
 
@@ -49,29 +52,23 @@ class TargetError(Exception):
 class ImportResult:
     path: Path
     run_id: str
-    created: bool  # False: the same run was already there (nothing written)
+    created: bool  # False: the same source was already there (nothing written)
+    existing: Existing | None = None  # how it was recognised, when not created
 
-
-# Run parameters added to the contract after pages were first imported, with the
-# value a published page always has: left out of the digest, so a page imported
-# again keeps the id it was given before they existed.
-_LATER_PARAMETERS: dict[str, tuple[object, ...]] = {"repeats": (None, 1)}
+    def message(self) -> str | None:
+        """The line saying it was already there (None when the run was written)."""
+        return None if self.existing is None else already_line(self.existing)
 
 
 def content_digest(page: PublishedPage) -> str:
-    """sha256 of the parsed content, so re-saving a page another way keeps its id."""
-    data = dataclasses.asdict(page)
-    data.pop("format")
-    params = data.get("parameters") or {}
-    for name, defaults in _LATER_PARAMETERS.items():  # at its default: as if it did not exist
-        if params.get(name) in defaults:
-            params.pop(name, None)
-    blob = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    """The page's source key: its published numbers by cell and when it was measured
+    (rundir.identity), so the title, byline, notes, whitespace or table style of a
+    page saved again, and fields the parser gains later, leave its id alone."""
+    return source_key_of(page.measured_at, cells_table(page).to_pylist())
 
 
 def run_id_for(page: PublishedPage) -> str:
-    """``kimi-k2.6-h200-sxm-x8-vllm-0.29.0-1a2b3c4d``: readable, then content-derived."""
+    """``kimi-k2.6-h200-sxm-x8-vllm-0.29.0-1a2b3c4d``: readable, then the source key."""
     hw, eng = page.hardware, page.engine
     parts = [
         page.model.name,
@@ -137,18 +134,6 @@ def cells_table(page: PublishedPage) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=CELLS_SCHEMA)
 
 
-def _same_run(target: Path, info: RunInfo, cells: pa.Table) -> bool:
-    """Whether target already holds this run (the source file's name may differ)."""
-    try:
-        existing = read_run(target)
-    except ContractError:
-        return False
-    mine, theirs = info.to_dict(), existing.info.to_dict()
-    mine.pop("imported")
-    theirs.pop("imported")
-    return mine == theirs and existing.cells.to_pylist() == cells.to_pylist()
-
-
 def write_run(page: PublishedPage, out: Path, source_file: str, sha256: str) -> ImportResult:
     """Write ``out/<run_id>/`` whole or not at all; the same run again is a no-op.
 
@@ -167,11 +152,13 @@ def write_run_dir(
     out: Path, run_id: str, info: RunInfo, cells: pa.Table,
     files: dict[str, bytes] | None = None,
 ) -> ImportResult:
-    """Write ``out/<run_id>/`` whole or not at all; the same run again is a no-op.
+    """Write ``out/<run_id>/`` whole or not at all; the same source again is a no-op.
 
-    Shared by every importer (pages, llm-inference-bench JSON). ``files`` are
-    extra raw files by relative path (e.g. ``raw/source.json``), already
-    redacted by the caller, written inside the temporary folder too.
+    The same source is recognised at ``out/<run_id>`` and, under another id,
+    in any imported run directly under ``out`` (see :mod:`.existing`). Shared
+    by every importer (pages, llm-inference-bench JSON). ``files`` are extra
+    raw files by relative path (e.g. ``raw/source.json``), already redacted by
+    the caller, written inside the temporary folder too.
     """
     out = Path(out)
     if is_run_dir(out):
@@ -181,12 +168,18 @@ def write_run_dir(
     if out.exists() and not out.is_dir():
         raise TargetError(f"{out}: is not a folder")
     target = out / run_id
+    key = source_key(info, cells) or ""
+    sha = info.imported.source_sha256 if info.imported else None
     if target.exists() or target.is_symlink():
         if not is_run_dir(target):
             raise TargetError(f"{target}: exists and is not a run directory; not overwritten")
-        if _same_run(target, info, cells):
-            return ImportResult(target, run_id, created=False)
-        raise TargetError(f"{target}: already holds a different run; not overwritten")
+        found = match(target, key, None, info, cells)
+        if found is None:
+            raise TargetError(f"{target}: already holds a different run; not overwritten")
+        return ImportResult(target, run_id, created=False, existing=found)
+    found = find_same_source(out, key, sha, info, cells)
+    if found is not None:
+        return ImportResult(found.path, found.run_id, created=False, existing=found)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=".tmp", dir=out))
     try:
@@ -201,8 +194,9 @@ def write_run_dir(
         try:
             tmp.rename(target)  # atomic; fails if target appeared meanwhile and is not empty
         except OSError:
-            if is_run_dir(target) and _same_run(target, info, cells):
-                return ImportResult(target, run_id, created=False)  # a concurrent import won
+            found = match(target, key, None, info, cells) if is_run_dir(target) else None
+            if found is not None:  # a concurrent import of the same source won
+                return ImportResult(target, run_id, created=False, existing=found)
             raise TargetError(f"{target}: appeared while importing; not overwritten") from None
     finally:
         if tmp.exists():

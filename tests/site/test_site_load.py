@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from rundir import contract
+from rundir.io import read_run, read_run_info
 from rundir.slugs import slugify, unique_slugs
+from site_builder import load
+from site_builder.aggregate import aggregate_run
 from site_builder.cli import main
-from site_builder.load import find_run_dirs
+from site_builder.load import find_run_dirs, same_source
 from tests.support.synthetic_runs import make_measured_run
 
 
@@ -138,3 +143,83 @@ def test_slugs() -> None:
     assert slugify("../../etc") == "etc"
     assert slugify("<>") == "run"
     assert unique_slugs(["A", "a", "a!"]) == ["a", "a-2", "a-3"]
+
+
+# -- one source imported twice (issue 21) -------------------------------------------
+
+BUNDLED = Path(__file__).resolve().parents[2] / "data"
+
+
+def _imported_copy(src: Path, dest: Path, run_id: str, **changes) -> Path:
+    """A copy of an imported run under another id (as an earlier importer left it)."""
+    shutil.copytree(src, dest)
+    data = yaml.safe_load((dest / contract.RUN_YAML).read_text(encoding="utf-8"))
+    data.update(run_id=run_id, **changes)
+    (dest / contract.RUN_YAML).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return dest
+
+
+def _bundled_imported() -> Path:
+    runs = sorted(p for p in BUNDLED.glob("qwen3.5-4b-*") if (p / contract.RUN_YAML).is_file())
+    if not runs:
+        pytest.skip("no bundled imported run")
+    return runs[0]
+
+
+def test_one_source_twice_is_published_once_with_a_warning(tmp_path: Path) -> None:
+    src = _bundled_imported()
+    data = tmp_path / "data"
+    kept = _imported_copy(src, data / src.name, src.name)
+    twice = _imported_copy(src, data / "zz-imported-again", "zz-imported-again")
+    other = _run(tmp_path, "measured")  # a measured run is never compared
+    res = _build(tmp_path)
+    assert res.exit_code == 0, res.output
+    assert _error_lines(res.stderr) == [
+        f"warning: skipped {twice}: the same source as {kept} (the same published numbers), "
+        "which is published"]
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "zz-imported-again" not in index and f"runs/{other.name}/index.html" in index
+    assert not (tmp_path / "site" / "runs" / "zz-imported-again").exists()
+    assert len([p for p in (tmp_path / "site" / "runs").iterdir() if p.is_dir()]) == 2
+
+
+def test_same_numbers_measured_at_another_time_are_two_runs(tmp_path: Path) -> None:
+    src = _bundled_imported()
+    data = tmp_path / "data"
+    _imported_copy(src, data / src.name, src.name)
+    _imported_copy(src, data / "zz-dated", "zz-dated", measured_at="2026-03-03T14:05:00Z")
+    res = _build(tmp_path)
+    assert res.exit_code == 0 and _error_lines(res.stderr) == []
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "runs/zz-dated/index.html" in index
+
+
+def test_same_source_groups_only_imported_runs(tmp_path: Path) -> None:
+    src = _bundled_imported()
+    a = _imported_copy(src, tmp_path / "a", "a")
+    b = _imported_copy(src, tmp_path / "b", "b")
+    c = _imported_copy(src, tmp_path / "c", "c")
+    rows = pq.read_table(c / contract.CELLS_FILE).to_pylist()
+    rows[0]["pub_total_tok_s"] = (rows[0]["pub_total_tok_s"] or 0.0) + 1.0
+    pq.write_table(pa.Table.from_pylist(rows, schema=contract.CELLS_SCHEMA),
+                   c / contract.CELLS_FILE)
+    m = _run(tmp_path, "m")
+    runs = [(p, read_run_info(p), None) for p in (b, a, c, m)]
+    assert same_source(runs) == {a: b}  # the first in the order given is the one kept
+    agg = aggregate_run(read_run(a))  # what the build has in memory groups them first
+    runs = [(p, read_run_info(p), agg) for p in (b, a)]
+    assert same_source(runs) == {a: b}
+
+
+def test_same_source_reads_cells_only_when_figures_agree(tmp_path: Path, monkeypatch) -> None:
+    """Distinct imported runs are told apart by their aggregates, without a read."""
+    src = _bundled_imported()
+    a = _imported_copy(src, tmp_path / "a", "a")
+    b = _imported_copy(src, tmp_path / "b", "b")
+    agg_a = aggregate_run(read_run(a))
+    agg_b = aggregate_run(read_run(a))
+    agg_b.cells[0].total_tok_s = (agg_b.cells[0].total_tok_s or 0.0) + 1.0
+    reads: list[Path] = []
+    monkeypatch.setattr(load, "read_table", lambda path, name: reads.append(path))
+    assert same_source([(a, read_run_info(a), agg_a), (b, read_run_info(b), agg_b)]) == {}
+    assert reads == []

@@ -325,6 +325,12 @@ def test_index_no_longer_inlines_the_ranking_data(sites: dict[str, Path]) -> Non
     biggest = max(files, key=lambda f: (len(data_file(site, f)["runs"]), f == "synth-4b"))
     assert options[0][:2] == (biggest, " selected") and "(2 runs)" in options[0][2]
     assert options[-1][0] == "*" and "not comparable on speed alone" in options[-1][2]
+    # every file has the choices at every point the index's chooser offers
+    ctx = re.findall(r'<option value="([^"]+)">', form[form.index('name="ctx"'):form.index(
+        'name="n"')])
+    levels = re.findall(r'<option value="(\d+)">', form[form.index('name="n"'):form.index(
+        'name="by"')])
+    assert set(points) == {f"{c}-{n}" for c in ctx for n in levels} and len(points) > 4
     # every family's option names its own default point
     assert all(re.search(rf'value="{slug}" data-default-at="[^"]+-\d+"', form) for slug in files)
 

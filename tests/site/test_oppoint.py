@@ -416,6 +416,29 @@ def test_built_index_prints_a_block_per_family_named_by_points(sites: dict[str, 
     assert set(re.findall(r'<tr data-slug="([^"]+)"', slo_part)) == {"synth-a", "synth-b"}
 
 
+def test_a_sites_worth_of_runs_ranks_every_block_within_its_family(
+        tmp_path: Path) -> None:
+    # Eight families, a 4B model ten times as fast as a 1T one: each block's winners
+    # are runs of that block's family, and the row names are the asked points.
+    from site_builder.publish import build_site
+    from tests.support.many_runs import make_many_runs
+
+    make_many_runs(tmp_path / "data", 40, seed=3)
+    site = tmp_path / "site"
+    assert build_site(tmp_path / "data", site, cache_dir=tmp_path / "cache", jobs=1).errors == []
+    family_of = {r["slug"]: p.stem for p in (site / rankings.DATA_DIR).glob("*.js")
+                 for r in data_file(site, p.stem)["runs"]}
+    index = (site / "index.html").read_text("utf-8")
+    section = index[index.index('id="oppoint"'):index.index('id="slo-rank"')]
+    blocks = re.findall(r'<tbody data-family="([^"]+)">(.*?)</tbody>', section, re.S)
+    assert len(blocks) == min(rankings.SUMMARY_FAMILIES, len(set(family_of.values())))
+    for family, body in blocks:
+        winners = re.findall(r'<a href="runs/([^/]+)/index.html">', body)
+        assert winners and {family_of[w] for w in winners} == {family}, family
+        titles = re.findall(r'<th scope="row">([^<]*) <span', body)
+        assert titles and all(re.fullmatch(r"\d+K × \d+", t) for t in titles)
+
+
 # ---- browser: the choice lives in the address --------------------------------
 @pytest.mark.browser
 def test_chooser_state_lives_in_the_url_over_file(browser: Any, sites: dict[str, Path]) -> None:

@@ -3,9 +3,10 @@
 Readers ask "at 32K context and 8 requests at once, which run is fastest?".
 This module answers it from the runs' decode cells, purely (no I/O): the
 family pages and the index print its build-time answers (the "fastest at"
-summary, shown without JavaScript too) and hand its choices to
-templates/static/oppoint.js, which only re-sorts them (the rule for picking a
-cell lives here alone; every number arrives pre-formatted).
+summary, shown without JavaScript too) and site_builder/rankings.py hands its
+choices to templates/static/oppoint.js, which only re-sorts them (the rule for
+picking a cell lives here alone; every number arrives pre-formatted). The
+pages rank runs within one model family (rankings.py says why and how).
 
 Which cell of a run stands for a point:
 
@@ -27,7 +28,7 @@ run's `price`, site_builder/prices.py; lower is better).
 Under latency limits (site_builder/slo.py) each run is also ranked by its best
 cell among those meeting the limits (`slo_rank`); the page's scripts redo that
 choice when the reader changes the limits or the percentile, from every cell's
-percentiles carried in the page data (`client_data`: `lv`, `lt`, `ci`). When
+percentiles in the ranking data (`rankings.client_data`: `lv`, `lt`, `ci`). When
 cells carry 95% intervals (repeated windows), neighbouring places whose intervals
 overlap are marked tied within noise; without intervals no tie is claimed.
 """
@@ -35,11 +36,12 @@ overlap are marked tied within noise; without intervals no tie is claimed.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rundir import contract, tails, words
+from rundir import contract, words
 from site_builder import prices, slo
 from site_builder.aggregate import CellResult
 from site_builder.views import RunView
@@ -164,28 +166,45 @@ def rank(runs: list[RunView], point: Point, by: str = "per_gpu") -> list[Entry]:
     return with_value + without
 
 
+def _definers(runs: list[RunView]) -> list[RunView]:
+    """The runs whose cells decide the summary's points: the runs on GPUs, or every
+    run when none records a GPU. A CPU test run (a tiny model at 1K) is still ranked
+    at the points, at its nearest cell, but never sets them."""
+    measured = [r for r in runs if _measured(r)]
+    return [r for r in measured if gpus(r)] or measured
+
+
 def summary_points(runs: list[RunView]) -> list[tuple[str, Point]]:
-    """The common points of the "fastest at" summary: 1 request at the smallest
-    shared context, 8 requests at 32K, and the largest shared context at the most
-    requests every run measured there (1 when they share none). A context is
-    shared when every run measured it (by label); with none shared the smallest
-    and largest measured contexts stand in, and `pick` marks the nearest cells."""
-    per_run = [{words.context_label(x.context): x.context for x in _measured(r)} for r in runs]
-    per_run = [m for m in per_run if m]
-    if not per_run:
+    """The points of the "fastest at" summary, each named by the point itself:
+    1 request at the smallest of the contexts measured by the most runs; 8 requests
+    at 32K when some run measured it; the largest context a majority of the runs
+    measured, at the most requests a majority of those measured there. Counted over
+    `_definers` (by context label), so neither one run's odd matrix nor a CPU test
+    run names a row; with no context a majority shares, the most measured stands in."""
+    definers = _definers(runs)
+    if not definers:
         return []
-    shared = set.intersection(*(set(m) for m in per_run))
-    tokens = {label: n for m in per_run for label, n in m.items()}
-    pool = shared or set(tokens)
-    small = min(pool, key=lambda label: tokens[label])
-    large = max(pool, key=lambda label: tokens[label])
-    levels = [{x.concurrency for x in _measured(r) if words.context_label(x.context) == large}
-              for r in runs if _measured(r)]
-    common = set.intersection(*levels) if levels and shared else set()
-    top = max(common) if common else 1
-    out = [("1 request", Point(tokens[small], 1)), ("8 requests at 32K", Point(32 * 1024, 8)),
-           ("Largest shared context" if shared else "Largest context",
-            Point(tokens[large], top))]
+    per_run = [{(words.context_label(x.context), x.concurrency) for x in _measured(r)}
+               for r in definers]
+    tokens: dict[str, int] = {}
+    for r in definers:
+        for x in _measured(r):
+            label = words.context_label(x.context)
+            tokens[label] = min(tokens.get(label, x.context), x.context)
+    support = Counter(label for cells in per_run for label in {c for c, _ in cells})
+    most = max(support.values())
+    small = min((c for c, k in support.items() if k == most), key=tokens.__getitem__)
+    majority = len(definers) // 2 + 1
+    common = [c for c, k in support.items() if k >= majority]
+    large = max(common or [c for c, k in support.items() if k == most], key=tokens.__getitem__)
+    at_large = Counter(n for cells in per_run for c, n in cells if c == large)
+    need = support[large] // 2 + 1
+    top = max((n for n, k in at_large.items() if k >= need), default=min(at_large))
+    out = [("single request", Point(tokens[small], 1))]
+    if any(("32K", 8) in cells for cells in per_run):
+        out.append(("common serving point", Point(32 * 1024, 8)))
+    out.append(("largest context most runs measured" if common else "most measured context",
+                Point(tokens[large], top)))
     seen: set[str] = set()
     return [(t, p) for t, p in out if not (p.key in seen or seen.add(p.key))]  # type: ignore[func-returns-value]
 
@@ -196,10 +215,12 @@ def text_of(by: str) -> Callable[[float | None], str]:
             "ttft": words.ttft, "cost": prices.dollars}[by]
 
 
-def summary(runs: list[RunView]) -> list[dict[str, Any]]:
-    """The build-time "fastest at" rows: per common point, the best run by each of
-    SUMMARY_METRICS (and the cheapest when there are prices), as the page prints it."""
-    keys = [*SUMMARY_METRICS, *(["cost"] if priced(runs) else [])]
+def summary(runs: list[RunView], cost: bool | None = None) -> list[dict[str, Any]]:
+    """The build-time "fastest at" rows: per summary point (the row's title is the
+    point, its note what it stands for), the best run by each of SUMMARY_METRICS and
+    the cheapest when `cost` (default: when some run has a price; a page of several
+    families passes the site's answer, so every block has the same columns)."""
+    keys = [*SUMMARY_METRICS, *(["cost"] if (priced(runs) if cost is None else cost) else [])]
     rows = []
     for title, point in summary_points(runs):
         best = []
@@ -215,7 +236,7 @@ def summary(runs: list[RunView]) -> list[dict[str, Any]]:
                 "status": words.status_label(e.cell.status)  # type: ignore[union-attr]
                 if e and e.cell.status != contract.VALID else "",  # type: ignore[union-attr]
             })
-        rows.append({"title": title, "point": point, "best": best})
+        rows.append({"title": point.label, "note": title, "point": point, "best": best})
     return rows
 
 
@@ -230,51 +251,6 @@ def all_points(runs: list[RunView]) -> list[Point]:
             contexts[label] = min(contexts.get(label, x.context), x.context)
             levels.add(x.concurrency)
     return [Point(n, lv) for n in sorted(contexts.values()) for lv in sorted(levels)]
-
-
-def client_data(runs: list[RunView]) -> dict[str, Any]:
-    """What oppoint.js needs to re-rank without re-deciding anything: per run its
-    decode cells (raw values for sorting, texts for printing), and per point the
-    cell standing for each run: i >= 0 the exact cell i, -(i + 2) the nearest cell
-    i, -1 none. A cell with numbers also carries `lv` (its TTFT, time between tokens
-    and per-request tok/s at every level of rundir.tails.LEVELS, None where too few
-    requests), `lt` (the TTFT and per-request texts of those) and, with repeated
-    windows, `ci` (each metric's 95% interval, None where it has none)."""
-    metrics = [*METRICS, *([COST_METRIC] if priced(runs) else [])]
-    keys = [key for key, _, _ in metrics]
-    out_runs, cells_by_run = [], []
-    for run in runs:
-        price = run.price
-        cells = run.agg.decode()
-        cells_by_run.append(cells)
-        rows = []
-        for x in cells:
-            v = cell_values(run, x, price)
-            row = {"label": Point(x.context, x.concurrency).label,
-                   "status": x.status, "status_label": words.status_label(x.status),
-                   "values": [v[k] for k in keys],
-                   "texts": [text_of(k)(v[k]) for k in keys]}
-            if x.has_numbers:  # every level, for the percentile switch and the limits
-                row["lv"], row["lt"] = _levels(x)
-                if x.intervals:
-                    row["ci"] = [interval(run, x, k) for k in keys]
-            rows.append(row)
-        out_runs.append({"slug": run.slug, "title": run.title, "family": run.family,
-                         "family_slug": run.family_slug, "label": run.short_label,
-                         "page": run.page, "price": price.note if price else "",
-                         "cells": rows})
-    choices = {}
-    for point in all_points(runs):
-        row = []
-        for run, cells in zip(runs, cells_by_run, strict=True):
-            cell, exact = pick(run, point)
-            i = next((j for j, x in enumerate(cells) if x is cell), -1)
-            row.append(-1 if i < 0 else (i if exact else -(i + 2)))
-        choices[point.key] = row
-    return {"metrics": [{"key": k, "label": label, "higher": hi} for k, label, hi in metrics],
-            "points": {p.key: p.label for p in all_points(runs)}, "choices": choices,
-            "runs": out_runs, "missing": words.MISSING, "valid": contract.VALID,
-            "levels": list(tails.LEVELS)}
 
 
 def cost_rows(run: RunView) -> list[tuple[str, list[str]]]:
@@ -307,30 +283,12 @@ def default_point(runs: list[RunView]) -> Point | None:
                 (points[0] if points else None))
 
 
-def page_context(runs: list[RunView], *, index: bool) -> dict[str, Any]:
-    """What templates/_partials/oppoint.html prints: the build-time summary, the
-    chooser's options and default, the prices used, and oppoint.js's data."""
-    points = all_points(runs)
-    tops = summary(runs)
-    default = default_point(runs)
-    metrics = [*METRICS, *([COST_METRIC] if priced(runs) else [])]
-    return {
-        "index": index,
-        "summary": tops,
-        "metrics": metrics,
-        "summary_labels": [label for key, label, _ in metrics
-                           if key in (*SUMMARY_METRICS, "cost")],
-        "contexts": list(dict.fromkeys(p.context_label for p in points)),
-        "levels": sorted({p.concurrency for p in points}),
-        "default_at": default.key if default else "",
-        "default_by": "per_gpu",
-        "prices": sorted({r.price.note for r in runs if r.price is not None}),
-        "families": sorted({(r.family_slug, r.family) for r in runs}, key=lambda x: x[1].lower())
-        if index else [],
-        "nearest_note": NEAREST_NOTE,
-        "data": client_data(runs),
-        "slo": slo_context(runs),
-    }
+def page_context(runs: list[RunView], *, index: bool, models: list[Any]) -> dict[str, Any]:
+    """What templates/_partials/oppoint.html prints (site_builder/rankings.py, which
+    builds on this module, hence imported here only when a page is rendered)."""
+    from site_builder import rankings
+
+    return rankings.page_context(runs, index=index, models=models)
 
 
 # ---- under latency limits ----------------------------------------------------
@@ -395,31 +353,3 @@ def slo_rank(runs: list[RunView], limits: slo.Slo, by: str = "per_gpu") -> list[
 def run_limits(runs: list[RunView]) -> slo.RunSlo:
     """The build's limits, as publish gave every run (the site default when none was)."""
     return next((r.slo for r in runs if isinstance(r.slo, slo.RunSlo)), slo.RunSlo(slo.DEFAULT))
-
-
-def _levels(cell: CellResult) -> tuple[dict[str, list[float | None]], dict[str, list[str]]]:
-    """A cell's value at every level (tails.LEVELS) of TTFT, time between tokens and
-    per-request tok/s, and the texts of the two rankings print (TTFT, per request)."""
-    lv = {name: [cell.tail(key, level) for level in tails.LEVELS]
-          for name, key in LEVEL_KEYS.items()}
-    lt = {"ttft": [words.ttft(v) for v in lv["ttft"]],
-          "per_request": [words.tok_s(v) for v in lv["per_request"]]}
-    return lv, lt
-
-
-def slo_context(runs: list[RunView]) -> dict[str, Any]:
-    """What the "fastest under latency limits" block prints without JavaScript (the
-    build's limits, ranked by per GPU) and hands slo.js / oppoint.js."""
-    rs = run_limits(runs)
-    by = "per_gpu" if any(gpus(r) for r in runs) else "total"
-    entries = slo_rank(runs, rs.slo, by)
-    rows = []
-    place = 0
-    for e in entries:
-        place += e.cell is not None and e.values[by] is not None
-        rows.append({"entry": e, "place": place if e.values[by] is not None else None,
-                     "label": Point(e.cell.context, e.cell.concurrency).label if e.cell else "",
-                     "texts": {k: text_of(k)(e.values[k]) for k in e.values}})
-    return {"limits": rs.slo, "given": rs.given, "by": by, "rows": rows,
-            "levels": tails.LEVELS, "default_spec": rs.slo.spec,
-            "metrics": [m for m in (*METRICS, *([COST_METRIC] if priced(runs) else []))]}

@@ -250,7 +250,7 @@ class Pages:
                    ("quantization", "Quantization", options("quantization"))]
         return self.r.render("index.html", depth=0, runs=runs, models=models, filters=filters,
                              columns=INDEX_COLUMNS, peak_notes=_peak_notes(runs), nav="runs",
-                             oppoint=oppoint.page_context(runs, index=True),
+                             oppoint=oppoint.page_context(runs, index=True, models=models),
                              family_points={m.slug: oppoint.default_point(m.runs) for m in models})
 
     def model_page(self, model: FamilyGroup) -> str:
@@ -270,7 +270,7 @@ class Pages:
                                                   levels=lv)]
         return self.r.render("model.html", depth=1, model=model, charts=self.svg.fill(page_charts),
                              peak_notes=_peak_notes(model.runs), nav="runs",
-                             oppoint=oppoint.page_context(model.runs, index=False),
+                             oppoint=oppoint.page_context(model.runs, index=False, models=[model]),
                              tail_levels=lv, matrix_notes=family_matrix_notes())
 
     def compare_page(self, runs: list[RunView]) -> str:

@@ -40,6 +40,7 @@ from site_builder import (
     explore,
     explorecharts,
     load,
+    rankings,
     runpages,
     runrows,
     series,
@@ -318,6 +319,7 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
     records = [runrows.index_record(r) for r in views]
     index = {"generator": f"speed-matrix {version()}", "runs": records}
     series.write_pages(writer, pages, series.attach(views), fp)
+    rankings.write_data(writer, views, models, fp)  # data/oppoint/<family>.js, on demand
     writer.write("index.html", pages.index_page(views, models))
     writer.write("compare.html", pages.compare_page(views))
     writer.write("downloads.html", pages.downloads_page(views))

@@ -5,6 +5,7 @@ keeps them, and the explorer draws its frontier through the cells meeting them."
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,9 +41,13 @@ def session(browser: Any, site: Path) -> Iterator[tuple[Any, Watcher]]:
 
 
 def _oppoint_data(site: Path) -> dict[str, Any]:
+    """The ranking data of the family the index opens on (its chooser's selected
+    option), from the file the page loads on demand (data/oppoint/<family>.js)."""
     html = (site / "index.html").read_text("utf-8")
-    start = html.index(">", html.index('id="oppoint-data"')) + 1
-    return json.loads(html[start:html.index("</script>", start)])
+    family = re.search(r'<option value="([^"]+)" data-default-at="[^"]*" selected>', html)
+    assert family is not None
+    text = (site / "data" / "oppoint" / f"{family.group(1)}.js").read_text("utf-8")
+    return json.loads(text[text.index("] = ") + 4:].strip().rstrip(";"))
 
 
 def _expected(data: dict[str, Any], limits: slo.Slo) -> list[tuple[str, str]]:

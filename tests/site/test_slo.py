@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rundir import contract, tails
-from site_builder import oppoint, slo
+from site_builder import oppoint, rankings, slo
 from site_builder.aggregate import CellResult, RunAggregate
 from site_builder.publish import build_site
 from site_builder.views import RunView
@@ -153,11 +153,31 @@ def test_ties_within_noise_need_overlapping_intervals_on_both_sides() -> None:
 
 def test_client_data_carries_every_level_of_the_judged_figures() -> None:
     run = _run("one", [_cell(K, 8, 900.0, ttft99=1500.0, tbt99=None)])
-    cell = oppoint.client_data([run])["runs"][0]["cells"][0]
+    cell = rankings.client_data([run])["runs"][0]["cells"][0]
     assert cell["lv"]["ttft"] == [50.0, None, None, 1500.0, None]
     assert cell["lv"]["tbt"] == [10.0, None, None, None, None]
     assert cell["lt"]["ttft"][3] == "1,500 ms"
     assert "ci" not in cell
+
+
+def test_latency_ranking_is_within_the_family_and_its_default_measure_follows_it() -> None:
+    # A fast run of another model is not in the family's ranking under the limits.
+    one = _run("one", [_cell(K, 8, 900.0)], gpus=1)
+    eight = _run("eight", [_cell(K, 8, 4000.0)], gpus=8)
+    other = run_info("tiny", info={"hardware": {"gpu_name": None, "gpu_count": None},
+                                   "model": {"name": "tiny-random-llama"}})
+    tiny = RunView(other, RunAggregate("tiny", contract.SOURCE_MEASURED, "d-tiny",
+                                       [_cell(K, 8, 99_000.0)]), "tiny")
+    from site_builder.views import family_groups
+
+    runs = [one, eight, tiny]
+    ctx = rankings.page_context(runs, index=True, models=family_groups(runs))
+    ranked = ctx["slo"]
+    assert [r["entry"].run.run_id for r in ranked["rows"]] == ["one", "eight"]
+    assert ranked["by"] == "per_gpu" and ranked["total"] == 2
+    tiny.slo = slo.RunSlo(LIMITS)  # limits its p99 figures keep
+    alone = rankings.slo_context([tiny])  # a CPU family: no GPU count, ranked by total
+    assert alone["by"] == "total" and alone["rows"][0]["place"] == 1
 
 
 # ---- in a built site -------------------------------------------------------------

@@ -119,8 +119,9 @@ def table_row(run: RunView) -> dict[str, Any]:
             **{f"f_{name}": rec[key] or "" for name, _, key in FILTERS}, "cells": cells}
 
 
-def paginate(rows: list[dict[str, Any]], size: int = PAGE_SIZE) -> list[IndexPage]:
-    """The rows cut into pages of `size` (one empty page for an empty site)."""
+def paginate(rows: list[dict[str, Any]], size: int | None = None) -> list[IndexPage]:
+    """The rows cut into pages of `size` (PAGE_SIZE; one empty page for an empty site)."""
+    size = size or PAGE_SIZE
     count = max(1, -(-len(rows) // size))
     return [IndexPage(n + 1, count, n * size, rows[n * size:(n + 1) * size])
             for n in range(count)]

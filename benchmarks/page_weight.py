@@ -1,6 +1,7 @@
 """What a run page costs a reader (docs/performance.md, "Page weight").
 
-    python benchmarks/page_weight.py [--loads N] [--keep DIR]
+    python benchmarks/page_weight.py [--loads N] [--keep DIR] [--index-runs 300,1000]
+                                     [--index-only]
 
 Builds a site from the bundled data/ plus one real-size synthetic measured
 run (60 cells, ~3 million chunks; benchmarks/_synthetic.py), then reports:
@@ -16,7 +17,12 @@ run (60 cells, ~3 million chunks; benchmarks/_synthetic.py), then reports:
   cached): from navigation start until every chart has been drawn by
   vega-embed (each <figure class="chart"> is "is-live"), read from the
   page's own clock; the median of N loads;
-- requests to any other origin, counted (and aborted) by request interception.
+- requests to any other origin, counted (and aborted) by request interception;
+- the index's first screen at N runs (--index-runs; sites of N synthetic runs,
+  tests/support/many_runs.py): index.html and every stylesheet, script and icon
+  it references, each gzipped on its own (tests/support/weight.py), in all and
+  without the rankings (`oppoint`, `slo-rank` sections: another part of the page);
+  the second static page; the rows file table.js loads on demand.
 
 The machine is shared: render times are medians. The last stdout line is
 one JSON object.
@@ -40,14 +46,19 @@ from urllib.parse import urlsplit
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from benchmarks._synthetic import make_large_run  # noqa: E402
+from site_builder import indexpages  # noqa: E402
 from site_builder.publish import build_site  # noqa: E402
 from site_builder.serve import serve_in_thread  # noqa: E402
+from tests.support.many_runs import make_many_runs  # noqa: E402
+from tests.support.weight import first_screen  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run", "--disable-sync"]
 SLUG = "synthetic-real-size"
-GOALS = {"run_page_gzip_kb": 60.0, "render_s": 1.0, "foreign_requests": 0}
+GOALS = {"run_page_gzip_kb": 60.0, "render_s": 1.0, "foreign_requests": 0,
+         "index_first_screen_gzip_kb": 100.0, "index_first_screen_raw_kb": 600.0}
+RANKINGS = ("oppoint", "slo-rank")
 _REF = re.compile(r'<(?:link|script)\b[^>]*?\b(?:href|src)="([^"]+)"', re.IGNORECASE)
 LIVE_JS = """() => {
   const figs = Array.from(document.querySelectorAll('figure.chart'));
@@ -115,11 +126,61 @@ def render_times(url: str, loads: int) -> dict[str, Any]:
             "foreign_urls": foreign[:5], "console_errors": errors[:5]}
 
 
+def index_weight(root: Path, runs: int) -> dict[str, Any]:
+    """Build a site of `runs` synthetic runs; the index's first-screen weight in KB."""
+    data, site = root / f"many-{runs}" / "data", root / f"many-{runs}" / "site"
+    shutil.rmtree(data.parent, ignore_errors=True)
+    make_many_runs(data, runs, seed=3)
+    t = time.perf_counter()
+    report = build_site(data, site, cache_dir=data.parent / "cache")
+    build_s = time.perf_counter() - t
+    assert not report.errors, report.errors[:3]
+    full, own = first_screen(site), first_screen(site, without=RANKINGS)
+    second = first_screen(site, indexpages.page_file(2)) if runs > indexpages.PAGE_SIZE else None
+    rows = (site / indexpages.ROWS_FILE).read_bytes()
+    kb = lambda b: round(b / 1024, 1)  # noqa: E731
+    out = {"runs": runs, "build_s": round(build_s, 1),
+           "first_screen_raw_kb": kb(full["raw"]), "first_screen_gzip_kb": kb(full["gzip"]),
+           "without_rankings_raw_kb": kb(own["raw"]),
+           "without_rankings_gzip_kb": kb(own["gzip"]),
+           "index_html_raw_kb": kb(full["parts"]["index.html"][0]),
+           "page_2_raw_kb": kb(second["raw"]) if second else None,
+           "page_2_gzip_kb": kb(second["gzip"]) if second else None,
+           "static_pages": len(list(site.glob("index*.html"))),
+           "rows_file_raw_kb": kb(len(rows)), "rows_file_gzip_kb": kb(_gz(rows))}
+    print(f"index at {runs} runs (built in {build_s:.0f} s): first screen "
+          f"{out['first_screen_raw_kb']} KB raw {out['first_screen_gzip_kb']} KB gzip; without "
+          f"the rankings {out['without_rankings_raw_kb']} KB raw "
+          f"{out['without_rankings_gzip_kb']} KB gzip; page 2 {out['page_2_raw_kb']} KB raw "
+          f"{out['page_2_gzip_kb']} KB gzip; rows file (on demand) "
+          f"{out['rows_file_raw_kb']} KB raw {out['rows_file_gzip_kb']} KB gzip", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--loads", type=int, default=5, help="timed page loads (median reported)")
     ap.add_argument("--keep", type=Path, help="build the site here and keep it")
+    ap.add_argument("--index-runs", default="300,1000",
+                    help="comma-separated site sizes to weigh the index at ('' for none)")
+    ap.add_argument("--index-only", action="store_true",
+                    help="weigh only the index (no run page, no browser)")
     args = ap.parse_args()
+    try:
+        sizes = [int(n) for n in args.index_runs.split(",") if n.strip()]
+    except ValueError:
+        ap.error(f"--index-runs: expected comma-separated run counts, got {args.index_runs!r}")
+    if any(n < 1 for n in sizes):
+        ap.error(f"--index-runs: each run count must be 1 or more, got {args.index_runs!r}")
+    if args.index_only:
+        root = args.keep or Path(tempfile.mkdtemp(prefix="page-weight-"))
+        try:
+            index = [index_weight(root, n) for n in sizes]
+        finally:
+            if args.keep is None:
+                shutil.rmtree(root, ignore_errors=True)
+        print(json.dumps({"index": index, "goals_met": _index_goals(index)}))
+        return
     if not Path(CHROMIUM).is_file():
         sys.exit(f"{CHROMIUM} not found (apt-get install chromium); no browser is downloaded")
     root = args.keep or Path(tempfile.mkdtemp(prefix="page-weight-"))
@@ -154,6 +215,7 @@ def main() -> None:
             server.server_close()
         print(f"render: {r['render_runs_s']} s for {r['charts']} charts; {r['requests']} "
               f"requests, {r['foreign_requests']} to other origins", flush=True)
+        index = [index_weight(root, n) for n in sizes]
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -165,11 +227,25 @@ def main() -> None:
         "render_runs_s": r["render_runs_s"], "requests": r["requests"], "charts": r["charts"],
         "console_errors": r["console_errors"], "heaviest_run_page": heaviest[:60],
         "heaviest_run_page_gzip_kb": weights[heaviest]["gzip_kb"], "chunks": chunks,
+        "index": index,
     }
     out["goals_met"] = {"run_page_gzip_kb": out["run_page_gzip_kb"] <= 60.0,
                         "render_s": out["render_s"] < 1.0, "foreign_requests": out[
-                            "foreign_requests"] == 0}
+                            "foreign_requests"] == 0, **_index_goals(index)}
     print(json.dumps(out))
+
+
+def _index_goals(index: list[dict[str, Any]]) -> dict[str, bool]:
+    """The index's goals at every size weighed: the whole first screen, and without the
+    rankings (what the index's own pagination answers for)."""
+    if not index:
+        return {}
+    gz, raw = GOALS["index_first_screen_gzip_kb"], GOALS["index_first_screen_raw_kb"]
+    return {"index_first_screen": all(i["first_screen_gzip_kb"] <= gz
+                                      and i["first_screen_raw_kb"] <= raw for i in index),
+            "index_first_screen_without_rankings": all(
+                i["without_rankings_gzip_kb"] <= gz and i["without_rankings_raw_kb"] <= raw
+                for i in index)}
 
 
 if __name__ == "__main__":

@@ -12,7 +12,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rundir import contract, tails, words
-from site_builder import charts, drillcharts, explorecharts, formats, metrictable, oppoint, runrows
+from site_builder import (
+    charts,
+    drillcharts,
+    explorecharts,
+    formats,
+    indexpages,
+    metrictable,
+    oppoint,
+    runrows,
+)
 from site_builder.aggregate import CellResult
 from site_builder.glossary import (
     CACHE_NOTE,
@@ -36,18 +45,8 @@ AVG_SOURCE = {"server": "requests in flight − server's waiting gauge",
               "client": "client's streams receiving tokens",
               "published": "as published"}
 
-INDEX_COLUMNS = [
-    ("model", "Model", "text"),
-    ("gpu", "GPU", "text"),
-    ("gpus", "GPUs", "num"),
-    ("engine", "Engine", "text"),
-    ("version", "Version", "text"),
-    ("quantization", "Quantization", "text"),
-    ("measured", "Measured", "text"),
-    ("single", "Single stream tok/s", "num"),
-    ("peak", "Peak total tok/s", "num"),
-    ("prefill", "Prefill tok/s at 8K", "num"),
-]
+# The index's columns: (key, label, kind) (site_builder/indexpages.py).
+INDEX_COLUMNS = indexpages.COLUMNS
 # The compare page's choices: (key, label, better), from the metric table.
 COMPARE_METRICS = [(m.key, m.header, m.better) for m in metrictable.COMPARED]
 
@@ -241,17 +240,33 @@ class Pages:
         return rows + _count_rows(x, d)
 
     # ---- site-wide ------------------------------------------------------
-    def index_page(self, runs: list[RunView], models: list[FamilyGroup]) -> str:
-        def options(key: str) -> list[str]:
-            return sorted({v for r in runs if (v := runrows.index_record(r)[key])}, key=str.lower)
+    def index_pages(self, runs: list[RunView],
+                    models: list[FamilyGroup]) -> list[tuple[str, str]]:
+        """The index's static pages (index.html, index-2.html, …) and the rows file
+        table.js loads on demand, as (path, text); newest runs first."""
+        rows = [indexpages.table_row(r) for r in indexpages.default_order(runs)]
+        rows_text, rows_src = indexpages.rows_script(rows)
+        records = [runrows.index_record(r) for r in runs]
 
-        filters = [("model", "Model", sorted({r.model for r in runs}, key=str.lower)),
-                   ("gpu", "GPU", options("gpu")), ("engine", "Engine", options("engine")),
-                   ("quantization", "Quantization", options("quantization"))]
-        return self.r.render("index.html", depth=0, runs=runs, models=models, filters=filters,
-                             columns=INDEX_COLUMNS, peak_notes=_peak_notes(runs), nav="runs",
-                             oppoint=oppoint.page_context(runs, index=True, models=models),
-                             family_points={m.slug: oppoint.default_point(m.runs) for m in models})
+        def options(key: str) -> list[str]:
+            return sorted({v for rec in records if (v := rec[key])}, key=str.lower)
+
+        filters = [(name, label, options(key)) for name, label, key in indexpages.FILTERS]
+        common = {"total": len(runs), "models": models, "filters": filters,
+                  "columns": INDEX_COLUMNS, "peak_notes": _peak_notes(runs), "nav": "runs",
+                  "rows_src": rows_src}
+        out = [(indexpages.ROWS_FILE, rows_text)]
+        for page in indexpages.paginate(rows):
+            extra: dict[str, Any] = {}
+            if page.number == 1:  # the rankings and the model list: on the first page only
+                extra = {"oppoint": oppoint.page_context(runs, index=True, models=models),
+                         "family_points": {m.slug: oppoint.default_point(m.runs)
+                                           for m in models}}
+            out.append((page.rel, self.r.render(
+                "index.html", depth=0, page=page, **common, **extra,
+                links=indexpages.page_links(page.number, page.count),
+                page_file=indexpages.page_file)))
+        return out
 
     def model_page(self, model: FamilyGroup) -> str:
         series = [(r.short_label, r.agg.cells) for r in model.runs]

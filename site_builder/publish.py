@@ -320,7 +320,8 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
     index = {"generator": f"speed-matrix {version()}", "runs": records}
     series.write_pages(writer, pages, series.attach(views), fp)
     rankings.write_data(writer, views, models, fp)  # data/oppoint/<family>.js, on demand
-    writer.write("index.html", pages.index_page(views, models))
+    for rel, page in pages.index_pages(views, models):  # index.html, index-2.html, …, its rows
+        writer.write(rel, page)
     writer.write("compare.html", pages.compare_page(views))
     writer.write("downloads.html", pages.downloads_page(views))
     writer.write("methodology.html", pages.methodology_page(text))

@@ -192,3 +192,26 @@ def test_without_javascript_nothing_dead_is_shown(browser: Any, site: Path) -> N
     finally:
         context.close()
     assert problems == [], "\n".join(problems)
+
+
+PEAKS_JS = r"""() => Array.from(document.querySelectorAll('#runs-table tbody tr')).map((tr) => {
+  const r = tr.children[8].getBoundingClientRect();
+  return [r.left, r.right, tr.children[8].textContent.trim()];
+})"""
+
+
+@pytest.mark.parametrize("js", [True, False])
+def test_index_shows_each_runs_peak_on_a_phone(browser: Any, site: Path, js: bool) -> None:
+    """Each run's headline number (peak total tok/s) is on screen at 390 px, no sideways
+    scroll needed: the index's rows are cards there (issue 21)."""
+    context = browser.new_context(viewport={"width": WIDTHS[0], "height": 900},
+                                  java_script_enabled=js)
+    page = context.new_page()
+    try:
+        page.goto((site / "index.html").resolve().as_uri())
+        peaks = page.evaluate(PEAKS_JS)
+        assert peaks
+        off = [p for p in peaks if not (0 <= p[0] and p[1] <= WIDTHS[0] and p[2])]
+        assert off == [], off
+    finally:
+        context.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,12 @@ import pytest
 
 from rundir import contract
 from rundir.words import STATUS_NOTES, status_label
+from site_builder import indexpages
 from site_builder.publish import build_site
 from tests.support.chromium import Node, Watcher, parse_html
+from tests.support.many_runs import make_many_runs
 from tests.support.synthetic_runs import make_imported_run
+from tests.support.weight import first_screen
 
 QUEUED = status_label(contract.REQUESTS_QUEUED)
 OVER = status_label(contract.OVER_CAPACITY)
@@ -283,3 +287,166 @@ def test_phone_width_pages_fit_and_names_do_not_break_mid_word(
         assert watcher.problems() == []
     finally:
         context.close()
+
+
+# --------------------------------------------------------------------------
+# the index at scale (issue 21): static pages, a lean rows file, its weight
+# --------------------------------------------------------------------------
+
+MANY = 300
+LIMIT_GZIP, LIMIT_RAW = 100 * 1024, 600 * 1024
+# The operating-point and latency-limit rankings (_partials/oppoint.html) are another
+# part of issue 21 (their data moves to a file loaded on demand): counted apart.
+RANKINGS = ("oppoint", "slo-rank")
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("index-many")
+    make_many_runs(root / "data", MANY, seed=3)
+    report = build_site(root / "data", root / "site", cache_dir=root / "cache", jobs=1)
+    assert report.errors == []
+    return root / "site"
+
+
+@pytest.fixture(scope="module")
+def few(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("index-few")
+    make_many_runs(root / "data", 60, seed=3)
+    report = build_site(root / "data", root / "site", cache_dir=root / "cache", jobs=1)
+    assert report.errors == []
+    return root / "site"
+
+
+def _index_pages(site: Path) -> list[str]:
+    count = len(list(site.glob("index-*.html"))) + 1
+    return [indexpages.page_file(n) for n in range(1, count + 1)]
+
+
+def _rows_file(site: Path) -> list[dict[str, Any]]:
+    text = (site / indexpages.ROWS_FILE).read_text("utf-8")
+    assert text.startswith(f"window.{indexpages.ROWS_GLOBAL} = ")
+    data = json.loads(text.split(" = ", 1)[1].rstrip().rstrip(";"))
+    return [dict(zip(data["fields"], row, strict=True)) for row in data["rows"]]
+
+
+def test_index_is_static_pages_of_fifty_runs_newest_first(many: Path) -> None:
+    pages = _index_pages(many)
+    assert pages == ["index.html", *(f"index-{n}.html" for n in range(2, 7))]
+    seen, dates = [], []
+    for rel in pages:
+        body = _page(many, rel).find("table", "runs").find("tbody")
+        rows = body.find_all("tr")
+        assert len(rows) == indexpages.PAGE_SIZE, rel
+        seen += [tr.find("a").attrs["href"] for tr in rows]
+        dates += [tr.find_all("td")[6].attrs["data-value"] for tr in rows]
+    index = json.loads((many / "index.json").read_text("utf-8"))["runs"]
+    assert sorted(seen) == sorted(r["page"] for r in index)  # every run once
+    assert dates == sorted(dates, reverse=True)
+    # The rankings and the model list are the first page's only.
+    assert _page(many, "index.html").find_all("section", id="oppoint")
+    assert not _page(many, "index-2.html").find_all("section", id="oppoint")
+
+
+def test_each_index_page_has_a_labelled_pager(many: Path) -> None:
+    pages = _index_pages(many)
+    for n, rel in enumerate(pages, 1):
+        doc = _page(many, rel)
+        nav = doc.find("nav", "index-pager")
+        assert nav.attrs["aria-label"] == "Pages of runs"
+        current = [a for a in nav.find_all("a") if a.attrs.get("aria-current") == "page"]
+        assert [a.text() for a in current] == [str(n)] and current[0].attrs["href"] == rel
+        rels = {a.attrs.get("rel"): a.attrs["href"] for a in nav.find_all("a") if "rel" in a.attrs}
+        assert rels.get("prev") == (pages[n - 2] if n > 1 else None)
+        assert rels.get("next") == (pages[n] if n < len(pages) else None)
+        first = (n - 1) * indexpages.PAGE_SIZE + 1
+        assert nav.find("p").text().startswith(f"Runs {first}–{first + 49} of {MANY}")
+        assert doc.find("title").text().startswith("All runs" + ("" if n == 1 else f", page {n}"))
+
+
+def test_every_header_cell_of_the_index_has_scope(many: Path) -> None:
+    for rel in _index_pages(many):
+        doc = _page(many, rel)
+        for table in doc.find_all("table"):
+            for th in table.find_all("th"):
+                want = "col" if any(th in tr.children for head in table.find_all("thead")
+                                    for tr in head.find_all("tr")) else "row"
+                assert th.attrs.get("scope") == want, (rel, th.text())
+
+
+def test_rows_file_holds_every_run_with_the_static_pages_texts(many: Path) -> None:
+    rows = _rows_file(many)
+    assert len(rows) == MANY
+    static = {}
+    for rel in _index_pages(many):
+        for tr in _page(many, rel).find("table", "runs").find("tbody").find_all("tr"):
+            static[tr.find("a").attrs["href"]] = tr
+    assert [r["page"] for r in rows] == list(static)  # the same order as the pages
+    for r in rows:
+        tds = static[r["page"]].find_all("td")
+        assert [" ".join(td.text().split()) for td in tds[1:]] == [
+            " ".join([c[1], *c[4:5]]) for c in r["cells"][1:]]
+        assert [td.attrs["data-value"] for td in tds] == [str(c[0]) for c in r["cells"]]
+        assert static[r["page"]].attrs["data-search"] == r["search"]
+    # Not loaded before a reader acts: no page references it by src or href.
+    for rel in _index_pages(many):
+        html = (many / rel).read_text("utf-8")
+        assert f'src="{indexpages.ROWS_FILE}' not in html and "data-rows=" in html
+
+
+def test_index_first_screen_stays_light_at_300_runs(many: Path, few: Path) -> None:
+    first = first_screen(many, "index.html", without=RANKINGS)
+    assert first["gzip"] <= LIMIT_GZIP and first["raw"] <= LIMIT_RAW, first
+    assert indexpages.ROWS_FILE not in first["parts"]
+    later = first_screen(many, "index-6.html")  # holds no rankings
+    assert later["gzip"] <= LIMIT_GZIP and later["raw"] <= LIMIT_RAW, later
+    # Whatever the number of runs: 5× the runs of a 60-run site add only the pager's
+    # links and the filters' choices (a few KB), never rows.
+    small = first_screen(few, "index.html", without=RANKINGS)
+    assert first["raw"] - small["raw"] < 8 * 1024, (first["raw"], small["raw"])
+    table = _page(many, "index.html").find("table", "runs")
+    assert len(table.find("tbody").find_all("tr")) == 50
+
+
+def test_long_version_is_cut_with_its_full_text_in_the_title(many: Path) -> None:
+    cells = [tr.find_all("td")[4] for rel in _index_pages(many)
+             for tr in _page(many, rel).find("table", "runs").find("tbody").find_all("tr")]
+    long = [td for td in cells if td.attrs["data-value"] == "0.31.0rc1.dev452+g73a583112"]
+    assert long
+    for td in long:
+        assert td.attrs["title"] == td.attrs["data-value"] == td.find("span", "clip").text()
+
+
+def test_regression_badge_shows_in_the_paginated_rows(many: Path) -> None:
+    flagged = {r["page"]: r for r in _rows_file(many) if r["regression"]}
+    assert flagged
+    found = {}
+    for rel in _index_pages(many):
+        for tr in _page(many, rel).find("table", "runs").find("tbody").find_all("tr"):
+            for badge in tr.find_all("a", "regression"):
+                found[tr.find("a").attrs["href"]] = badge
+    assert set(found) == set(flagged)
+    for page, badge in found.items():
+        assert badge.attrs["href"] == flagged[page]["series_page"]
+        assert badge.attrs["title"] == f"Regression: {flagged[page]['regression']}"
+
+
+def test_pager_lists_the_ends_and_the_pages_near_the_current_one() -> None:
+    assert indexpages.page_links(1, 1) == [1]
+    assert indexpages.page_links(1, 6) == [1, 2, 3, None, 6]
+    assert indexpages.page_links(10, 20) == [1, None, 8, 9, 10, 11, 12, None, 20]
+    assert indexpages.page_links(20, 20) == [1, None, 18, 19, 20]
+    assert indexpages.page_links(4, 7) == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_a_page_no_longer_needed_is_removed(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(indexpages, "PAGE_SIZE", 1)
+    data = make_data(tmp_path)
+    assert build_site(data, tmp_path / "site").errors == []
+    assert (tmp_path / "site" / "index-2.html").is_file()
+    assert "index-2.html" in (tmp_path / "site" / "index.html").read_text("utf-8")
+    shutil.rmtree(data / "rb")
+    assert build_site(data, tmp_path / "site").errors == []
+    assert not (tmp_path / "site" / "index-2.html").exists()
+    assert "index-pager" not in (tmp_path / "site" / "index.html").read_text("utf-8")

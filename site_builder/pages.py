@@ -12,7 +12,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rundir import contract, tails, words
-from site_builder import charts, drillcharts, explorecharts, formats, metrictable, oppoint, runrows
+from site_builder import (
+    charts,
+    drillcharts,
+    explore,
+    explorecharts,
+    formats,
+    metrictable,
+    names,
+    oppoint,
+    runrows,
+)
 from site_builder.aggregate import CellResult
 from site_builder.glossary import (
     CACHE_NOTE,
@@ -254,7 +264,9 @@ class Pages:
                              family_points={m.slug: oppoint.default_point(m.runs) for m in models})
 
     def model_page(self, model: FamilyGroup) -> str:
-        series = [(r.short_label, r.agg.cells) for r in model.runs]
+        # Each run by its name within the family (the page names the model), keyed by slug.
+        run_names = names.distinct_names(model.runs, with_model=False)
+        series = [(r.slug, name, r.agg.cells) for r, name in zip(model.runs, run_names, strict=True)]
         shared = None
         ctx_sets = [set(r.decode_contexts) for r in model.runs if r.decode_contexts]
         if ctx_sets:
@@ -269,6 +281,7 @@ class Pages:
                         charts.runs_context_chart(series, contract.PREFILL, "chart-prefill",
                                                   levels=lv)]
         return self.r.render("model.html", depth=1, model=model, charts=self.svg.fill(page_charts),
+                             run_names=run_names,
                              peak_notes=_peak_notes(model.runs), nav="runs",
                              oppoint=oppoint.page_context(model.runs, index=False),
                              tail_levels=lv, matrix_notes=family_matrix_notes())
@@ -279,7 +292,10 @@ class Pages:
 
     def explore_page(self, data: dict[str, Any]) -> str:
         """The explorer: its controls, and the default view's picture for readers without JS."""
+        dates = sorted(r["date"] for r in data["runs"] if r.get("date"))
         return self.r.render("explore.html", depth=0, families=data["families"], nav="explore",
+                             filters=explore.filter_options(data["runs"]),
+                             dates=(dates[0], dates[-1]) if dates else None,
                              slo_spec=data.get("slo", ""), **explorecharts.default_picture(data))
 
     def downloads_page(self, runs: list[RunView]) -> str:

@@ -371,6 +371,12 @@
         (s.limits ? " Under " + window.SpeedMatrixSlo.text(s.limits) +
          ": faint points miss the limits; the frontier runs through those meeting them." : "");
     }
+    if (drawn.runs.length > DATA.colors.length) {
+      caption.textContent += " The best " + DATA.colors.length + " runs (" +
+        (s.view === "ttft" ? "lowest TTFT" : "highest " + yTitle) + ") in colour, the other " +
+        (drawn.runs.length - DATA.colors.length) + " grey: find one in the list under the chart " +
+        "and click it to highlight it.";
+    }
     var target = fig.querySelector(".chart-live");
     if (!target) {
       target = document.createElement("div");

@@ -280,8 +280,13 @@ class Pages:
         page_charts += [charts.runs_context_chart(series, contract.DECODE, "chart-single", levels=lv),
                         charts.runs_context_chart(series, contract.PREFILL, "chart-prefill",
                                                   levels=lv)]
+        # A matrix's heading: the run's label (hardware, engine, variant), or its name
+        # where the family has another run of that label (the same setup on another date).
+        labels = [r.short_label for r in model.runs]
+        heads = [label if labels.count(label) == 1 else name
+                 for label, name in zip(labels, run_names, strict=True)]
         return self.r.render("model.html", depth=1, model=model, charts=self.svg.fill(page_charts),
-                             run_names=run_names,
+                             matrix_heads=heads,
                              peak_notes=_peak_notes(model.runs), nav="runs",
                              oppoint=oppoint.page_context(model.runs, index=False),
                              tail_levels=lv, matrix_notes=family_matrix_notes())

@@ -373,7 +373,7 @@
     }
     if (drawn.runs.length > DATA.colors.length) {
       caption.textContent += " The best " + DATA.colors.length + " runs (" +
-        (s.view === "ttft" ? "lowest TTFT" : "highest " + yTitle) + ") in colour, the other " +
+        (s.view === "ttft" ? "lowest TTFT" : "highest " + yTitle.toLowerCase().replace("gpu", "GPU")) + ") in colour, the other " +
         (drawn.runs.length - DATA.colors.length) + " grey: find one in the list under the chart " +
         "and click it to highlight it.";
     }

@@ -136,5 +136,8 @@ def test_family_page_charts_name_runs_within_the_family_and_key_them_by_slug(
     model = re.search(r"<h1>(.+?) across", html)[1]
     assert not any(n.startswith(model + " ·") for spec in specs
                    for _, n, _ in spec["usermeta"]["legend"]["items"])
+    # each matrix's heading is its run's label, or its name where the label repeats
+    heads = re.findall(r'<section class="mini-matrix">\s*<h3><a href="[^"]+">([^<]+)</a>', html)
+    assert len(heads) == len(slugs) and len(set(heads)) == len(heads)
     # the charts come before the long tables (the first screen)
     assert html.index('class="chart-grid"') < html.index('<table class="runs')

@@ -30,6 +30,8 @@
       "; click one to highlight it";
     box.appendChild(head);
     var list = document.createElement("ul");
+    var named = fig.querySelector("figcaption strong");
+    list.setAttribute("aria-label", meta.title + "s of " + (named ? named.textContent : "the chart"));
     var buttons = [];
     items.forEach(function (item) {
       var li = document.createElement("li");

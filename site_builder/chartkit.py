@@ -123,6 +123,61 @@ def line_colors(n: int) -> list[str]:
 
 
 # --------------------------------------------------------------------------
+# lines by run: many of them (a family of 100 runs, the explorer's 1,000)
+# --------------------------------------------------------------------------
+
+# A chart of runs draws the best TOP_LINES runs (by the chart's own measure) in the
+# palette's colours and the rest in one grey under them: ten colours are as many as
+# a reader tells apart. Its legend is the page's (site.js `SpeedMatrixLegend`): a
+# list under the plot, best first, that scrolls, can be searched and highlights a
+# run on click, so the plot keeps its height whatever the number of runs (a Vega
+# legend is counted inside the chart's height, and drops entries past 30).
+TOP_LINES = len(LINE_COLORS)
+REST_COLOR = "#aeb6bd"
+REST_NOTE = "grey: the other runs (each named in the list and its tooltip)"
+HIGHLIGHT = "hl"  # the chart's param: the key of the highlighted run ("" for none)
+# The rows drawn with points and labels: a coloured run's (`top`), or the highlighted one's.
+ON_TOP = f"datum.top || ({HIGHLIGHT} !== '' && datum.key === {HIGHLIGHT})"
+FADED = 0.12  # the opacity of the other runs while one is highlighted
+# Only the plot's width is fitted to the container: its height stays the chart's.
+AUTOSIZE_X = {"type": "fit-x", "contains": "padding", "resize": True}
+
+
+def rank_lines(best: dict[str, float | None], *, higher: bool = True) -> list[str]:
+    """Series keys, best first by their measure (None last), ties by key: the
+    legend's order, and the first TOP_LINES are the coloured ones."""
+    def order(key: str) -> tuple[bool, float, str]:
+        v = best[key]
+        return (v is None, 0.0 if v is None else (-v if higher else v), key)
+    return sorted(best, key=order)
+
+
+def run_colors(n: int) -> list[str]:
+    """Colours of n lines in rank order: the palette for the first TOP_LINES, grey after."""
+    return LINE_COLORS[:min(n, TOP_LINES)] + [REST_COLOR] * max(0, n - TOP_LINES)
+
+
+def legend_meta(title: str, keys: list[str], names: list[str],
+                colors: list[str]) -> dict[str, Any]:
+    """What site.js draws a chart's run list from (spec usermeta `legend`): its title
+    and [key, name, colour] per line, best first."""
+    return {"title": title, "items": [list(x) for x in zip(keys, names, colors, strict=True)],
+            "rest": max(0, len(keys) - TOP_LINES)}
+
+
+def faded(others: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An opacity encoding that fades every line but the highlighted one (and keeps
+    any `others` conditions, e.g. the explorer's points that miss latency limits)."""
+    test = f"{HIGHLIGHT} !== '' && datum.key !== {HIGHLIGHT}"
+    return {"condition": [{"test": test, "value": FADED}, *(others or [])], "value": 1}
+
+
+def highlight_param() -> dict[str, Any]:
+    """The chart's highlight param (a Vega signal site.js sets from the run list)."""
+    return {"name": HIGHLIGHT, "value": ""}
+
+
+# --------------------------------------------------------------------------
 # rows: a chart's data, one per cell
 # --------------------------------------------------------------------------
 
@@ -146,11 +201,12 @@ def _levels(x: CellResult, plot: bool) -> dict[str, dict[str, Any]]:
 
 
 def cell_rows(cells: list[CellResult], label: str | None = None, *,
-              levels: bool = False) -> list[dict[str, Any]]:
+              levels: bool = False, key: str | None = None) -> list[dict[str, Any]]:
     """One row per cell. A cell without numbers to plot (Looped, Error, ...) gets null
     plotted fields, so it breaks its line; its tooltip text keeps what was published.
     With `levels` (a page with the percentile selector) each row also carries its
-    tailed fields at every level."""
+    tailed fields at every level. `key`: the line's key (a run's slug), beside its
+    `label` (the name a reader sees)."""
     rows = []
     for x in cells:
         plot = x.has_numbers
@@ -158,6 +214,7 @@ def cell_rows(cells: list[CellResult], label: str | None = None, *,
         rows.append(
             {
                 "run": label,
+                "key": key,
                 "context": x.context,
                 "Context": words.context_label(x.context),
                 "concurrency": x.concurrency,
@@ -295,7 +352,7 @@ def make(chart_id: str, title: str, caption: str, spec: dict[str, Any],
     spec["description"] = f"{title}. {caption}"
     titles = level_titles(spec)
     if titles:  # Vega-Lite's free slot for the page's own data
-        spec["usermeta"] = {"tails": titles}
+        spec.setdefault("usermeta", {})["tails"] = titles
         if any(k in PLOTTED_LEVELS for k in titles[tails.LEVELS[-1]]):
             spec["usermeta"]["empty"] = NO_POINT_AT_LEVEL
     return Chart(chart_id, title, caption, spec, draw=draw)

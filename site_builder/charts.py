@@ -46,7 +46,7 @@ from site_builder.chartkit import (
 )
 from site_builder.chartkit import make as _make
 
-__all__ = ["Chart", "SvgRenderer", "bundle_js", "bundle_name"]
+__all__ = ["Chart", "RunLine", "SvgRenderer", "bundle_js", "bundle_name"]
 CELLS = alt.Data(name="cells")
 SI = {"format": "~s"}
 
@@ -55,9 +55,9 @@ SI = {"format": "~s"}
 # line charts: one template per kind (and whether any point is queued)
 # --------------------------------------------------------------------------
 
-RUN_LEGEND = {"orient": "bottom", "direction": "vertical", "columns": 1,
-              # long run labels never make the chart wider than its container
-              "labelLimit": {"expr": "max(120, containerSize()[0] - 60)"}}
+# A run's line: its key (the run's slug: what the chart's scale and the page's run
+# list key it by), its name (site_builder/names.py: distinct beside the others) and cells.
+RunLine = tuple[str, str, list[CellResult]]
 DECODE_TIP = ("Context", "Requests at once", "Total tok/s", "Per request tok/s", "TTFT", "Status")
 _DECODE_KEYS = (*DECODE_TIP, "concurrency", "total")
 
@@ -71,7 +71,10 @@ class LineKind:
     x: "log2" (concurrency on a log2 axis, the page's levels as ticks), "context"
     (context labels in the page's order, evenly spaced), or a quantitative field
     (linear from 0). Each line is the rows of one `series` value, its points in
-    `order`; lines by run have their legend below the plot (long labels)."""
+    `order`. Lines by run (series "key", the run's slug) are ranked by the chart's
+    measure: the best chartkit.TOP_LINES coloured, the rest grey, and their legend
+    is the page's run list under the plot (usermeta `legend`, drawn by site.js),
+    the plot's height fixed (`fit-x`); the fallback's legend is below its plot."""
 
     look: Look
     x: str
@@ -79,16 +82,16 @@ class LineKind:
     order: str
 
     @property
-    def legend_below(self) -> bool:
-        return self.series == "run"
+    def by_run(self) -> bool:
+        return self.series == "key"
 
 
 LINE_KINDS = {
     "decode": LineKind(chartkit.DECODE, "log2", "Context", "concurrency"),
     "tradeoff": LineKind(chartkit.TRADEOFF, "per_request", "Context", "concurrency"),
-    "runs_decode": LineKind(chartkit.RUNS_DECODE, "log2", "run", "concurrency"),
-    "runs_prefill": LineKind(chartkit.RUNS_PREFILL, "context", "run", "context"),
-    "runs_single": LineKind(chartkit.RUNS_SINGLE, "context", "run", "context"),
+    "runs_decode": LineKind(chartkit.RUNS_DECODE, "log2", "key", "concurrency"),
+    "runs_prefill": LineKind(chartkit.RUNS_PREFILL, "context", "key", "context"),
+    "runs_single": LineKind(chartkit.RUNS_SINGLE, "context", "key", "context"),
 }
 
 
@@ -116,9 +119,10 @@ def _line_template(kind: str, queued: bool) -> Template:
     filled for Valid, a hollow square for Requests queued (the caption says so)."""
     k = LINE_KINDS[kind]
     look, x, field, order = k.look, k.x, k.series, k.order
-    color = chartkit.color(field, look, **({"legend": RUN_LEGEND} if k.legend_below else {}))
+    color = chartkit.color(field, look, **({"legend": None} if k.by_run else {}))
     base = alt.Chart()
     point: dict[str, Any] = {"tooltip": _tooltip(kind, look)}
+    fade: dict[str, Any] = {"opacity": alt.Opacity(**chartkit.faded())} if k.by_run else {}
     if not queued:
         point["color"] = alt.Color(**color)
     else:  # fill and stroke share the colour legend (same field, scale and legend)
@@ -131,22 +135,37 @@ def _line_template(kind: str, queued: bool) -> Template:
             "stroke": alt.Stroke(**color),
         }
     line = base.mark_line(invalid=INVALID).encode(
-        color=alt.Color(**color), order=alt.Order(field=order, type="quantitative"))
-    points = base.mark_point(filled=True, size=60, opacity=1, strokeWidth=1.5).encode(**point)
-    return template(alt.layer(line, points, data=CELLS).encode(
+        color=alt.Color(**color), order=alt.Order(field=order, type="quantitative"), **fade,
+        **({"tooltip": [nominal("run", "Run")]} if k.by_run else {}))
+    points = base.mark_point(filled=True, size=60, opacity=1, strokeWidth=1.5).encode(
+        **point, **fade)
+    if k.by_run:  # points on the coloured runs and the highlighted one: a grey line says its name
+        points = points.transform_filter(chartkit.ON_TOP)
+    chart = alt.layer(line, points, data=CELLS).encode(
         x=_x_axis(x, look), y=alt.Y(field="total", type="quantitative", title=look.y, axis=SI),
-    ).properties(width=WIDTH, height=HEIGHT))
+    ).properties(width=WIDTH, height=HEIGHT)
+    if k.by_run:  # the plot keeps its height; the run list highlights through `hl`
+        chart = chart.properties(autosize=alt.AutoSizeParams(**chartkit.AUTOSIZE_X)).add_params(
+            alt.param(name=chartkit.HIGHLIGHT, value=""))
+    return template(chart)
 
 
 def _line_chart(kind: str, chart_id: str, title: str, caption: str, rows: list[dict[str, Any]],
                 keys: tuple[str, ...], lines: list[str], **holes: Any) -> Chart:
     """A line chart of `kind` over rows: its spec from the kind's template, its
     fallback from the same kind, rows, lines and holes (the x ticks are the
-    page's levels, or its context labels, as on the live axis)."""
+    page's levels, or its context labels, as on the live axis). Lines by run
+    come ranked best first (`lines`: their keys), coloured by `chartkit.run_colors`."""
     k = LINE_KINDS[kind]
     queued = chartkit.any_queued(rows)
+    if k.by_run:  # the worst first in the data: the best are drawn on top
+        rank = {key: i for i, key in enumerate(lines)}
+        rows = sorted(rows, key=lambda r: -rank[r["key"]])
+        for r in rows:
+            r["top"] = rank[r["key"]] < chartkit.TOP_LINES
+        keys = (*keys, "top")
     data = chartkit.slim(rows, (*keys, "point") if queued else keys)
-    colors = chartkit.line_colors(len(lines))
+    colors = chartkit.run_colors(len(lines)) if k.by_run else chartkit.line_colors(len(lines))
     spec = _line_template(kind, queued).fill({"cells": data}, lines=lines, colors=colors, **holes)
     x_field, x_domain = k.x, None
     x_ticks = [(float(v), str(v)) for v in holes.get("x_values") or []]
@@ -158,10 +177,20 @@ def _line_chart(kind: str, chart_id: str, title: str, caption: str, rows: list[d
         rows = [{**r, "x": pos[r["Context"]]} for r in rows]
         x_ticks = [(pos[label], label) for label in holes["labels"]]
     series = chartkit.line_series(rows, k.series, x_field, lines)
-    series_colors = [colors[lines.index(name)] for name, _ in series]  # the live scale's colour
+    series_colors = [colors[lines.index(key)] for key, _ in series]  # the live scale's colour
+    legend_max = None
+    if k.by_run:
+        names = {r["key"]: r["run"] for r in rows}
+        series = [(names[key], pts) for key, pts in series]
+        spec["usermeta"] = {"legend": chartkit.legend_meta(
+            k.look.legend or "Run", lines, [names[key] for key in lines], colors)}
+        legend_max = chartkit.TOP_LINES
+        if len(lines) > chartkit.TOP_LINES:
+            caption += f"; the best {chartkit.TOP_LINES} in colour, {chartkit.REST_NOTE}"
     return _make(chart_id, title, caption + chartkit.queued_note(rows), spec, lambda: fallback.lines(
         title, series, series_colors, k.look, x_ticks=x_ticks,
-        x_log2=k.x == "log2", legend_below=k.legend_below, x_domain=x_domain))
+        x_log2=k.x == "log2", legend_below=k.by_run, x_domain=x_domain,
+        legend_max=legend_max, rest_note="in grey"))
 
 
 def _log2_holes(levels: list[int]) -> dict[str, Any]:
@@ -207,32 +236,40 @@ def tradeoff_chart(cells: list[CellResult], chart_id: str = "chart-tradeoff", *,
                           "Each point is a concurrency level; up and right is better", levels)
 
 
-def runs_decode_chart(series: list[tuple[str, list[CellResult]]], context: int,
+def _ranked(rows: list[dict[str, Any]]) -> list[str]:
+    """The runs' keys, best first by their highest total tok/s in the chart."""
+    best: dict[str, float | None] = {}
+    for r in rows:
+        v, old = r["total"], best.get(r["key"])
+        best[r["key"]] = v if old is None or (v is not None and v > old) else old
+    return chartkit.rank_lines(best)
+
+
+def runs_decode_chart(series: list[RunLine], context: int,
                       chart_id: str, *, levels: bool = False) -> Chart | None:
     """Total tok/s against concurrency at one context, one line per run (broken
     where a run's cell has no numbers)."""
     rows = []
-    for label, cells in series:
+    for key, name, cells in series:
         rows += chartkit.cell_rows(_plotted([x for x in cells if x.phase == contract.DECODE
-                                and x.context == context]), label, levels=levels)
+                                and x.context == context]), name, levels=levels, key=key)
     if not rows:
         return None
     concurrency = sorted({r["concurrency"] for r in rows if r["total"] is not None})
-    runs = sorted({r["run"] for r in rows})
     ctx = words.context_label(context)
     return _line_chart("runs_decode", chart_id, f"Throughput at {ctx} context",
                        f"Total tok/s against requests at once at {ctx}, one line per run", rows,
-                       ("run", *_DECODE_KEYS), runs, **_log2_holes(concurrency))
+                       ("key", "run", *_DECODE_KEYS), _ranked(rows), **_log2_holes(concurrency))
 
 
-def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
+def runs_context_chart(series: list[RunLine], phase: str,
                        chart_id: str, *, levels: bool = False) -> Chart | None:
     """Prefill tok/s, or single-stream decode tok/s, by context, one line per run."""
     rows = []
-    for label, cells in series:
+    for key, name, cells in series:
         pick = [x for x in cells if x.phase == phase and (phase == contract.PREFILL or x.concurrency == 1)]
         if any(x.has_numbers and x.total_tok_s is not None for x in pick):
-            rows += chartkit.cell_rows(pick, label, levels=levels)
+            rows += chartkit.cell_rows(pick, name, levels=levels, key=key)
     if not rows:
         return None
     labels = [words.context_label(v) for v in sorted({r["context"] for r in rows
@@ -247,8 +284,8 @@ def runs_context_chart(series: list[tuple[str, list[CellResult]]], phase: str,
     for r in rows:
         r["concurrency"] = r["context"]  # line_series orders a line's points by this
     return _line_chart(kind, chart_id, title, caption, rows,
-                       ("run", "Context", "total", "Total tok/s", "TTFT", "context"),
-                       sorted({r["run"] for r in rows}), labels=labels)
+                       ("key", "run", "Context", "total", "Total tok/s", "TTFT", "context"),
+                       _ranked(rows), labels=labels)
 
 
 # --------------------------------------------------------------------------

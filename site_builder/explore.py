@@ -182,6 +182,17 @@ def default_view(runs: list[dict[str, Any]], families: list[dict[str, Any]],
             "view": "tradeoff", "logx": False, "logy": False}
 
 
+# The explorer's run filters beside the family: (key in the address and in each
+# run's record, the control's label). The date range is `from`/`to` on `date`.
+FILTERS = [("gpu", "GPU"), ("engine", "Engine"), ("quantization", "Quantization")]
+
+
+def filter_options(runs: list[dict[str, Any]]) -> list[tuple[str, str, list[str]]]:
+    """(key, label, values) of each filter with the values some run has, sorted."""
+    return [(key, label, sorted({r[key] for r in runs if r[key]}, key=str.lower))
+            for key, label in FILTERS]
+
+
 def explore_data(views: list[RunView]) -> dict[str, Any]:
     """Everything explore.html draws: runs, families, points, contexts per scope,
     the frontier of every view and the default view; with a price table, each point's
@@ -192,10 +203,15 @@ def explore_data(views: list[RunView]) -> dict[str, Any]:
     families: dict[str, dict[str, Any]] = {}
     for i, run in enumerate(views):
         h = run.info.hardware
-        runs.append({"slug": run.slug, "label": run.short_label, "title": run.title,
+        e, at = run.info.engine, run.info.measured_at
+        runs.append({"slug": run.slug, "name": run.name, "title": run.title,
                      "family": run.family, "family_slug": run.family_slug,
                      "variant": run.variant, "page": run.page,
-                     "gpus": h.gpu_count if h.gpu_name and h.gpu_count else None})
+                     "gpus": h.gpu_count if h.gpu_name and h.gpu_count else None,
+                     # what the explorer's filters match (FILTERS)
+                     "gpu": h.gpu_name or "", "engine": e.name or "",
+                     "quantization": e.quantization or "",
+                     "date": (at or "")[:10]})  # ISO 8601: YYYY-MM-DD first
         fam = families.setdefault(run.family_slug, {"slug": run.family_slug, "name": run.family,
                                                     "runs": []})
         fam["runs"].append(i)
@@ -232,8 +248,9 @@ def _limits(views: Sequence[Any]) -> slo.Slo:
 def view_series(data: dict[str, Any], scope: str, context: int, mode: str,
                 ) -> tuple[list[tuple[str, list[tuple[float, float, bool]]]],
                            list[tuple[float, float]]]:
-    """One view's curves ((run label, [(per-request, y, queued)] by concurrency))
-    and its frontier, for the no-JS picture of the default view."""
+    """One view's curves ((run name, [(per-request, y, queued)] by concurrency)),
+    best first by their highest y (the live chart's ranking), and its frontier, for
+    the no-JS picture of the default view."""
     fields = {name: i for i, name in enumerate(POINT_FIELDS)}
     y_key = fields["per_gpu" if mode == "gpu" else "total"]
     scopes = {f["slug"]: f["runs"] for f in data["families"]}
@@ -243,7 +260,8 @@ def view_series(data: dict[str, Any], scope: str, context: int, mode: str,
         pts = [(p[fields["per_request"]], p[y_key], p[fields["status"]] == contract.REQUESTS_QUEUED)
                for p in data["points"] if p[0] == i and p[1] == context and p[y_key] is not None]
         if i in members and pts:
-            series.append((run["label"], pts))
+            series.append((run["name"], pts))
+    series.sort(key=lambda s: -max(y for _, y, _ in s[1]))
     front = [(data["points"][k][fields["per_request"]], data["points"][k][y_key])
              for k in data["frontiers"].get(f"{scope}|{context}|{mode}", [])]
     return series, front

@@ -19,7 +19,6 @@ import altair as alt
 
 from site_builder import chartkit, explore, fallback
 from site_builder.chartkit import WIDTH, Look, Template, nominal, slot, template
-from site_builder.charts import RUN_LEGEND
 
 KINDS = ("tradeoff", "curves", "ttft")
 HEIGHT = 360
@@ -44,8 +43,14 @@ def explore_template(kind: str, x_log: bool, y_log: bool, cost: bool = False) ->
     frontier (dataset "frontier") dashed on top; "curves": the same without a
     frontier (an empty dataset would leave Vega an empty extent). Kind "ttft": TTFT
     against concurrency. `cost`: the tooltip also prints the point's $ per 1M output
-    tokens (only a build with a price table). Holes: lines, colors, x_title, y_title."""
-    color = chartkit.color("run", RUN, legend=RUN_LEGEND)
+    tokens (only a build with a price table). Holes: lines (the runs' keys, their
+    slugs, best first), colors (chartkit.run_colors), x_title, y_title. Runs are
+    keyed by slug and named by `run` (their distinct name); the legend is the page's
+    run list (site.js), which highlights a run through the `hl` param; the plot
+    keeps its height (`fit-x`); points and concurrency labels only on the coloured
+    runs (`top`) and the highlighted one (a grey line's tooltip names its run)."""
+    color = chartkit.color("key", RUN, legend=None)
+    hl = chartkit.HIGHLIGHT
     axis = {"format": "~s"}
     enc = {"x": alt.X(field="x", type="quantitative", title=slot("x_title"), scale=_scale(x_log),
                       axis=alt.Axis(**axis) if kind != "ttft" else alt.Axis(format="d")),
@@ -55,17 +60,20 @@ def explore_template(kind: str, x_log: bool, y_log: bool, cost: bool = False) ->
     layers: list[Any] = [
         points.mark_line(strokeWidth=2).encode(
             color=alt.Color(**color), order=alt.Order(field="concurrency", type="quantitative"),
-            detail=alt.Detail(field="run", type="nominal")).properties(name="curves"),
-        points.mark_point(filled=True, size=50, opacity=1, strokeWidth=1.5).encode(
+            detail=alt.Detail(field="key", type="nominal"), tooltip=[nominal("run", "Run")],
+            opacity=alt.Opacity(**chartkit.faded())).properties(name="curves"),
+        points.mark_point(filled=True, size=50, opacity=1, strokeWidth=1.5).transform_filter(
+            chartkit.ON_TOP).encode(
             fill=alt.Fill(**color, condition={"test": "datum.queued", "value": "white"}),
             stroke=alt.Stroke(**color),
-            opacity=alt.value(1, condition={"test": "datum.dim", "value": DIM}),
+            opacity=alt.Opacity(**chartkit.faded([{"test": "datum.dim", "value": DIM}])),
             tooltip=[nominal("run", "Run"), *(nominal(k) for k in TOOLTIP),
                      *([nominal(explore.COST_FIELDS[1])] if cost else [])]).properties(
             name="points"),
     ]
     if kind != "ttft":
-        layers.append(points.mark_text(align="left", dx=5, dy=-7, fontSize=10).encode(
+        layers.append(points.mark_text(align="left", dx=5, dy=-7, fontSize=10).transform_filter(
+            chartkit.ON_TOP).encode(
             text=alt.Text(field="Requests at once", type="nominal"),
             color=alt.Color(**color)).properties(name="labels"))
     if kind == "tradeoff":
@@ -76,7 +84,9 @@ def explore_template(kind: str, x_log: bool, y_log: bool, cost: bool = False) ->
                    front.mark_point(shape="circle", size=180, color=FRONTIER_COLOR,
                                     strokeWidth=1.5, filled=False)
                    .properties(name="frontier_points")]
-    return template(alt.layer(*layers).properties(width=WIDTH, height=HEIGHT))
+    return template(alt.layer(*layers).properties(
+        width=WIDTH, height=HEIGHT, autosize=alt.AutoSizeParams(**chartkit.AUTOSIZE_X),
+    ).add_params(alt.param(name=hl, value="")))
 
 
 def templates(cost: bool = False) -> dict[str, str]:
@@ -92,9 +102,10 @@ def explore_fallback(title: str, series: list[tuple[str, list[tuple[float, float
     (drawn first, so a run's curve that lies on it stays visible)."""
     lines: list[tuple[str, list[Any]]] = [(FRONTIER_LABEL, list(front))] if front else []
     lines += series
-    colors = ([FRONTIER_COLOR] if front else []) + chartkit.line_colors(len(series))
+    colors = ([FRONTIER_COLOR] if front else []) + chartkit.run_colors(len(series))
     return fallback.lines(title, lines, colors, Look(RUN.x, y_title, RUN.legend), x_ticks=[],
-                          x_log2=False, legend_below=True)
+                          x_log2=False, legend_below=True,
+                          legend_max=chartkit.TOP_LINES + (1 if front else 0), rest_note="in grey")
 
 
 def default_picture(data: dict[str, Any]) -> dict[str, str]:

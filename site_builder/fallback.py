@@ -166,17 +166,24 @@ def _legend(c: Canvas, entries: list[Entry], x: float, y: float, title: str | No
 
 def lines(label: str, series: list[tuple[str, list[Point]]], colors: list[str], look: Look, *,
           x_ticks: list[tuple[float, str]], x_log2: bool, legend_below: bool = False,
-          x_domain: tuple[float, float] | None = None) -> str:
+          x_domain: tuple[float, float] | None = None, legend_max: int | None = None,
+          rest_note: str = "") -> str:
     """One line with points per series; x linear (from 0, or over x_domain) or log2,
-    y linear from 0. A point without x or y breaks its line; a queued point is hollow."""
+    y linear from 0. A point without x or y breaks its line; a queued point is hollow.
+    With `legend_max` (series ranked best first: lines by run) the first series are
+    drawn last, on top, and the legend names only the first legend_max, then
+    `rest_note` for the others (the page's tables name every run)."""
     queued = any(len(pt) > 2 and pt[2] for _, pts in series for pt in pts)
-    rows = len(series) + (2 if queued else 0)
+    listed = len(series) if legend_max is None else min(len(series), legend_max)
+    more = len(series) > listed
+    rows = listed + (1 if more else 0) + (2 if queued else 0)
     legend_h = 22 + 15 * rows if legend_below else 0
     side_h = 10 + 16 + 15 * rows + 10
     c = Canvas(60 + 440 + (40 if legend_below else 130),
                max(10 + 240 + 45, side_h) + legend_h, label)
     _lines_into(c, 10, 240, series, colors, look, x_ticks=x_ticks, x_log2=x_log2,
-                legend_below=legend_below, x_domain=x_domain)
+                legend_below=legend_below, x_domain=x_domain,
+                legend_max=legend_max, rest_note=rest_note)
     return c.svg()
 
 
@@ -197,7 +204,8 @@ def _lines_into(c: Canvas, y0: float, height: float, series: list[tuple[str, lis
                 x_log2: bool, legend_below: bool,
                 step: bool = False, y_si: bool = True,
                 x_domain: tuple[float, float] | None = None,
-                styles: list[tuple[float, str]] | None = None) -> None:
+                styles: list[tuple[float, str]] | None = None,
+                legend_max: int | None = None, rest_note: str = "") -> None:
     """Lines into a panel; styles: (stroke width, dash array) per series, drawn in order.
     x_domain is in data units (log2 or not); without it a log2 axis spans the
     points and a linear one runs from 0 to a nice end. A point without a
@@ -222,7 +230,10 @@ def _lines_into(c: Canvas, y0: float, height: float, series: list[tuple[str, lis
         px = scales.linear((0.0, ax.end), span)
         x_ticks = x_ticks or [(v, ax.label(v)) for v in ax.ticks]
     any_queued = False
-    for i, ((_, pts), color) in enumerate(zip(series, colors, strict=True)):
+    drawn = list(enumerate(zip(series, colors, strict=True)))
+    if legend_max is not None:  # ranked best first: the best drawn last, on top
+        drawn.reverse()
+    for i, ((_, pts), color) in drawn:
         coords = [(px(pt[0]), p.y(pt[1])) if placed(pt) else None  # type: ignore[arg-type]
                   for pt in pts]
         queued = [len(pt) > 2 and bool(pt[2]) for pt in pts]
@@ -254,12 +265,22 @@ def _lines_into(c: Canvas, y0: float, height: float, series: list[tuple[str, lis
     entries: list[Entry] = [
         (name, color, "dash" if styles and styles[i][1] else "line")
         for i, ((name, _), color) in enumerate(zip(series, colors, strict=True))]
+    if legend_max is not None and len(entries) > legend_max:
+        n = len(entries) - legend_max
+        entries = [*entries[:legend_max],
+                   (f"+ {n} more run{'' if n == 1 else 's'}" + (f" ({rest_note})" if rest_note else ""),
+                    series_rest(colors, legend_max))]
     if any_queued:
         entries += [("Valid", MUTED, "dot"), (QUEUED_LABEL, MUTED, "hollow")]
     if legend_below:
         _legend(c, entries, p.x0, y0 + height + 58, look.legend)
     else:
         _legend(c, entries, p.x0 + p.w + 16, y0 + 8, look.legend)
+
+
+def series_rest(colors: list[str], listed: int) -> str:
+    """The colour the legend's "more runs" entry is drawn in: the first unlisted line's."""
+    return colors[listed] if listed < len(colors) else MUTED
 
 
 def heatmap(label: str, rows: list[str], cols: list[str],

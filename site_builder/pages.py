@@ -15,10 +15,12 @@ from rundir import contract, tails, words
 from site_builder import (
     charts,
     drillcharts,
+    explore,
     explorecharts,
     formats,
     indexpages,
     metrictable,
+    names,
     oppoint,
     runrows,
 )
@@ -269,7 +271,9 @@ class Pages:
         return out
 
     def model_page(self, model: FamilyGroup) -> str:
-        series = [(r.short_label, r.agg.cells) for r in model.runs]
+        # Each run by its name within the family (the page names the model), keyed by slug.
+        run_names = names.distinct_names(model.runs, with_model=False)
+        series = [(r.slug, name, r.agg.cells) for r, name in zip(model.runs, run_names, strict=True)]
         shared = None
         ctx_sets = [set(r.decode_contexts) for r in model.runs if r.decode_contexts]
         if ctx_sets:
@@ -283,7 +287,13 @@ class Pages:
         page_charts += [charts.runs_context_chart(series, contract.DECODE, "chart-single", levels=lv),
                         charts.runs_context_chart(series, contract.PREFILL, "chart-prefill",
                                                   levels=lv)]
+        # A matrix's heading: the run's label (hardware, engine, variant), or its name
+        # where the family has another run of that label (the same setup on another date).
+        labels = [r.short_label for r in model.runs]
+        heads = [label if labels.count(label) == 1 else name
+                 for label, name in zip(labels, run_names, strict=True)]
         return self.r.render("model.html", depth=1, model=model, charts=self.svg.fill(page_charts),
+                             matrix_heads=heads,
                              peak_notes=_peak_notes(model.runs), nav="runs",
                              oppoint=oppoint.page_context(model.runs, index=False, models=[model]),
                              tail_levels=lv, matrix_notes=family_matrix_notes())
@@ -294,7 +304,10 @@ class Pages:
 
     def explore_page(self, data: dict[str, Any]) -> str:
         """The explorer: its controls, and the default view's picture for readers without JS."""
+        dates = sorted(r["date"] for r in data["runs"] if r.get("date"))
         return self.r.render("explore.html", depth=0, families=data["families"], nav="explore",
+                             filters=explore.filter_options(data["runs"]),
+                             dates=(dates[0], dates[-1]) if dates else None,
                              slo_spec=data.get("slo", ""), **explorecharts.default_picture(data))
 
     def downloads_page(self, runs: list[RunView]) -> str:

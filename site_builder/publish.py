@@ -330,7 +330,7 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
     writer.write("data/index.js", f"window.SPEED_MATRIX_INDEX = {json_script(index)};\n")
     data = explore.explore_data(views)
     data |= {"templates": explorecharts.templates(cost=bool(data["prices"])),
-             "colors": chartkit.LINE_COLORS}
+             "colors": chartkit.LINE_COLORS, "rest_color": chartkit.REST_COLOR}
     writer.write("explore.html", pages.explore_page(data))
     writer.write("data/explore.js", f"window.SPEED_MATRIX_EXPLORE = {json_script(data)};\n")
     bar.advance(task, 8)

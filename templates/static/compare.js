@@ -317,8 +317,12 @@
       var a = ex.curves([ia], row.a, "tradeoff", gpu);
       var b = ex.curves([ib], row.b, "tradeoff", gpu, ex.data.colors.slice(1));
       if (a.rows.length < least || (ia !== ib && b.rows.length < least)) continue;
-      if (ia === ib) b = { rows: [], lines: [], colors: [] };  /* one run against itself: one line */
-      var both = { rows: a.rows.concat(b.rows), lines: a.lines.concat(b.lines), colors: a.colors.concat(b.colors) };
+      if (ia === ib) b = { rows: [], lines: [], names: [], colors: [] };  /* one run against itself: one line */
+      /* keyed by slug, named by the runs' distinct names (two runs of one setup differ by date) */
+      var both = { rows: a.rows.concat(b.rows), lines: a.lines.concat(b.lines),
+                   names: a.names.map(function (n) { return "A: " + n; })
+                     .concat(b.names.map(function (n) { return "B: " + n; })),
+                   colors: a.colors.concat(b.colors) };
       var yTitle = gpu === "gpu" ? "Total tok/s per GPU" : "Total tok/s";
       var fig = el("figure", "chart ab-chart");
       fig.id = "ab-chart";
@@ -339,10 +343,18 @@
     return null;
   }
 
-  function runLink(label, run) {
+  /* A run's distinct name: its picker option's text (site_builder/names.py). */
+  function nameOf(slug) {
+    for (var i = 0; i < selA.options.length; i++) {
+      if (selA.options[i].value === slug) return selA.options[i].textContent;
+    }
+    return "";
+  }
+
+  function runLink(label, run, slug) {
     var p = el("p");
     p.appendChild(el("strong", null, label + " "));
-    var a = el("a", null, run.title);
+    var a = el("a", null, nameOf(slug) || run.title);
     a.href = run.page;
     p.appendChild(a);
     p.appendChild(el("span", "muted", " · " + [run.engine, run.run_id].filter(Boolean).join(" · ")));
@@ -381,8 +393,8 @@
     result.appendChild(el("p", "muted", "Loading\u2026"));
     Promise.all([loadRun(s.a), loadRun(s.b)]).then(function (runs) {
       result.textContent = "";
-      result.appendChild(runLink("A", runs[0]));
-      result.appendChild(runLink("B", runs[1]));
+      result.appendChild(runLink("A", runs[0], s.a));
+      result.appendChild(runLink("B", runs[1], s.b));
       var label = selM.options[selM.selectedIndex].textContent;
       var pa0 = cellsOf(runs[0], "decode"), pb0 = cellsOf(runs[1], "decode");
       result.appendChild(summaryLine(pa0, pb0, s.m, label));

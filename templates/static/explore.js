@@ -1,7 +1,12 @@
 /* The explorer (explore.html): per-request tok/s against total tok/s (per GPU), one
    curve per run through its concurrency levels, the Pareto frontier dashed; or TTFT
    against concurrency. The view is kept in the address
-   (explore.html#family=SLUG&ctx=TOKENS&y=gpu|total&view=tradeoff|ttft&logx=1&logy=1).
+   (explore.html#family=SLUG&ctx=TOKENS&y=gpu|total&view=tradeoff|ttft&logx=1&logy=1,
+   and the run filters gpu=, engine=, quantization=, from=YYYY-MM-DD, to=): each change
+   is a step in the browser's history, so back and forward walk through the views.
+   Runs are keyed by slug and named by their distinct name (site_builder/names.py);
+   a view's runs are ranked by its measure, the best ten coloured, the rest grey, and
+   listed under the plot (site.js SpeedMatrixLegend: search, click to highlight).
    Everything comes from data/explore.js, written by the build (site_builder/explore.py):
    the points with their texts already formatted, the frontier of every view, and the
    chart templates compiled from Altair (site_builder/explorecharts.py), whose holes are
@@ -49,7 +54,7 @@
 
   /* A point's row for the chart: x and y for the view, the tooltip texts. */
   function row(p, view, yMode) {
-    var r = { run: DATA.runs[p[0]].label, concurrency: p[field("concurrency")],
+    var r = { run: DATA.runs[p[0]].name, key: DATA.runs[p[0]].slug, concurrency: p[field("concurrency")],
               queued: STATUS.flagged.indexOf(p[field("status")]) >= 0, dim: dim(p) };
     ["Context", "Requests at once", "Per request tok/s", "Total tok/s", "Per GPU tok/s", "TTFT",
      "Status"].forEach(function (k) { r[k] = p[field(k)]; });
@@ -89,7 +94,9 @@
   /* The frontier's point indices of a view: the build's at the median without limits,
      else over the Valid points meeting the limits, at the chosen percentile. */
   function frontierOf(scope, runIdx, ctx, mode) {
-    if (look.li === 0 && !look.limits) return DATA.frontiers[scope + "|" + ctx + "|" + mode] || [];
+    if (look.li === 0 && !look.limits && !look.filtered) {
+      return DATA.frontiers[scope + "|" + ctx + "|" + mode] || [];
+    }
     var want = {};
     runIdx.forEach(function (i) { want[i] = 1; });
     var yKey = field(mode === "gpu" ? "per_gpu" : "total");
@@ -104,23 +111,41 @@
     return paretoFront(xy).map(function (j) { return have[j]; });
   }
 
-  /* The curves of some runs at one context: rows, run labels in order, their colours. */
+  /* The curves of some runs at one context: rows (the worst run's first, so the best
+     are drawn on top), the runs drawn best first (highest y; lowest TTFT), their keys
+     (`lines`), names and colours: the palette (or `colors`) for the best ten, grey
+     after (chartkit.run_colors). */
   function curves(runIdx, context, view, yMode, colors) {
     var want = {};
     runIdx.forEach(function (i) { want[i] = 1; });
-    var rows = [], seen = {};
+    var rows = [], best = {}, owner = [];
     DATA.points.forEach(function (p) {
       if (!want[p[0]] || p[1] !== context) return;
       var r = row(p, view, yMode);
       if (r.x === null || r.y === null || r.x <= 0 || r.y <= 0) return;
       rows.push(r);
-      seen[p[0]] = 1;
+      owner.push(p[0]);
+      var b = best[p[0]];
+      best[p[0]] = b === undefined ? r.y : (view === "ttft" ? Math.min(b, r.y) : Math.max(b, r.y));
     });
-    var drawn = runIdx.filter(function (i) { return seen[i]; });
-    var lines = drawn.map(function (i) { return DATA.runs[i].label; });
+    var drawn = runIdx.filter(function (i) { return best.hasOwnProperty(i); });
+    drawn.sort(function (a, b) { return view === "ttft" ? best[a] - best[b] : best[b] - best[a]; });
+    var rank = {};
+    drawn.forEach(function (i, k) { rank[i] = k; });
     var palette = colors || DATA.colors;
-    return { rows: rows, runs: drawn, lines: lines,
-             colors: lines.map(function (_, i) { return palette[i % palette.length]; }) };
+    var top = DATA.colors.length;
+    var order = rows.map(function (_, k) { return k; });
+    order.sort(function (a, b) { return (rank[owner[b]] - rank[owner[a]]) || (a - b); });
+    rows = order.map(function (k) {
+      rows[k].top = rank[owner[k]] < top;
+      return rows[k];
+    });
+    return { rows: rows, runs: drawn,
+             lines: drawn.map(function (i) { return DATA.runs[i].slug; }),
+             names: drawn.map(function (i) { return DATA.runs[i].name; }),
+             colors: drawn.map(function (_, k) {
+               return k < top ? palette[k % palette.length] : DATA.rest_color;
+             }) };
   }
 
   function spec(view, logx, logy, drawn, frontier, titles) {
@@ -128,8 +153,12 @@
     var key = view + "|" + (logx ? 1 : 0) + (logy ? 1 : 0);
     var data = { points: drawn.rows };
     if (view === "tradeoff") data.frontier = frontier;
-    return fill(DATA.templates[key], { lines: drawn.lines, colors: drawn.colors,
-                                       x_title: titles[0], y_title: titles[1] }, data);
+    var out = fill(DATA.templates[key], { lines: drawn.lines, colors: drawn.colors,
+                                          x_title: titles[0], y_title: titles[1] }, data);
+    var top = DATA.colors.length;
+    out.usermeta = { legend: { title: "Run", rest: Math.max(0, drawn.lines.length - top),
+      items: drawn.lines.map(function (k, i) { return [k, drawn.names[i], drawn.colors[i]]; }) } };
+    return out;
   }
 
   /* Median and geometric-mean change from A to B over (a, b) pairs with positive
@@ -160,7 +189,11 @@
     target.textContent = "";
     fitBox(target);
     return window.vegaEmbed(target, theSpec, { actions: false, renderer: "svg", mode: "vega-lite" })
-      .then(function (result) { target._view = result; return result; });
+      .then(function (result) {
+        target._view = result;
+        if (window.SpeedMatrixLegend) window.SpeedMatrixLegend.attach(target.parentNode, theSpec, result);
+        return result;
+      });
   }
 
   window.SpeedMatrixExplore = DATA ? { curves: curves, spec: spec, draw: draw, summary: summary,
@@ -177,8 +210,17 @@
   var boxX = document.getElementById("ex-logx");
   var boxY = document.getElementById("ex-logy");
   var boxUnder = document.getElementById("ex-under");
+  /* The run filters: [address key, control, the run record's field]. */
+  var FILTERS = [["gpu", "ex-gpu", "gpu"], ["engine", "ex-engine", "engine"],
+                 ["quantization", "ex-quantization", "quantization"],
+                 ["from", "ex-from", "date"], ["to", "ex-to", "date"]].map(function (f) {
+    return { key: f[0], el: document.getElementById(f[1]), field: f[2] };
+  }).filter(function (f) { return f.el; });
+  var clear = document.getElementById("ex-clear");
+  var DATE = /^\d{4}-\d{2}-\d{2}$/;
   var sloBox = document.getElementById("ex-slo");
-  var OWN = ["family", "ctx", "y", "view", "logx", "logy", "under"];  /* this page's keys */
+  var OWN = ["family", "ctx", "y", "view", "logx", "logy", "under", "gpu", "engine", "quantization",
+             "from", "to"];  /* this page's keys */
   var permalink = document.getElementById("ex-permalink");
   var caption = fig.querySelector("figcaption span");
   var title = fig.querySelector("figcaption strong");
@@ -222,10 +264,19 @@
     var view = params.get("view") === "ttft" ? "ttft" : "tradeoff";
     var li = Math.max(0, (DATA.levels || []).indexOf(params.get("pct")));
     var under = params.get("under") === "1";
+    /* A filter value no run has (or a date that is no date) is said, and not applied. */
+    var filters = {};
+    FILTERS.forEach(function (f) {
+      var v = params.get(f.key);
+      if (!v) return;
+      var ok = f.field === "date" ? DATE.test(v) : DATA.runs.some(function (r) { return r[f.field] === v; });
+      if (ok) filters[f.key] = v;
+      else problems.push(f.key + " \u201c" + v + "\u201d");
+    });
     var limits = under && window.SpeedMatrixSlo ? window.SpeedMatrixSlo.current(DATA.slo) : null;
     return { family: scope, ctx: ctx, y: y, view: view, logx: params.get("logx") === "1",
              logy: params.get("logy") === "1", under: under, li: li, limits: limits,
-             problems: problems };
+             filters: filters, problems: problems };
   }
 
   function show(s) {
@@ -238,12 +289,35 @@
     boxUnder.checked = s.under;
     sloBox.hidden = !s.under;
     selY.disabled = s.view === "ttft";
+    FILTERS.forEach(function (f) { f.el.value = s.filters[f.key] || ""; });
+    if (clear) clear.hidden = !Object.keys(s.filters).length;
+  }
+
+  /* Whether a run passes the filters (the date range includes both ends). */
+  function passes(run, filters) {
+    return FILTERS.every(function (f) {
+      var v = filters[f.key];
+      if (!v) return true;
+      if (f.key === "from") return !!run.date && run.date >= v;
+      if (f.key === "to") return !!run.date && run.date <= v;
+      return run[f.field] === v;
+    });
+  }
+
+  /* Names for a note: the first few, then how many more. */
+  function some(names) {
+    var MAX = 8;
+    if (names.length <= MAX) return names.join("; ");
+    return names.slice(0, MAX).join("; ") + " and " + (names.length - MAX) + " more";
   }
 
   function hash() {
     return "#family=" + encodeURIComponent(selFamily.value) + "&ctx=" + encodeURIComponent(selCtx.value) +
       "&y=" + selY.value + "&view=" + selView.value + "&logx=" + (boxX.checked ? 1 : 0) +
-      "&logy=" + (boxY.checked ? 1 : 0) + (boxUnder.checked ? "&under=1" : "") + others();
+      "&logy=" + (boxY.checked ? 1 : 0) + (boxUnder.checked ? "&under=1" : "") +
+      FILTERS.map(function (f) {
+        return f.el.value ? "&" + f.key + "=" + encodeURIComponent(f.el.value) : "";
+      }).join("") + others();
   }
 
   /* The address's keys this page does not own (pct, slo: kept for the other scripts). */
@@ -256,23 +330,28 @@
 
   function render() {
     var s = state();
-    look = { li: s.li, limits: s.limits };
+    var filtered = Object.keys(s.filters).length > 0;
+    look = { li: s.li, limits: s.limits, filtered: filtered };
     show(s);
     permalink.href = "explore.html" + hash();
+    shown = window.location.hash;
     var ctx = Number(selCtx.value);
-    var runs = members(selFamily.value);
+    var scoped = members(selFamily.value);
+    var runs = scoped.filter(function (i) { return passes(DATA.runs[i], s.filters); });
     var gpuMode = s.view === "tradeoff" && selY.value === "gpu";
     var usable = gpuMode ? runs.filter(function (i) { return DATA.runs[i].gpus; }) : runs;
     var drawn = curves(usable, ctx, s.view, selY.value);
     var left = runs.filter(function (i) { return usable.indexOf(i) < 0; })
-      .map(function (i) { return DATA.runs[i].label; });
+      .map(function (i) { return DATA.runs[i].name; });
     var absent = usable.filter(function (i) { return drawn.runs.indexOf(i) < 0; })
-      .map(function (i) { return DATA.runs[i].label; });
+      .map(function (i) { return DATA.runs[i].name; });
     var texts = [];
     if (s.problems.length) texts.push("No run of this site has the " + s.problems.join(" or the ") +
       " in the address; showing the nearest view instead.");
-    if (left.length) texts.push("Left out of the per-GPU view (no GPU count): " + left.join("; ") + ".");
-    if (absent.length) texts.push("No numbers at " + DATA.context_labels[String(ctx)] + ": " + absent.join("; ") + ".");
+    if (filtered) texts.push("Filters: " + runs.length + " of the " + scoped.length + " runs" +
+      (selFamily.value === ALL ? "" : " of this family") + ".");
+    if (left.length) texts.push("Left out of the per-GPU view (no GPU count): " + some(left) + ".");
+    if (absent.length) texts.push("No numbers at " + DATA.context_labels[String(ctx)] + ": " + some(absent) + ".");
     note.textContent = texts.join(" ");
     var label = DATA.context_labels[String(ctx)] || "";
     var yTitle = gpuMode ? "Total tok/s per GPU" : "Total tok/s";
@@ -291,6 +370,12 @@
         "hollow points: requests queued; up and right is better." +
         (s.limits ? " Under " + window.SpeedMatrixSlo.text(s.limits) +
          ": faint points miss the limits; the frontier runs through those meeting them." : "");
+    }
+    if (drawn.runs.length > DATA.colors.length) {
+      caption.textContent += " The best " + DATA.colors.length + " runs (" +
+        (s.view === "ttft" ? "lowest TTFT" : "highest " + yTitle.toLowerCase().replace("gpu", "GPU")) + ") in colour, the other " +
+        (drawn.runs.length - DATA.colors.length) + " grey: find one in the list under the chart " +
+        "and click it to highlight it.";
     }
     var target = fig.querySelector(".chart-live");
     if (!target) {
@@ -322,14 +407,26 @@
         DATA.contexts[selFamily.value].indexOf(Number(selCtx.value)) < 0) {
       h = h.replace(/&ctx=[^&]*/, "");
     }
-    window.history.replaceState(null, "", window.location.href.split("#")[0] + h);
+    /* a step in the history: back and forward walk through the views */
+    if (h !== window.location.hash) window.history.pushState(null, "", window.location.href.split("#")[0] + h);
     render();
   }
 
-  [selFamily, selCtx, selY, selView, boxX, boxY, boxUnder].forEach(function (e) {
-    e.addEventListener("change", onChange);
+  /* Back, forward, or an edited address: draw what it says (once per address). */
+  var shown = null;
+  function onAddress() {
+    if (window.location.hash === shown) return;
+    render();
+  }
+
+  [selFamily, selCtx, selY, selView, boxX, boxY, boxUnder].concat(FILTERS.map(function (f) { return f.el; }))
+    .forEach(function (e) { e.addEventListener("change", onChange); });
+  if (clear) clear.addEventListener("click", function () {
+    FILTERS.forEach(function (f) { f.el.value = ""; });
+    onChange();
   });
-  window.addEventListener("hashchange", render);
+  window.addEventListener("hashchange", onAddress);
+  window.addEventListener("popstate", onAddress);
   document.addEventListener("sm-slo", render);
   document.addEventListener("sm-tail", render);
   render();

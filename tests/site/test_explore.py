@@ -53,9 +53,11 @@ def _run(slug: str, family: str, gpus: int | None, cells: list[CellResult],
          price: prices.Price | None = None) -> Any:
     """A stand-in for a RunView: what explore_data reads of one."""
     hardware = SimpleNamespace(gpu_name="GPU" if gpus else None, gpu_count=gpus)
-    return SimpleNamespace(slug=slug, short_label=slug, title=slug, family=family,
+    engine = SimpleNamespace(name="vllm", version="0.30.1", quantization="FP8")
+    return SimpleNamespace(slug=slug, name=slug, title=slug, family=family,
                            family_slug=family.lower(), variant="", page=f"runs/{slug}/index.html",
-                           info=SimpleNamespace(hardware=hardware), price=price,
+                           info=SimpleNamespace(hardware=hardware, engine=engine,
+                                                measured_at="2026-06-01T09:00:00Z"), price=price,
                            agg=SimpleNamespace(decode=lambda: cells))
 
 
@@ -317,7 +319,7 @@ def test_bundled_explorer_draws_one_curve_per_kimi_run(browser: Any, bundled: Pa
     html = (bundled / "explore.html").read_text("utf-8")
     fallback = parse_html(html).find("div", cls="chart-fallback")
     text = fallback.text()
-    assert all(data["runs"][i]["label"][:60] in text for i in kimi["runs"])
+    assert all(data["runs"][i]["name"][:60] in text for i in kimi["runs"])
     assert explorecharts.FRONTIER_LABEL in text
     root = bundled.resolve().as_uri() + "/"
     context = browser.new_context(viewport={"width": 1280, "height": 900})

@@ -94,7 +94,7 @@ def test_runs_charts_break_too() -> None:
     a += [_cell(x, 1, contract.VALID, contract.PREFILL) for x in (1024, 4096)]
     a += [_cell(8192, 1, contract.ERROR, contract.PREFILL), _cell(16384, 1, contract.VALID, contract.PREFILL)]
     b = _matrix({}) + [_cell(x, 1, contract.VALID, contract.PREFILL) for x in (1024, 4096, 8192, 16384)]
-    series = [("run a", a), ("run b", b)]
+    series = [("a", "run a", a), ("b", "run b", b)]
     decode = _fill(charts.runs_decode_chart(series, 1024, "chart-decode-1024"))
     assert _moves(_live_lines(_svg(decode))[chartkit.LINE_COLORS[0]]) == 1  # 1 alone, then 4-16
     assert _fallback_lines(decode.svg)[chartkit.LINE_COLORS[0]].count("M") == 2
@@ -260,7 +260,7 @@ def test_timeline_draws_running_over_waiting_and_both_show() -> None:
 def _all_charts() -> list[charts.Chart]:
     cells = _matrix({(1024, 4): contract.LOOPED, (4096, 8): contract.REQUESTS_QUEUED})
     cells += [_cell(x, 1, contract.VALID, contract.PREFILL) for x in (1024, 4096)]
-    series = [("a run with a very long label " * 6, cells), ("b", _matrix({}))]
+    series = [("a", "a run with a very long label " * 6, cells), ("b", "b", _matrix({}))]
     return charts.SvgRenderer().fill([
         charts.prefill_chart(cells), charts.decode_chart(cells), charts.tradeoff_chart(cells),
         charts.heatmap_chart(cells), charts.runs_decode_chart(series, 1024, "chart-d"),
@@ -298,10 +298,13 @@ def test_every_chart_font_is_at_least_10px_and_fits_its_container() -> None:
         else:
             assert chart.spec["width"] == "container", chart.id
             assert chart.spec["autosize"]["type"].startswith("fit"), chart.id
-    # the run legend's long labels are limited by the container's width
+    # lines by run have no Vega legend (the page's run list names them, outside the
+    # chart) and keep their plot's height: only the width is fitted
     runs = next(x for x in charts if x.id == "chart-d")
-    limit = runs.spec["layer"][0]["encoding"]["color"]["legend"]["labelLimit"]
-    assert "containerSize()[0]" in limit["expr"]
+    assert runs.spec["layer"][0]["encoding"]["color"]["legend"] is None
+    assert runs.spec["autosize"]["type"] == "fit-x"
+    assert [name for _, name, _ in runs.spec["usermeta"]["legend"]["items"]] == [
+        "a run with a very long label " * 6, "b"]
 
 
 # --------------------------------------------------------------------------
@@ -477,13 +480,15 @@ def test_timeline_panels_are_as_high_live_as_in_the_fallback() -> None:
 
 
 def test_line_legends_sit_where_the_live_chart_puts_them() -> None:
-    """Lines by run have their legend below the plot, lines by context beside it."""
+    """Lines by run have their legend below the plot (live: the page's run list under
+    the chart), lines by context beside it."""
     seen = set()
     for chart in _all_charts():
         if chart.spec.get("layer", [{}])[0].get("encoding", {}).get("color", {}).get(
-                "field") not in ("Context", "run"):
+                "field") not in ("Context", "key"):
             continue
-        below = chart.spec["layer"][0]["encoding"]["color"].get("legend", {}).get("orient") == "bottom"
+        below = chart.spec["layer"][0]["encoding"]["color"]["field"] == "key"
+        assert below == ("legend" in chart.spec.get("usermeta", {})), chart.id
         legend_y = float(re.findall(r'<text x="[\d.]+" y="([\d.]+)" text-anchor="start"', chart.svg)[0])
         axis_y = max(float(y) for y in re.findall(r'<text x="[\d.]+" y="([\d.]+)" text-anchor="middle"',
                                                   chart.svg))

@@ -257,7 +257,11 @@ def _without_levels(html: str) -> str:
 
     def spec(m: re.Match[str]) -> str:
         data = json.loads(m.group(2))
-        data.pop("usermeta", None)
+        meta = data.get("usermeta", {})
+        for key in ("tails", "empty"):  # the levels' titles; a chart's run list stays
+            meta.pop(key, None)
+        if not meta:
+            data.pop("usermeta", None)
         for rows in data.get("datasets", {}).values():
             for row in rows:
                 row.pop("levels", None)

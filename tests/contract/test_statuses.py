@@ -128,7 +128,8 @@ def test_pages_hand_the_scripts_the_status_rules() -> None:
     for template, context in (("compare.html", {"runs": [], "metrics": []}),
                               ("explore.html", {"families": [], "view_text": "", "chart_title": "",
                                                 "chart_caption": "", "fallback_svg": "",
-                                                "cost_note": "", "slo_spec": ""})):
+                                                "cost_note": "", "slo_spec": "", "filters": [],
+                                                "dates": None})):
         doc = parse_html(r.render(template, depth=0, **context))
         rules = doc.find("script", id="status-rules")
         assert rules is not None, template

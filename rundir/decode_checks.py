@@ -64,16 +64,48 @@ def ends_in_backlog(chunks: Chunks, silence_start_ns: int, silence_ns: int,
     return float(chunks.tokens[burst].sum()) >= BACKLOG_SHARE * silence_ns * rate_tok_per_ns
 
 
+def _no_silence_over_limit(arrivals: np.ndarray, start_ns: int, end_ns: int) -> bool:
+    """True when, without sorting, the window is known to hold no silence longer
+    than stall_limit_ns (so stall_problem finds none); False: not known, sort.
+
+    The median of the n + 1 gaps (summing to the window) is at most the window
+    / ((n + 1) // 2): when 10 × that stays below the other two terms, the limit
+    L is theirs. A silence longer than L >= 2h contains a whole bucket
+    [start + k h, start + (k + 1) h) of the window, which then holds no
+    arrival; so if every whole bucket holds one, no silence exceeds L."""
+    duration = end_ns - start_ns
+    floor = max(STALL_MIN_NS, STALL_WINDOW_SHARE * duration)
+    median_bound = duration / max(1, (len(arrivals) + 1) // 2)
+    if not STALL_GAP_MULTIPLE * median_bound * (1 + 1e-9) < floor:
+        return False
+    half = int(floor) // 2
+    whole = duration // half  # buckets lying wholly inside the window
+    if whole < 1 or whole > 1_000_000:
+        return False
+    # Every bucket holding an arrival of a sample (every 16th) holds one of all.
+    for step in (16, 1) if len(arrivals) > 64 * whole else (1,):
+        bucket = arrivals[::step] - start_ns
+        bucket //= half
+        seen = np.zeros(whole + 1, dtype=bool)
+        seen[np.minimum(bucket, whole)] = True
+        if seen[:whole].all():
+            return True
+    return False
+
+
 def stall_problem(chunks: Chunks, start_ns: int, end_ns: int) -> str | None:
     """A stretch of the window in which no token reached any stream, unless
     it ends in the backlog of a collector that stopped reading (its own stall,
     which the client-bound flag reports)."""
-    gaps = token_gaps_ns(chunks, start_ns, end_ns)
-    if len(gaps) < 2:
+    w = window_scan(chunks, start_ns, end_ns)
+    if not len(w.chunk_ns):
         return None  # no token at all: the caller says so in its own words
+    if _no_silence_over_limit(w.chunk_ns, start_ns, end_ns):
+        return None  # the usual case, settled without sorting every arrival
+    gaps = token_gaps_ns(chunks, start_ns, end_ns)
     limit = stall_limit_ns(end_ns - start_ns, gaps)
     starts = start_ns + np.concatenate(([0], np.cumsum(gaps)[:-1]))
-    rate = window_scan(chunks, start_ns, end_ns).output_tokens / max(1, end_ns - start_ns)
+    rate = w.output_tokens / max(1, end_ns - start_ns)
     span = int(max(BACKLOG_SPAN_NS, STALL_GAP_MULTIPLE * float(np.median(gaps))))
     stalls = [(int(gaps[i]), int(starts[i])) for i in np.flatnonzero(gaps > limit)
               if not ends_in_backlog(chunks, int(starts[i]), int(gaps[i]), rate, span)]
@@ -186,7 +218,8 @@ def stored_problems(requests: pa.Table, chunks: Chunks, completed: np.ndarray,
     """The count and finish checks the collector ran, from what a run
     directory stores: a decode cell's measure requests (requests.parquet rows,
     their `chunks`), its `token_counting`, and run.yaml's max_output_tokens."""
-    finish = requests.column("finish_reason").to_pylist() if len(requests) else []
+    finish = (requests.column("finish_reason").to_numpy(zero_copy_only=False)
+              if len(requests) and max_tokens else [])  # only length_problem reads it
     found = [counting_problem(token_counting),
              length_problem(finish, request_tokens(chunks), completed, max_tokens)]
     return [p for p in found if p]

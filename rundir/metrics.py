@@ -122,13 +122,17 @@ class Chunks:
         lo, hi = int(rows[0]), int(rows[-1]) + 1
         if hi - lo == len(rows):  # contiguous: views
             a, b = int(off[lo]), int(off[hi])
-            return Chunks(self.chunk_ns[a:b], self.tokens[a:b], self.cum[a:b],
-                          self.send_ns[lo:hi], self.end_ns[lo:hi], off[lo:hi + 1] - a)
-        lengths = off[rows + 1] - off[rows]
-        sub_off = np.concatenate(([0], np.cumsum(lengths)))
-        take = np.repeat(off[rows] - sub_off[:-1], lengths) + np.arange(sub_off[-1])
-        return Chunks(self.chunk_ns[take], self.tokens[take], self.cum[take],
-                      self.send_ns[rows], self.end_ns[rows], sub_off)
+            sub = Chunks(self.chunk_ns[a:b], self.tokens[a:b], self.cum[a:b],
+                         self.send_ns[lo:hi], self.end_ns[lo:hi], off[lo:hi + 1] - a)
+        else:
+            lengths = off[rows + 1] - off[rows]
+            sub_off = np.concatenate(([0], np.cumsum(lengths)))
+            take = np.repeat(off[rows] - sub_off[:-1], lengths) + np.arange(sub_off[-1])
+            sub = Chunks(self.chunk_ns[take], self.tokens[take], self.cum[take],
+                         self.send_ns[rows], self.end_ns[rows], sub_off)
+        if self._memo.get(_NEGATIVE) is False:  # known for all: known for a part
+            sub._memo[_NEGATIVE] = False
+        return sub
 
 
 def _empty_chunks() -> Chunks:
@@ -226,12 +230,15 @@ def window_scan(chunks: Chunks, start_ns: int, end_ns: int) -> Window:
         chunk_ns, tok = chunks.chunk_ns, chunks.tokens
         inwin = np.greater_equal(chunk_ns, start_ns)
         inwin &= np.less_equal(chunk_ns, end_ns)
-        output = int(tok.sum(where=inwin))
         has_tok = np.greater(tok, 0)
         has_tok &= inwin
         pos = np.flatnonzero(has_tok)
+        tokens = np.take(tok, pos)  # (take: faster than indexing with pos, same values)
+        # Chunks without tokens add nothing to the window's output, unless some
+        # count fell (a negative increment): then every in-window chunk is summed.
+        output = int(tok.sum(where=inwin)) if has_negative_tokens(chunks) else int(tokens.sum())
         off = chunks.starts()
-        return Window(output, pos, chunk_ns[pos], tok[pos], np.searchsorted(pos, off[:-1]),
+        return Window(output, pos, np.take(chunk_ns, pos), tokens, np.searchsorted(pos, off[:-1]),
                       np.searchsorted(pos, off[1:]))
 
     return chunks._memoised((_WINDOW, int(start_ns), int(end_ns)), compute)
@@ -436,12 +443,12 @@ class GaugeCoverage:
 def gauge_coverage(times: np.ndarray, start_ns: int, end_ns: int) -> GaugeCoverage:
     """Coverage of [start_ns, end_ns] by sample times (ascending)."""
     times = np.asarray(times, dtype=np.int64)
-    before = times[times <= start_ns]
-    inside = times[(times > start_ns) & (times <= end_ns)]
-    anchor = int(before[-1]) if len(before) else int(start_ns)
+    before = int(np.searchsorted(times, start_ns, side="right"))  # times[:before] <= start
+    inside = times[before:int(np.searchsorted(times, end_ns, side="right"))]
+    anchor = int(times[before - 1]) if before else int(start_ns)
     points = np.concatenate(([anchor], inside, [end_ns]))
     gap = int(np.diff(points).max()) if len(points) > 1 else 0
-    held = len(before) and start_ns - int(before[-1]) <= GAUGE_MAX_GAP_NS
+    held = before and start_ns - int(times[before - 1]) <= GAUGE_MAX_GAP_NS
     return GaugeCoverage(int(len(inside) + (1 if held else 0)), gap)
 
 
@@ -482,11 +489,14 @@ def window_activity_from_gauge(chunks: Chunks, waiting: Gauge, start_ns: int, en
     """
     if waiting is None:
         return Activity(client_active(chunks, start_ns, end_ns), None, None, False)
-    wt, ws = waiting
+    wt, ws = waiting  # times ascending (gauge_series)
     coverage = gauge_coverage(wt, start_ns, end_ns)
     if not coverage.enough:
         return Activity(client_active(chunks, start_ns, end_ns), None, coverage, False)
-    max_waiting = gauge_max_in(wt, ws, start_ns, end_ns)
+    first = int(np.searchsorted(wt, start_ns, side="left"))
+    held = int(np.searchsorted(wt, start_ns, side="right"))  # wt[:held] <= start
+    last = int(np.searchsorted(wt, end_ns, side="right"))  # wt[:last] <= end
+    max_waiting = float(ws[first:last].max()) if last > first else None  # gauge_max_in
     # Mean over the 1 ms grid of (in flight − waiting, floored at 0). Both are
     # step functions of the grid index, so the sum is taken per stretch
     # between their changes: the value of evaluating every grid point (to the
@@ -494,6 +504,15 @@ def window_activity_from_gauge(chunks: Chunks, waiting: Gauge, start_ns: int, en
     n_grid = -((start_ns - end_ns) // ACTIVITY_GRID_NS)
     sends = _grid_index(chunks.send_ns, start_ns, n_grid)
     stops = _grid_index(_stops(chunks), start_ns, n_grid)
+    # Only the samples from the one held at the start to the window's end set a
+    # stretch of positive length; the others add terms of zero. Leaving those
+    # out moves the terms of the sum, which is exact (so the same) when every
+    # term is a whole number: whole gauge values, as counts are.
+    lo = max(held - 1, 0)
+    part = ws[lo:last]
+    if len(part) and bool((part == np.floor(part)).all()) and (
+            float(np.abs(part).max()) + chunks.n_requests + 1) * n_grid < 2**52:
+        wt, ws = wt[lo:last], part
     samples = _grid_index(wt, start_ns, n_grid)
     bounds = np.sort(np.concatenate(([0, n_grid], sends, stops, samples)))
     at = bounds[:-1]  # each stretch [bounds[i], bounds[i + 1]) is constant (or empty)

@@ -27,6 +27,7 @@ from rundir.metrics import (
     Gauge,
     decode_metrics,
     first_token_ns,
+    has_negative_tokens,
     prefill_metrics,
     prefill_used,
     summed_gauge,
@@ -380,6 +381,7 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
     running = summed_gauge(data.server_metrics, contract.METRIC_RUNNING)
     waiting = summed_gauge(data.server_metrics, contract.METRIC_WAITING)
     chunks = Chunks.from_table(requests)
+    has_negative_tokens(chunks)  # one pass for the run: each cell's chunks inherit "none"
     done = completed_mask(requests)
     small = requests.drop_columns([n for n in _LIST_COLUMNS if n in requests.column_names])
     empty = np.zeros(0, dtype=np.int64)

@@ -136,16 +136,26 @@ def throughput(run_dir: Path, rounds: int) -> dict[str, Any]:
     got = ours(data)
     t_ours: list[float] = []
     t_base: dict[str, list[float]] = {name: [] for name in baselines}
+    # CPU seconds (every thread of this process) over wall seconds: ~1 for one
+    # core, up to the thread count for a baseline that uses every core.
+    cpu: dict[str, list[float]] = {name: [] for name in ("ours", *baselines)}
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for _ in range(rounds):
         for _ in range(3):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             got = ours(data)
             t_ours.append(time.perf_counter() - t)
+            cpu["ours"].append((time.process_time() - c) / t_ours[-1])
         for name, fn in baselines.items():
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             results[name] = fn(data)
             t_base[name].append(time.perf_counter() - t)
+            cpu[name].append((time.process_time() - c) / t_base[name][-1])
+    threads = pool_sizes(baselines)
+    print(f"threads: polars {threads['polars_threads']} (POLARS_MAX_THREADS "
+          f"{threads['polars_max_threads_env'] or 'unset'}), DuckDB {threads['duckdb_threads']}, "
+          f"usable CPUs {threads['usable_cpus']}; CPU/wall: " + ", ".join(
+              f"{k} {statistics.median(v):.2f}" for k, v in cpu.items()), flush=True)
     # Noise on a shared machine only ever adds time: the best repeat is the
     # least disturbed one; medians are reported next to it.
     best_ours, med_ours = min(t_ours), statistics.median(t_ours)
@@ -155,7 +165,8 @@ def throughput(run_dir: Path, rounds: int) -> dict[str, Any]:
         per[name] = {"s": [round(x, 3) for x in times], "chunks_per_s": chunks / min(times),
                      "speedup": min(times) / best_ours,
                      "speedup_median": statistics.median(times) / med_ours,
-                     "matches": not bad, "mismatches": bad[:5]}
+                     "matches": not bad, "mismatches": bad[:5],
+                     "cpu_per_wall": round(statistics.median(cpu[name]), 2)}
     pd_ = per.get("pandas", {})
     return {"chunks": chunks, "ours_s": [round(x, 4) for x in t_ours],
             "chunks_per_s": chunks / best_ours, "chunks_per_s_median": chunks / med_ours,
@@ -163,7 +174,25 @@ def throughput(run_dir: Path, rounds: int) -> dict[str, Any]:
             "speedup_vs_pandas": pd_.get("speedup"), "speedup_median": pd_.get("speedup_median"),
             "cells_compared": len(got), "baselines": per, "baselines_missing": missing,
             "baseline_matches": all(b["matches"] for b in per.values()),
-            "mismatches": [f"{n}: {m}" for n, b in per.items() for m in b["mismatches"]][:5]}
+            "mismatches": [f"{n}: {m}" for n, b in per.items() for m in b["mismatches"]][:5],
+            "ours_cpu_per_wall": round(statistics.median(cpu["ours"]), 2), **threads}
+
+
+def pool_sizes(baselines: dict[str, Any]) -> dict[str, Any]:
+    """The thread pools the baselines ran with (None: not installed): polars
+    uses every usable core unless POLARS_MAX_THREADS says otherwise."""
+    out: dict[str, Any] = {"polars_threads": None, "duckdb_threads": None,
+                           "polars_max_threads_env": os.environ.get("POLARS_MAX_THREADS"),
+                           "usable_cpus": len(os.sched_getaffinity(0))
+                           if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+    if "polars" in baselines:
+        import polars as pl
+        out["polars_threads"] = pl.thread_pool_size()
+    if "duckdb" in baselines:
+        import duckdb
+        with duckdb.connect() as con:
+            out["duckdb_threads"] = con.sql("select current_setting('threads')").fetchall()[0][0]
+    return out
 
 
 # --------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
     python benchmarks/builder_scale.py [--quick] [--runs N] [--workdir DIR] [--keep]
                                        [--baseline REV|DIR] [--aggregate-only]
+    python benchmarks/builder_scale.py --site-runs N [--quick] [--workdir DIR]
+                                       [--baseline REV|DIR]
 
 Synthetic measured runs the size of a real sweep (60 cells, ~3 million
 chunks each; benchmarks/_synthetic.py) are generated with numpy, then:
@@ -34,6 +36,11 @@ chunks each; benchmarks/_synthetic.py) are generated with numpy, then:
    the baseline (issue 20: the tails within 1.3x). --aggregate-only skips
    the builds (1 and 2) and times only this.
 
+5. --site-runs N: the builder at site size instead (benchmarks/_site_scale.py):
+   N light measured runs with raw data and varied identities, cold, no-op,
+   add-one and remove-one builds, peak memory and the index's first screen,
+   by this tree and (with --baseline) the baseline, alternated build by build.
+
 The machine is shared: every figure is a median of repeats where repeats
 are affordable; the last stdout line is one JSON object.
 """
@@ -59,6 +66,7 @@ import pyarrow.compute as pc
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks import _site_scale  # noqa: E402
 from benchmarks._baselines import BASELINES  # noqa: E402
 from benchmarks._synthetic import make_large_run, run_identity  # noqa: E402
 from rundir import contract  # noqa: E402
@@ -219,7 +227,10 @@ def build(data: Path, out: Path, repo: Path = REPO) -> dict[str, Any]:
     its report, peak memory."""
     env = {**os.environ, "PYTHONPATH": str(repo)}
     t = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-c", LAUNCH, BUILD, str(data), str(out)], env=env,
+    # cwd=repo: `python -c` puts the current folder first on sys.path, so started from
+    # this checkout a baseline's build would import this tree's builder instead.
+    child = subprocess.Popen([sys.executable, "-c", LAUNCH, BUILD, str(Path(data).resolve()),
+                              str(Path(out).resolve())], env=env, cwd=repo,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0]
     done = threading.Event()
@@ -353,7 +364,13 @@ def main() -> None:
                     help="also time cold builds by this git revision (or folder) of the builder")
     ap.add_argument("--aggregate-only", action="store_true",
                     help="with --baseline: time only aggregate_run, this tree against the baseline")
+    ap.add_argument("--site-runs", type=int, metavar="N",
+                    help="site size instead: N light measured runs; cold, no-op, add-one "
+                         "builds (with --baseline: side by side); --quick: one repeat")
     args = ap.parse_args()
+    if args.site_runs:
+        site_main(args)
+        return
     n = args.runs or (QUICK_RUNS if args.quick else FULL_RUNS)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="builder-scale-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -378,6 +395,21 @@ def main() -> None:
                   f"{args.baseline} {vs['cold_baseline_s']} s (alternated): "
                   f"ratio of medians {vs['cold_vs_baseline']}", flush=True)
             result |= vs
+    finally:
+        if args.workdir is None and not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(result))
+
+
+def site_main(args: argparse.Namespace) -> None:
+    """--site-runs: the builder at site size (benchmarks/_site_scale.py)."""
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="builder-site-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        base = export_tree(args.baseline, root / "baseline-tree") if args.baseline else None
+        result = _site_scale.site_scale(root, args.site_runs, build, base,
+                                        repeats=1 if args.quick else 3)
+        result["baseline_rev"] = args.baseline
     finally:
         if args.workdir is None and not args.keep:
             shutil.rmtree(root, ignore_errors=True)

@@ -84,8 +84,12 @@ def _info(setup: dict[str, Any], version: str, at: datetime) -> dict[str, Any]:
                       "repository_id": f"example/{model}"}}
 
 
-def make_many_runs(root: Path, n: int, *, seed: int = 0, measured: int = 0) -> list[Path]:
+def make_many_runs(root: Path, n: int, *, seed: int = 0, measured: int = 0,
+                   measured_shape: dict[str, Any] | None = None) -> list[Path]:
     """Write n run directories under root (the last `measured` with raw data); return them.
+
+    `measured_shape` overrides make_measured_run's arguments for the measured
+    runs (contexts, concurrency, duration_s, ...): a bigger matrix per run.
 
     Runs come in series: a setup is measured again (a later engine version, or
     the same version on a later date, sometimes slower: a regression) until
@@ -111,10 +115,11 @@ def make_many_runs(root: Path, n: int, *, seed: int = 0, measured: int = 0) -> l
         run_id = f"many-{i:04d}"
         info = _info(setup, version, at)
         if i >= n - measured:
-            paths.append(make_measured_run(
-                root / run_id, run_id=run_id, contexts=[1024, 4096], concurrency=[1, 4],
-                tokens_per_s=40.0 * speed, seed=seed + i, duration_s=0.5,
-                prefill_contexts=[1024], info=info))
+            shape = {"contexts": [1024, 4096], "concurrency": [1, 4], "duration_s": 0.5,
+                     "prefill_contexts": [1024], **(measured_shape or {})}
+            paths.append(make_measured_run(root / run_id, run_id=run_id,
+                                           tokens_per_s=40.0 * speed, seed=seed + i,
+                                           info=info, **shape))
         else:
             paths.append(make_imported_run(root / run_id, run_id=run_id,
                                            cells=_cells(rng, speed), info=info))

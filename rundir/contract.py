@@ -9,6 +9,7 @@ the format is a change to this file (and `docs/data-format.md`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -365,8 +366,15 @@ def _convert(tp: Any, value: Any, where: str, path: str) -> Any:
     return value
 
 
+@functools.cache
+def _hints(cls: Any) -> dict[str, Any]:
+    """A dataclass's resolved field types, once per class (resolving them is most of
+    the cost of reading a run.yaml whose YAML is already parsed)."""
+    return typing.get_type_hints(cls)
+
+
 def _build(cls: Any, data: dict, where: str, prefix: str) -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known, key=str)  # keys may be numbers: `1: x`
     if unknown:

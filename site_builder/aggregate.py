@@ -444,6 +444,14 @@ class AggregateCache:
     def has(self, digest: str) -> bool:
         return self._path(digest).is_file()
 
+    def has_details(self, digest: str) -> bool:
+        """True when the run's drill-down details are on file (the entry is whole)."""
+        return self._path(digest, ".details").is_file()
+
+    def head_path(self, digest: str) -> Path:
+        """The file of the run's cells (buildstate.RunIndex checks it is unchanged)."""
+        return self._path(digest)
+
     def get(self, digest: str, details: bool = True) -> RunAggregate | None:
         """The cached aggregate (details empty unless asked for), or None."""
         try:

@@ -35,6 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rundir.contract import RUN_YAML, ContractError
 from rundir.slugs import unique_slugs
 from site_builder import (
+    buildstate,
     chartkit,
     charts,
     explore,
@@ -147,6 +148,7 @@ def methodology_text(path: Path | None = None) -> str:
 
 def _load_all(sources: list[load.RunSource], cache: AggregateCache, report: BuildReport,
               progress: Progress, pool: workers.Pool | None = None,
+              index: buildstate.RunIndex | None = None,
               ) -> list[tuple[load.RunSource, Any, Any]]:
     task = progress.add_task("Reading runs", total=len(sources))
     done: list[tuple[str, Any, Any] | Future] = []
@@ -154,6 +156,11 @@ def _load_all(sources: list[load.RunSource], cache: AggregateCache, report: Buil
         try:
             if src.problem:  # never read (nor hand to a worker) a run refused at discovery
                 raise ContractError(src.problem)
+            hit = index.get(src.digest) if index is not None else None
+            if hit is not None:  # one file for all runs
+                done.append(("indexed", *hit))
+                progress.advance(task)
+                continue
             agg = cache.get(src.digest, details=False)  # details: read if pages are rendered
             if agg is not None:
                 done.append(("reused", load.load_info(src), agg))
@@ -179,7 +186,9 @@ def _load_all(sources: list[load.RunSource], cache: AggregateCache, report: Buil
         if kind == "error":
             report.errors.append(info)
             continue
-        (report.reused if kind == "reused" else report.aggregated).append(info.run_id)
+        (report.aggregated if kind == "ok" else report.reused).append(info.run_id)
+        if index is not None and kind != "indexed":
+            index.put(info, agg)
         loaded.append((src, info, agg))
     return loaded
 
@@ -303,6 +312,26 @@ def _published_only(views: list[RunView], models: list[FamilyGroup],
     return done, [m for m in kept if m.runs]
 
 
+def _explore_templates(writer: SiteWriter, fp: str, cost: bool) -> Any:
+    """The explorer's chart templates (Altair compiles them in ~1 s, whatever the site's
+    size), kept in the build cache under the page fingerprint and Altair's version."""
+    try:
+        altair = metadata.version("altair")
+    except metadata.PackageNotFoundError:
+        altair = "-"
+    name = digest(f"{fp}|{altair}|{cost}".encode())[:24]
+    path = writer.manifest_path.parent / f"explore-templates-{name}.json"
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        pass
+    got = explorecharts.templates(cost=cost)
+    for old in path.parent.glob("explore-templates-*.json"):
+        old.unlink(missing_ok=True)
+    save(path, json.dumps(got, allow_nan=False).encode())
+    return got
+
+
 def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
                 models: list[FamilyGroup], fp: str, text: str, bar: Progress) -> None:
     """The pages and files that cover every run: model pages (keyed, so only a
@@ -324,12 +353,13 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
         writer.write(rel, page)
     writer.write("compare.html", pages.compare_page(views))
     writer.write("downloads.html", pages.downloads_page(views))
-    writer.write("methodology.html", pages.methodology_page(text))
+    if not writer.is_current("methodology.html", key := digest(f"{fp}|methodology".encode())):
+        writer.write("methodology.html", pages.methodology_page(text), key)  # fp holds the text
     writer.write("index.json", runpages.json_text(index))
     writer.write("index.csv", runpages.csv_text(records))
     writer.write("data/index.js", f"window.SPEED_MATRIX_INDEX = {json_script(index)};\n")
     data = explore.explore_data(views)
-    data |= {"templates": explorecharts.templates(cost=bool(data["prices"])),
+    data |= {"templates": _explore_templates(writer, fp, cost=bool(data["prices"])),
              "colors": chartkit.LINE_COLORS, "rest_color": chartkit.REST_COLOR}
     writer.write("explore.html", pages.explore_page(data))
     writer.write("data/explore.js", f"window.SPEED_MATRIX_EXPLORE = {json_script(data)};\n")
@@ -357,6 +387,35 @@ def _publish(views: list[RunView], writer: SiteWriter, cache: AggregateCache,
         return False
     _site_pages(writer, pages, views, models, fp, text, bar)
     return True
+
+
+def _build_key(data_dir: Path, out: Path, cache_dir: Path, methodology: Path | None,
+               prices: PriceTable | None, slo: Slo | None,
+               sources: list[load.RunSource]) -> str:
+    """Everything a build's output is made from (buildstate.BuildState): the builder's
+    code, templates and static files, version and libraries, the methodology, the
+    prices, the SLO, the folders, and each run's path and digest (its files' bytes)."""
+    code = fingerprint([*code_files(), *Renderer().fingerprint_files()], version())
+    libraries = []
+    for name in ("altair", "jinja2", "vl-convert-python", "markdown-it-py", "pyarrow", "numpy"):
+        try:
+            libraries.append(f"{name}={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            libraries.append(f"{name}=-")
+    return buildstate.build_key(
+        code, libraries, charts.bundle_name(), methodology_text(methodology), repr(prices),
+        (slo or DEFAULT_SLO).spec, slo is not None,
+        *(str(Path(p).resolve()) for p in (data_dir, out, cache_dir)),
+        [[str(s.path), s.digest, s.problem] for s in sources])
+
+
+def _replay(report: BuildReport, last: dict[str, Any], files: int) -> BuildReport:
+    """The report of a build that found nothing to do: the last one's runs, all reused."""
+    report.published = list(last.get("published", []))
+    report.warnings = list(last.get("warnings", []))
+    report.reused = list(last.get("runs", []))
+    report.unchanged = files
+    return report
 
 
 def _finish(writer: SiteWriter, cache: AggregateCache, sources: list[load.RunSource],
@@ -406,17 +465,28 @@ def build_site(
     known, sources = _sources(Path(data_dir), out, cache_dir)
     cache = AggregateCache(cache_dir / AGGREGATES)
     writer = SiteWriter(out, cache_dir, protect=(Path(data_dir),))
+    state = buildstate.BuildState(cache_dir)
+    key = _build_key(Path(data_dir), out, cache_dir, methodology, prices, slo, sources)
+    last = None if writer.ignored else state.unchanged(key, out, writer.old, writer.manifest_path)
+    if last is not None:  # the same inputs, and the site as the last build left it
+        return _replay(report, last, len(writer.old))
+    index = buildstate.RunIndex(cache_dir, cache)
     bundle = _start_bundle(out)
     jobs = workers.default_jobs() if jobs is None else jobs
     todo = [s.path for s in sources if not cache.has(s.digest)]
     pool = workers.Pool(jobs) if jobs > 1 and workers.worth_it(todo) else None
     with pool or nullcontext(), _progress(progress) as bar:
-        views = _views(_load_all(sources, cache, report, bar, pool), report)
+        views = _views(_load_all(sources, cache, report, bar, pool, index), report)
         for v in views:
             v.price = prices.for_gpu(v.info.hardware.gpu_name) if prices else None
             v.slo = RunSlo(slo or DEFAULT_SLO, given=slo is not None)
         if not views or not _publish(views, writer, cache, pool, bundle, methodology,
                                      report, bar):
             return report
+    about_runs = list(report.warnings)  # not _finish's, about the last manifest
     _finish(writer, cache, sources, known, cache_dir, report)
+    index.save({s.digest for s in sources})
+    state.save(key, out, writer.new, writer.manifest_path,
+               {"published": report.published, "warnings": about_runs,
+                "errors": report.errors, "runs": report.reused + report.aggregated})
     return report

@@ -49,6 +49,22 @@ def _details(cache: AggregateCache, run: RunView, src_dir: Path) -> dict[str, An
         return agg.details
 
 
+DATA_FILES = ("cells.csv", "cells.json", "curve.csv", "curve.json", "data.js")
+
+
+def _write_data(writer: SiteWriter, run: RunView, base: str, key: str) -> None:
+    records = runrows.cell_records(run)
+    writer.write(f"{base}/cells.csv", csv_text(records), key)
+    writer.write(f"{base}/cells.json", json_text({"run": {**runrows.index_record(run),
+                                                          "info": run.info.to_dict()},
+                                                  "cells": records}), key)
+    curve = curves.curve_record(run)
+    writer.write(f"{base}/curve.csv", csv_text(curve["points"], curves.POINT_COLUMNS), key)
+    writer.write(f"{base}/curve.json", json_text(curve), key)
+    writer.write(f"{base}/data.js", "(window.SPEED_MATRIX_RUNS = window.SPEED_MATRIX_RUNS || {})"
+                 f"[{json_script(run.slug)}] = {json_script(runrows.compare_data(run))};\n", key)
+
+
 def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
               cache: AggregateCache | None = None) -> None:
     """Write everything under runs/<slug>/ for one run.
@@ -73,15 +89,10 @@ def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
         for name, html in pages.cell_pages(run):
             writer.write(f"{base}/cells/{name}", html, key)
     run.agg.details = {}  # written: free the memory (site-wide pages need cells only)
-    records = runrows.cell_records(run)
-    writer.write(f"{base}/cells.csv", csv_text(records))
-    writer.write(f"{base}/cells.json", json_text({"run": {**runrows.index_record(run),
-                                                          "info": run.info.to_dict()},
-                                                  "cells": records}))
-    curve = curves.curve_record(run)
-    writer.write(f"{base}/curve.csv", csv_text(curve["points"], curves.POINT_COLUMNS))
-    writer.write(f"{base}/curve.json", json_text(curve))
-    writer.write(f"{base}/data.js", "(window.SPEED_MATRIX_RUNS = window.SPEED_MATRIX_RUNS || {})"
-                 f"[{json_script(run.slug)}] = {json_script(runrows.compare_data(run))};\n")
+    # The downloads and data script: keyed like the run page, plus its site-wide name and
+    # its price (a cost is computed from it), so an unchanged run's are not made again.
+    data_key = digest(f"{page_key}|{run.name}|{run.price!r}".encode())
+    if not all(writer.is_current(f"{base}/{name}", data_key) for name in DATA_FILES):
+        _write_data(writer, run, base, data_key)
     for name, _size in run.raw_files:
         writer.copy(f"{base}/raw/{name}", src_dir / name, digest(f"{run.agg.digest}|{name}".encode()))

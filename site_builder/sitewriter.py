@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -128,6 +129,8 @@ class SiteWriter:
         self.new: dict[str, str] = {}
         self.written = self.unchanged = self.removed = 0
         self._safe_dirs: set[Path] = set()
+        self._inside_dirs: dict[str, bool] = {}
+        self._out_text = os.fspath(self.out)
 
     def _target(self, rel: str) -> Path:
         """out/rel, after making sure its folder is (or will be created) inside --out."""
@@ -166,10 +169,28 @@ class SiteWriter:
         self.written += tally.written
         self.unchanged += tally.unchanged
 
+    def _current_file(self, rel: str) -> bool:
+        """out/rel is a file whose real location is inside --out: one lstat for a plain
+        file, whose folder's real location is looked up once a build (a symlink is
+        followed and checked in full)."""
+        path = os.path.join(self._out_text, rel)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            return os.path.isfile(path) and inside(Path(path), self.root)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        folder = os.path.dirname(path)
+        hit = self._inside_dirs.get(folder)
+        if hit is None:
+            hit = self._inside_dirs[folder] = inside(Path(folder), self.root)
+        return hit
+
     def is_current(self, rel: str, key: str) -> bool:
         """True (and recorded) when rel was written from the same key and is still there."""
-        if self.old.get(rel) == key and (self.out / rel).is_file() and inside(
-                self.out / rel, self.root):
+        if self.old.get(rel) == key and self._current_file(rel):
             self.new[rel] = key
             self.unchanged += 1
             return True

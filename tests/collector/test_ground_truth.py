@@ -19,7 +19,12 @@ from rundir.contract import METRIC_WAITING, PURPOSE_MEASURE
 from rundir.io import read_run
 from site_builder.aggregate import measured_cells
 from tests.conftest import run_cli
-from tests.refserver.harness import refserver_fixture, true_running, true_waiting  # noqa: F401
+from tests.refserver.harness import (  # noqa: F401
+    refserver_fixture,
+    true_request_figures,
+    true_running,
+    true_waiting,
+)
 
 FAST = ["--duration", "4", "--warmup-stable", "1", "--no-prefill", "--server-wait", "3"]
 
@@ -147,6 +152,21 @@ def assert_close(ours: float, truth: float, what: str, abs_ms: float | None = No
     assert abs(ours - truth) <= tol, f"{what}: ours {ours:.4f}, truth {truth:.4f}"
 
 
+def assert_ttft_within_transport(ours: float, records: list[dict], page: dict, key) -> None:
+    """The page's TTFT (a median) between the median of each request's true
+    TTFT and the median of that TTFT moved by the request's own transport (its
+    way up and its first token's way down, from the two logs): a median is
+    monotone in every sample, so a busy host widens the bound, never breaks it,
+    and a quiet one keeps it within a fraction of a millisecond."""
+    cell = page["cell"]
+    fig = true_request_figures(records, page["requests"], cell["window_start_ns"],
+                               cell["window_end_ns"])["ttft_ms"]
+    lo, hi = float(np.nanmedian(fig.lo)), float(np.nanmedian(fig.hi))
+    assert lo - 1e-6 <= ours <= hi + 1e-6, (
+        f"{key} TTFT: ours {ours:.4f}, truth {float(np.nanmedian(fig.truth)):.4f} "
+        f"(with transport {lo:.4f}..{hi:.4f})")
+
+
 def check_against_truth(srv, run_dir: Path) -> dict:
     pages = page_metrics(run_dir)
     records = srv.truth(min_records=1)
@@ -156,7 +176,7 @@ def check_against_truth(srv, run_dir: Path) -> dict:
         assert_close(m.total_tok_s, t["total"], f"{key} total tok/s")
         assert_close(m.per_request_tok_s, t["per_request"], f"{key} per-request tok/s")
         assert_close(m.tbt_ms, t["tbt"], f"{key} time between tokens", abs_ms=0.5)
-        assert_close(m.ttft_ms, t["ttft"], f"{key} TTFT", abs_ms=0.5)
+        assert_ttft_within_transport(m.ttft_ms, records, page, key)
         # transport time counts as active on the client's side; the waiting
         # gauge is held between samples, and so may lag either way
         low = (t["active"] - t["stale"]) * 0.99

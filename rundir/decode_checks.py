@@ -23,7 +23,7 @@ from rundir.metrics import Chunks, DecodeMetrics, window_scan
 STALL_MIN_NS = 1_000_000_000  # a silence this long is never normal token spacing
 STALL_WINDOW_SHARE = 0.05  # ... nor one this large a share of the window
 STALL_GAP_MULTIPLE = 10  # ... nor this many times the cell's usual spacing
-CONSISTENCY_TOLERANCE = 0.25  # |total − per-request × producing| / (per-request × producing)
+CONSISTENCY_TOLERANCE = 0.25  # |total − rate × producing| / (rate × producing)
 # A silence the collector caused (it stopped reading) ends in a backlog: the tokens
 # the server kept sending waited in the socket and arrive together. One ended by at
 # least this share of what the window's rate would have delivered in the silence,
@@ -117,20 +117,25 @@ def stall_problem(chunks: Chunks, start_ns: int, end_ns: int) -> str | None:
 
 
 def consistency_problem(m: DecodeMetrics) -> str | None:
-    """Total tok/s must agree with per-request tok/s × the streams that were
+    """Total tok/s must agree with the streams' rate × the streams that were
     receiving tokens (first token to end, time-weighted): both describe the
-    same streams over the same window. Requests being prefilled or restarted
-    are left out of that count on purpose: they are active on the server but
-    deliver nothing yet (a 1 s prompt per 2 s answer legitimately makes the
-    total a third below per-request × active)."""
+    same streams over the same window. The rate is pooled (every stream's
+    tokens after its first over all their timed spans), not the published
+    median: a server whose requests run at different speeds (a slow tail) is
+    consistent, and only time the count says streams were receiving tokens
+    but none came (a stream stuck while the others run) is not. Requests
+    being prefilled or restarted are left out of that count on purpose: they
+    are active on the server but deliver nothing yet (a 1 s prompt per 2 s
+    answer legitimately makes the total a third below rate × active)."""
     producing = m.avg_active_client
-    if m.per_request_tok_s is None or producing <= 0:
+    rate = m.pooled_tok_s if m.pooled_tok_s is not None else m.per_request_tok_s
+    if rate is None or producing <= 0:
         return None
-    expected = m.per_request_tok_s * producing
+    expected = rate * producing
     if expected <= 0 or abs(m.total_tok_s - expected) <= CONSISTENCY_TOLERANCE * expected:
         return None
-    return (f"inconsistent figures: total {m.total_tok_s:.1f} tok/s against per-request "
-            f"{m.per_request_tok_s:.1f} tok/s × {producing:.2f} streams receiving tokens = "
+    return (f"inconsistent figures: total {m.total_tok_s:.1f} tok/s against "
+            f"{rate:.1f} tok/s a stream × {producing:.2f} streams receiving tokens = "
             f"{expected:.1f} (off by more than {CONSISTENCY_TOLERANCE:.0%})")
 
 

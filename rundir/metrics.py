@@ -255,6 +255,8 @@ class StreamRates:
     tok_s: np.ndarray
     tbt_ms: np.ndarray
     window_tokens: np.ndarray
+    pooled_tok_s: float | None = None  # all their tokens after the first / all their spans
+
 
 
 def stream_rates(chunks: Chunks, start_ns: int, end_ns: int) -> StreamRates:
@@ -276,8 +278,9 @@ def stream_rates(chunks: Chunks, start_ns: int, end_ns: int) -> StreamRates:
         ok = (span > 0) & (after_first > 0)
         rows = np.flatnonzero(has)
         tokens[rows] = sums
+        pooled = float(after_first[ok].sum() / (span[ok].sum() / 1e9)) if ok.any() else None
         return StreamRates(rows[ok], after_first[ok] / (span[ok] / 1e9),
-                           (span[ok] / 1e6) / after_first[ok], tokens)
+                           (span[ok] / 1e6) / after_first[ok], tokens, pooled)
 
     return chunks._memoised((_RATES, int(start_ns), int(end_ns)), compute)
 
@@ -292,6 +295,9 @@ class DecodeMetrics:
     ttft_ms: float | None
     completed: int
     avg_active_client: float
+    # The streams' rate weighted by how long each was timed (rundir/decode_checks.py's
+    # consistency check; the page's per-request figure is the median above).
+    pooled_tok_s: float | None = None
 
 
 def decode_metrics(chunks: Chunks, start_ns: int, end_ns: int, completed_mask: np.ndarray) -> DecodeMetrics:
@@ -317,6 +323,7 @@ def decode_metrics(chunks: Chunks, start_ns: int, end_ns: int, completed_mask: n
         ttft_ms=_median(ttfts),
         completed=int(ended_in.sum()),
         avg_active_client=client_active(chunks, start_ns, end_ns),
+        pooled_tok_s=stream.pooled_tok_s,
     )
 
 

@@ -170,6 +170,26 @@ def test_consistency_rule():
     assert "inconsistent figures" in decode_checks.consistency_problem(bad)
 
 
+def _judge(streams: list[list[tuple[int, int]]], end_ms: int) -> str | None:
+    """The consistency check on raw streams, all ending at `end_ms` (the window
+    is [0, end_ms])."""
+    chunks = _chunks(streams, end_ns=end_ms * MS)
+    m = metrics.decode_metrics(chunks, 0, end_ms * MS, np.zeros(len(streams), dtype=bool))
+    return decode_checks.consistency_problem(m)
+
+
+def test_a_slow_tail_is_consistent_and_a_stuck_stream_is_not():
+    # five streams at 200 tok/s and three 8x slower: the median (200) x 8 streams
+    # is 49% above the true total, but nothing is wrong: this is a real tail
+    fast = [[(t * 5 * MS, t + 1) for t in range(800)] for _ in range(5)]
+    slow = [[(t * 40 * MS, t + 1) for t in range(100)] for _ in range(3)]
+    assert _judge(fast + slow, 4000) is None
+    # one of two streams stops receiving after 1 s but stays open: the count says
+    # two streams were receiving tokens for the whole window, the total says one
+    stuck = [[(t * 5 * MS, t + 1) for t in range(200)]]
+    assert "inconsistent figures" in (_judge(fast[:1] + stuck, 4000) or "")
+
+
 @pytest.mark.parametrize("events, expect", [
     ([b'{"choices":[],"usage":{"completion_tokens":5}}',
       b'{"choices":[],"usage":{"completion_tokens":3}}'], "fell from 5 to 3"),
@@ -193,16 +213,20 @@ def test_parser_refuses_impossible_counts_and_shapes(events, expect):
 
 def test_decode_problems_names_an_inconsistent_window():
     """Two streams at 100 tok/s and a third that is open the whole window but
-    delivers only two tokens: per-request (median 100) × 3 streams receiving
-    tokens (300) cannot be the total (about 200)."""
+    stops after its second token, 10 ms in: 100 tok/s a stream × 3 streams
+    receiving tokens (300) cannot be the total (about 200). The same third
+    stream resuming at the window's end is a slow request, a tail, and consistent."""
     streams = [[(t * 10 * MS, t + 1) for t in range(201)] for _ in range(2)]
     chunks = _chunks(streams)
     m = metrics.decode_metrics(chunks, 0, 2000 * MS, np.array([False, False]))
     assert decode_checks.decode_problems(chunks, 0, 2000 * MS, m) == []
-    stuck = _chunks(streams + [[(0, 1), (1990 * MS, 2)]], end_ns=2000 * MS)
+    stuck = _chunks(streams + [[(0, 1), (10 * MS, 2)]], end_ns=2000 * MS)
     m = metrics.decode_metrics(stuck, 0, 2000 * MS, np.array([False, False, False]))
     (why,) = decode_checks.decode_problems(stuck, 0, 2000 * MS, m)
     assert why.startswith("inconsistent figures")
+    slow = _chunks(streams + [[(0, 1), (1990 * MS, 2)]], end_ns=2000 * MS)
+    m = metrics.decode_metrics(slow, 0, 2000 * MS, np.array([False, False, False]))
+    assert decode_checks.decode_problems(slow, 0, 2000 * MS, m) == []
 
 
 def _decode_record(chunk_ns: list[int]) -> object:

@@ -45,9 +45,10 @@ def window_figures(rows: list[dict], bounds: list[tuple[int, int]]) -> list[dict
     for i, (s, e) in enumerate(bounds):
         tokens, rates, gaps, ttfts = 0, [], [], []
         for r in rows:
+            counts = r["chunk_tokens"] or []  # a stream cut before its first chunk has none
             steps = [(t, n - p) for t, n, p in
-                     zip(r["chunk_ns"], r["chunk_tokens"], [0, *r["chunk_tokens"][:-1]],
-                         strict=True) if n - p > 0]
+                     zip(r["chunk_ns"] or [], counts, [0, *counts][:len(counts)], strict=True)
+                     if n - p > 0]
             inside = [(t, n) for t, n in steps if s <= t <= e]
             tokens += sum(n for _, n in inside)
             after = sum(n for _, n in inside[1:])

@@ -15,16 +15,19 @@ a fresh dict each time, the compiled template never touched.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import altair as alt
 import vl_convert as vlc
 
 from rundir import contract, statuses, tails, words
+from rundir.io import atomic_write
 from site_builder import metrictable, views
 from site_builder.aggregate import CellResult
 
@@ -332,6 +335,74 @@ def template(chart: alt.TopLevelMixin) -> Template:
         spec.setdefault("autosize", AUTOSIZE)
     text = json.dumps(spec, separators=(",", ":"))
     return Template(text, frozenset(a or b for a, b in _SLOT.findall(text)))
+
+
+# Compiled templates kept in the build cache between processes (`keep`): Altair
+# compiles a run page's dozen chart kinds in ~1 s, once a process, whatever the
+# site's size, so a rebuild that renders one new run would pay it every time.
+_KEPT: dict[str, Any] = {"path": None, "texts": {}, "made": {}}
+COMPILED: list[Any] = []  # every `compiled` function (tests clear their caches)
+
+
+def compiled(fn: Callable[..., Template]) -> Callable[..., Template]:
+    """functools.cache for a function making a Template, whose text is also looked up
+    in (and added to) the kept templates of the build (`keep`). A kept text was made
+    by the same code and Altair: the file is named by both (publish)."""
+    name = f"{fn.__module__}.{fn.__qualname__}"
+
+    @functools.cache
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Template:
+        key = f"{name}{args!r}"
+        text = _KEPT["texts"].get(key)
+        if isinstance(text, str):
+            return Template(text, frozenset(a or b for a, b in _SLOT.findall(text)))
+        got = fn(*args)
+        _KEPT["made"][key] = got.text
+        return got
+
+    COMPILED.append(wrapper)
+    return wrapper
+
+
+def kept_path(cache_dir: Path, fp: str, *, clean: bool = False) -> Path:
+    """The kept templates' file in the build cache for the page fingerprint `fp` (the
+    builder's code) and Altair's version; with `clean`, the files of others are removed."""
+    name = hashlib.sha256(f"{fp}|{alt.__version__}".encode()).hexdigest()[:24]
+    path = Path(cache_dir) / f"chart-templates-{name}.json"
+    if clean and not path.is_file():
+        for old in Path(cache_dir).glob("chart-templates-*.json"):
+            old.unlink(missing_ok=True)
+    return path
+
+
+def keep(path: Path | None) -> None:
+    """Use the templates kept in `path` (None: none) from now on in this process."""
+    texts: Any = {}
+    if path is not None:
+        try:
+            texts = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            texts = {}
+    _KEPT.update(path=path, texts=texts if isinstance(texts, dict) else {})
+
+
+def save_kept() -> None:
+    """Add the templates this process made to the kept file, when it lacks some
+    (written whole and atomically; the file's other entries are kept)."""
+    path = _KEPT["path"]
+    if path is None:
+        return
+    texts = _KEPT["texts"]
+    if all(texts.get(k) == v for k, v in _KEPT["made"].items()):
+        return
+    try:
+        on_file = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        on_file = {}
+    merged = {**(on_file if isinstance(on_file, dict) else {}), **texts, **_KEPT["made"]}
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(merged, sort_keys=True), "utf-8"))
+    _KEPT["texts"] = merged
 
 
 @dataclass

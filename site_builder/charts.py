@@ -20,7 +20,6 @@ there (`usermeta`); site.js swaps them in, and the fallback stays the median.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +112,7 @@ def _tooltip(kind: str, look: Look) -> list[alt.Tooltip]:
     return [nominal("run", "Run"), *tips] if kind == "runs_decode" else tips
 
 
-@functools.cache
+@chartkit.compiled
 def _line_template(kind: str, queued: bool) -> Template:
     """Lines broken at missing cells (null y), with a point per measured cell:
     filled for Valid, a hollow square for Requests queued (the caption says so)."""
@@ -305,7 +304,7 @@ def heatmap_row_height(contexts: int) -> int:
     return max(24, min(40, 360 // max(1, contexts)))
 
 
-@functools.cache
+@chartkit.compiled
 def _prefill_template() -> Template:
     look = chartkit.PREFILL
     return template(alt.Chart(CELLS).mark_bar(color=look.color, size=PREFILL_BAR_WIDTH).encode(
@@ -333,7 +332,7 @@ def prefill_chart(cells: list[CellResult], chart_id: str = "chart-prefill", *,
                                        bar_width=PREFILL_BAR_WIDTH))
 
 
-@functools.cache
+@chartkit.compiled
 def _heatmap_template(missing: bool) -> Template:
     """Cells shaded by total tok/s; with `missing`, a layer below fills each cell
     without numbers by its status."""

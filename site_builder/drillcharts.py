@@ -11,7 +11,6 @@ filled per page, with the no-JS picture drawn by `fallback` from the same
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import altair as alt
@@ -31,7 +30,7 @@ CDF_HEIGHT, SHARE_TICKS, LABEL_ROWS = fallback.CDF_HEIGHT, fallback.CDF_SHARE_TI
 LOG_SPREAD = 20  # a CDF's x axis is logarithmic when its largest value passes 20× its smallest
 
 
-@functools.cache
+@chartkit.compiled
 def _ttft_template() -> Template:
     look = chartkit.TTFT
     return template(alt.Chart(CELLS).mark_bar(color=look.color).encode(
@@ -55,7 +54,7 @@ def ttft_histogram(values_ms: list[float], chart_id: str = "chart-ttft") -> Char
                                             height=HISTOGRAM_HEIGHT, rule_style=MEDIAN_RULE))
 
 
-@functools.cache
+@chartkit.compiled
 def _tbt_template(median: bool) -> Template:
     look = chartkit.TBT
     bars = alt.Chart(alt.Data(name="bins")).mark_bar(color=look.color).encode(
@@ -97,7 +96,7 @@ def tbt_histogram(tbt: dict[str, Any], median_ms: float | None,
                                             height=HISTOGRAM_HEIGHT, rule_style=MEDIAN_RULE))
 
 
-@functools.cache
+@chartkit.compiled
 def _timeline_template(who: tuple[str, ...]) -> Template:
     """Output tok/s bars above the requests running; one line per source in `who`,
     drawn in that order (waiting first, so running stays visible on top of it)."""
@@ -161,7 +160,7 @@ def timeline_chart(detail: dict[str, Any], chart_id: str = "chart-timeline") -> 
                      title, bins, lines, heights=TIMELINE_HEIGHTS, gap=PANEL_GAP))
 
 
-@functools.cache
+@chartkit.compiled
 def _power_template() -> Template:
     """GPU power above the SM clock, x from 0 to the window's end like the token timeline."""
 
@@ -198,7 +197,7 @@ def power_chart(detail: dict[str, Any], chart_id: str = "chart-power") -> Chart 
         heights=POWER_HEIGHTS, gap=PANEL_GAP))
 
 
-@functools.cache
+@chartkit.compiled
 def _cdf_template(look_name: str, log: bool) -> Template:
     """A step-after CDF line, a dashed rule at each level and its label (two text
     layers: labels right of their rule, and left of it near the axis's end)."""

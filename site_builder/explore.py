@@ -93,12 +93,19 @@ def _point(index: int, run: RunView, x: Any, with_cost: bool) -> list[Any]:
     return [*row, *point_cost(run, gpus, x.total_tok_s)] if with_cost else row
 
 
+# Each point metric's (name, key, [column of each level, None for the median]): what
+# CellResult.tail reads, looked up once (a site has ~10 points a run).
+_LEVEL_COLUMNS = [(name, key, [None if level == tails.DEFAULT_LEVEL
+                               else tails.BY_KEY[key].column(level) for level in tails.LEVELS])
+                  for name, key in (("ttft", "ttft_ms"), ("tbt", "tbt_ms"),
+                                    ("per_request", "per_request_tok_s"))]
+
+
 def point_levels(x: Any) -> dict[str, Any]:
     """A point's figures at every level (None: too few requests) and the texts of the
-    two the explorer draws, TTFT and per-request tok/s."""
-    lv = {name: [x.tail(key, level) for level in tails.LEVELS]
-          for name, key in (("ttft", "ttft_ms"), ("tbt", "tbt_ms"),
-                            ("per_request", "per_request_tok_s"))}
+    two the explorer draws, TTFT and per-request tok/s (x.tail(key, level) of each)."""
+    lv = {name: [getattr(x, key) if col is None else x.tails.get(col) for col in cols]
+          for name, key, cols in _LEVEL_COLUMNS}
     return {**lv, "texts": {"ttft": [words.ttft(v) for v in lv["ttft"]],
                             "per_request": [words.tok_s(v) for v in lv["per_request"]]}}
 
@@ -220,8 +227,8 @@ def explore_data(views: list[RunView]) -> dict[str, Any]:
                    if _plotted(x)]
     fams = sorted(families.values(), key=lambda f: f["name"].lower())
     scopes = {ALL: list(range(len(runs))), **{f["slug"]: f["runs"] for f in fams}}
-    contexts = {s: sorted({p[1] for p in points if p[0] in set(members)})
-                for s, members in scopes.items()}
+    contexts = {s: sorted({p[1] for p in points if p[0] in chosen})
+                for s, members in scopes.items() if (chosen := set(members)) is not None}
     return {
         "fields": POINT_FIELDS + (COST_FIELDS if with_cost else []),
         "prices": sorted({run.price.note for run in views if run.price is not None}),
@@ -255,10 +262,14 @@ def view_series(data: dict[str, Any], scope: str, context: int, mode: str,
     y_key = fields["per_gpu" if mode == "gpu" else "total"]
     scopes = {f["slug"]: f["runs"] for f in data["families"]}
     members = set(scopes.get(scope, range(len(data["runs"]))))
+    by_run: dict[int, list[tuple[Any, Any, bool]]] = {}  # one pass over the points
+    for p in data["points"]:
+        if p[1] == context and p[y_key] is not None:
+            by_run.setdefault(p[0], []).append(
+                (p[fields["per_request"]], p[y_key], p[fields["status"]] == contract.REQUESTS_QUEUED))
     series = []
     for i, run in enumerate(data["runs"]):
-        pts = [(p[fields["per_request"]], p[y_key], p[fields["status"]] == contract.REQUESTS_QUEUED)
-               for p in data["points"] if p[0] == i and p[1] == context and p[y_key] is not None]
+        pts = by_run.get(i)
         if i in members and pts:
             series.append((run["name"], pts))
     series.sort(key=lambda s: -max(y for _, y, _ in s[1]))

@@ -380,12 +380,18 @@ def _publish(views: list[RunView], writer: SiteWriter, cache: AggregateCache,
     assets = write_assets(writer, renderer.folder)
     text = methodology_text(methodology)
     fp = page_fingerprint(renderer, assets, text, views)
+    renderer.keep_compiled(cache.folder.parent, fp, clean=True)  # Jinja's, in the build cache
+    chartkit.keep(chartkit.kept_path(cache.folder.parent, fp, clean=True))  # and Altair's
     pages = Pages(renderer, charts.SvgRenderer(), assets, version())
-    done = _render_runs(views, writer, pages, fp, cache, pool, assets, report, bar)
-    views, models = _published_only(views, models, done)
-    if not views:
-        return False
-    _site_pages(writer, pages, views, models, fp, text, bar)
+    try:
+        done = _render_runs(views, writer, pages, fp, cache, pool, assets, report, bar)
+        views, models = _published_only(views, models, done)
+        if not views:
+            return False
+        _site_pages(writer, pages, views, models, fp, text, bar)
+    finally:
+        chartkit.save_kept()
+        chartkit.keep(None)
     return True
 
 
@@ -488,5 +494,6 @@ def build_site(
     index.save({s.digest for s in sources})
     state.save(key, out, writer.new, writer.manifest_path,
                {"published": report.published, "warnings": about_runs,
-                "errors": report.errors, "runs": report.reused + report.aggregated})
+                "errors": report.errors, "runs": report.reused + report.aggregated},
+               writer.seen)
     return report

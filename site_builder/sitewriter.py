@@ -131,6 +131,7 @@ class SiteWriter:
         self._safe_dirs: set[Path] = set()
         self._inside_dirs: dict[str, bool] = {}
         self._out_text = os.fspath(self.out)
+        self.seen: dict[str, list[int]] = {}  # size, mtime, inode of files found current
 
     def _target(self, rel: str) -> Path:
         """out/rel, after making sure its folder is (or will be created) inside --out."""
@@ -149,6 +150,7 @@ class SiteWriter:
 
     def _replace(self, path: Path, fill: Callable[[Path], None]) -> None:
         """Write path through rundir.io.atomic_write; OSError becomes SiteError."""
+        self.seen.pop(os.path.relpath(path, self.out), None)
         try:
             atomic_write(path, fill)
         except OSError as exc:
@@ -182,10 +184,27 @@ class SiteWriter:
             return os.path.isfile(path) and inside(Path(path), self.root)
         if not stat.S_ISREG(st.st_mode):
             return False
-        folder = os.path.dirname(path)
+        if not self._inside_dir(os.path.dirname(path)):
+            return False
+        self.seen[rel] = [st.st_size, st.st_mtime_ns, st.st_ino]  # BuildState needs no stat
+        return True
+
+    def _inside_dir(self, folder: str) -> bool:
+        """The folder's real location is inside --out: a plain folder (not a symlink)
+        below --out whose parent's is; --out itself or a symlinked folder resolved in
+        full. Remembered for the build."""
         hit = self._inside_dirs.get(folder)
         if hit is None:
-            hit = self._inside_dirs[folder] = inside(Path(folder), self.root)
+            parent = os.path.dirname(folder)
+            try:
+                plain = stat.S_ISDIR(os.lstat(folder).st_mode)
+            except OSError:
+                plain = False
+            if plain and parent != folder and folder.startswith(self._out_text + os.sep):
+                hit = self._inside_dir(parent)
+            else:
+                hit = inside(Path(folder), self.root)
+            self._inside_dirs[folder] = hit
         return hit
 
     def is_current(self, rel: str, key: str) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rundir.contract import REQUESTS_FILE
-from site_builder import charts, load, runpages
+from site_builder import chartkit, charts, load, runpages
 from site_builder.aggregate import AggregateCache, aggregate_run
 from site_builder.pages import Pages
 from site_builder.render import Renderer
@@ -123,10 +123,14 @@ def render_one(out: str, cache_dir: str, assets: dict[str, str], version: str, f
     """Write one run's pages and files; return what was written, for the parent to merge."""
     key = (out, cache_dir, tuple(sorted(assets.items())), version)
     if _STATE.get("key") != key:  # once per worker and build
-        _STATE.update(key=key, pages=Pages(Renderer(), charts.SvgRenderer(), assets, version),
+        renderer = Renderer()
+        renderer.keep_compiled(Path(cache_dir), fp)  # the build process cleans the cache
+        chartkit.keep(chartkit.kept_path(Path(cache_dir), fp))
+        _STATE.update(key=key, pages=Pages(renderer, charts.SvgRenderer(), assets, version),
                       writer=SiteWriter(Path(out), Path(cache_dir)),
                       cache=AggregateCache(Path(cache_dir) / AGGREGATES))
     writer = _STATE["writer"]
     writer.reset()
     runpages.write_run(writer, _STATE["pages"], run, fp, _STATE["cache"])
+    chartkit.save_kept()  # only when this run made a template the file lacks
     return writer.tally()

@@ -9,11 +9,14 @@ output, fresh cache) of the same data and options.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from rundir.contract import ContractError, RunInfo
+from site_builder import buildstate, chartkit, charts, drillcharts
 from site_builder.prices import Price, PriceTable
 from site_builder.publish import build_site
 from tests.support.many_runs import make_many_runs
@@ -89,3 +92,35 @@ def test_changed_run_options_and_pages_are_rebuilt(tmp_path: Path,
     (site / "downloads.html").unlink()
     build_site(data, site, jobs=1, prices=prices)
     same_site(site, tmp_path / "cold-priced")
+
+
+def test_a_new_process_uses_the_kept_templates_and_run_yaml(
+        tmp_path: Path, runs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a rebuild in a fresh process takes from the build cache instead of making
+    it again: the run charts' compiled Altair templates (chartkit.compiled) and each
+    cached run's run.yaml (buildstate._filed_info, without the contract's checks)."""
+    data, extra = runs
+    site = tmp_path / "site"
+    build_site(data, site, jobs=1)
+    cache = tmp_path / ".site-build-cache"
+    filed = json.loads((cache / buildstate.RUNS).read_text())["runs"]
+    for entry in filed.values():  # the same RunInfo as the contract's reader makes
+        assert repr(buildstate._filed_info(entry["info"])) == repr(RunInfo.from_dict(entry["info"]))
+    bad = dict(next(iter(filed.values()))["info"], run_id=3)  # not what put files
+    with pytest.raises(ContractError):
+        buildstate._filed_info(bad)
+    assert list(cache.glob("chart-templates-*.json")) and list(cache.glob("jinja-*"))
+    for fn in chartkit.COMPILED:  # as in a fresh process: nothing compiled yet
+        fn.cache_clear()
+    monkeypatch.setitem(chartkit._KEPT, "made", {})
+
+    def no_altair(*_: object) -> None:
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(charts, "template", no_altair)
+    monkeypatch.setattr(drillcharts, "template", no_altair)
+    shutil.move(extra, data / extra.name)
+    added = build_site(data, site, jobs=1)
+    assert added.aggregated == [extra.name] and added.errors == []
+    monkeypatch.undo()
+    same_site(site, cold(data, tmp_path / "cold-13"))

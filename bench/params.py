@@ -10,6 +10,7 @@ a NaN window would be written into run.yaml and an infinite one never ends.
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,6 +19,7 @@ import click
 
 from bench.plan import PlanError, parse_concurrency, parse_contexts, parse_tokens, shown
 from bench.redact import redact_url
+from bench.workers import AUTO, MAX_WORKERS
 from rundir.clierrors import flag_name
 
 WEEK_S = 7 * 86400.0  # the longest any wait or window may be
@@ -92,6 +94,24 @@ class Levels(click.ParamType):
             return parse_concurrency(str(value)) or []
         except PlanError as exc:
             self.fail(str(exc), param, ctx)
+
+
+class Workers(click.ParamType):
+    """`auto` or a whole number of processes, 1..MAX_WORKERS."""
+
+    name = "workers"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int | str:
+        if isinstance(value, int) or value == AUTO:
+            return value
+        text = str(value).strip().lower()
+        if text == AUTO:
+            return AUTO
+        if not re.fullmatch(r"[0-9]{1,4}", text) or not 1 <= int(text) <= MAX_WORKERS:
+            self.fail(f"expected auto or a whole number from 1 to {MAX_WORKERS}, "
+                      f"got {shown(value)}", param, ctx)
+        return int(text)
 
 
 class BaseUrl(click.ParamType):

@@ -1,0 +1,180 @@
+"""One shard of a decode cell's streams: a process of its own (`--workers N`).
+
+The parent (bench/shards.py) starts it with `multiprocessing`'s spawn and
+talks to it over a pipe, one pickled tuple a message. A shard has its own
+event loop, sockets and stream client, and runs the same stream code as the
+in-process path (`bench.cells.CellRunner`), on its share of the cell's
+stream slots. Every stamp is CLOCK_MONOTONIC, host-wide, so the parent
+merges the shards' records as they are.
+
+Parent -> shard:
+  ("warm", key, base, base_tag, run_tag, slots)  prefix warm-ups of `slots`
+                                                 (their prompts: `base` retagged)
+  ("start",)                                     start the slots' stream loops
+  ("window", start_ns, end_ns)                   the window, as the parent opened it:
+                                                 no stream starts past end_ns, every
+                                                 stream is cancelled at end_ns
+  ("cancel",)                                    end now (a failure elsewhere, Ctrl-C)
+  ("stop",)                                      exit
+Shard -> parent:
+  ("ready", pid), ("warmed", records), ("producing", [slot, ...]) as slots
+  first receive tokens, ("failed",) once a stream failed, ("done", records,
+  delays, (start_ns, end_ns)) after the window, ("crashed", text) before
+  exiting on a bug of ours. A shard whose parent goes away exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import signal
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from bench.cells import CellRunner, Settings, _DecodeRun, slot_tag
+from bench.engines import ServerInfo
+from bench.monitor import gc_paused
+from bench.plan import Cell
+from bench.prompts import Prompt, retag
+from bench.redact import redact
+from bench.stream import StreamClient
+from rundir.contract import PURPOSE_MEASURE, PURPOSE_PREFIX_FILL
+
+REPORT_S = 0.05  # how often a shard tells which slots began producing
+
+
+@dataclass
+class ShardSetup:
+    """What a shard process needs, handed over once at its start."""
+
+    index: int  # the shard's number, 1..N
+    id_prefix: str  # its request ids are `<id_prefix>-<n>`
+    info: ServerInfo
+    api_key: str | None
+    settings: Settings
+    secrets: tuple[str, ...]
+
+
+def main(conn: Connection, setup: ShardSetup) -> None:
+    """The process's entry point (multiprocessing spawn target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    from bench.sweep import asyncio_run
+
+    asyncio_run(_Shard(conn, setup).serve())
+
+
+class _Shard:
+    def __init__(self, conn: Connection, setup: ShardSetup) -> None:
+        s = setup.settings
+        self.conn = conn
+        client = StreamClient(setup.info.base_url, setup.api_key, s.stall_timeout_s,
+                              ttft_timeout_s=s.ttft_timeout_s)
+        secrets = setup.secrets
+        self.runner = CellRunner(setup.info, client, None, None, s,
+                                 lambda text: redact(text, secrets))
+        self.runner.id_prefix = setup.id_prefix
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.abort = asyncio.Event()
+        self.run: _DecodeRun | None = None
+        self.slots: list[int] = []
+
+    def send(self, message: tuple) -> None:
+        self.conn.send(message)
+
+    def _on_message(self) -> None:
+        try:
+            message = self.conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            message = ("stop",)
+        if message[0] == "cancel":
+            self.abort.set()
+        else:
+            self.inbox.put_nowait(message)
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self.conn.fileno(), self._on_message)
+        self.send(("ready", os.getpid()))
+        try:
+            while True:
+                message = await self.inbox.get()
+                if message[0] == "stop":
+                    return
+                await self._do(message)
+        except Exception as exc:  # a bug of ours: say what, then exit
+            try:
+                self.send(("crashed", repr(exc)))
+            finally:
+                os._exit(1)
+        finally:
+            loop.remove_reader(self.conn.fileno())
+
+    async def _do(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "warm":
+            await self._warm(*message[1:])
+        elif kind == "start":
+            self._start()
+        elif kind == "window":
+            await self._window(*message[1:])
+        else:
+            raise ValueError(f"unknown message {kind!r}")
+
+    async def _warm(self, key: tuple, base: Prompt, base_tag: str, run_tag: str,
+                    slots: list[int]) -> None:
+        """A new cell: make this shard's prompts, warm their prefixes."""
+        cell = Cell(*key)
+        self.abort = asyncio.Event()
+        prompts: list[Prompt | None] = [None] * cell.concurrency
+        for i in slots:
+            prompts[i] = base if i == 0 else retag(base, run_tag, base_tag, slot_tag(cell, i))
+        self.run = _DecodeRun(cell, prompts, self.abort)  # type: ignore[arg-type]
+        self.slots = list(slots)
+        fills = await asyncio.gather(
+            *(self.runner.send(cell, prompts[i], 1, PURPOSE_PREFIX_FILL, i, self.abort)
+              for i in slots))
+        self.send(("warmed", list(fills)))
+
+    def _start(self) -> None:
+        run = self.run
+        assert run is not None
+        run.tasks = [asyncio.create_task(self.runner._stream_loop(run, i)) for i in self.slots]
+        self._reporter = asyncio.create_task(self._report(run))
+
+    async def _report(self, run: _DecodeRun) -> None:
+        """Tell the parent which slots began producing, and a failure, as they happen."""
+        told: set[int] = set()
+        failed = False
+        while True:
+            new = [i for i in self.slots if i not in told
+                   and run.live[i] is not None and run.live[i].producing]
+            if new:
+                told.update(new)
+                self.send(("producing", new))
+            if run.failure.is_set() and not failed:
+                failed = True
+                self.send(("failed",))
+            if run.cancel.is_set():
+                return
+            await asyncio.sleep(REPORT_S)
+
+    async def _window(self, start_ns: int, end_ns: int) -> None:
+        """The parent's window: run the streams to end_ns (or a failure, or
+        the parent's cancel), then cancel, parse and hand every record back."""
+        run = self.run
+        assert run is not None
+        run.start_ns, run.end_ns = start_ns, end_ns
+        with gc_paused():
+            if not run.failure.is_set() and not self.abort.is_set():
+                await self.runner._sleep_until(end_ns, run.failure, self.abort)
+            run.cancel.set()
+            await asyncio.gather(*run.tasks)
+            await asyncio.gather(*run.parsing)
+        await self._reporter
+        delays = self.runner.client.monitor.delays(start_ns, end_ns)
+        measured = [r for r in run.records if r.purpose == PURPOSE_MEASURE]
+        self.send(("done", measured, delays, (start_ns, end_ns)))
+        self.run = None
+        gc.collect()
+        gc.freeze()

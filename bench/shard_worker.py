@@ -28,7 +28,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import pickle
+import select
 import signal
+import struct
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -42,6 +45,53 @@ from bench.stream import StreamClient
 from rundir.contract import PURPOSE_MEASURE, PURPOSE_PREFIX_FILL
 
 REPORT_S = 0.05  # how often a shard tells which slots began producing
+_HEAD = struct.Struct("!Q")
+
+
+class Channel:
+    """Messages one way each over two pipes: `reader` is read by the event
+    loop, which makes its fd non-blocking (libuv does), so reads are
+    framed here and may arrive in pieces; `writer` stays blocking, and a
+    message is written whole."""
+
+    def __init__(self, reader: Connection, writer: Connection) -> None:
+        self.reader, self.writer = reader, writer
+        self.rfd, self.wfd = reader.fileno(), writer.fileno()
+        self._buf = bytearray()
+
+    def send(self, message: tuple) -> None:
+        data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        view = memoryview(_HEAD.pack(len(data)) + data)
+        while view:
+            try:
+                view = view[os.write(self.wfd, view):]
+            except BlockingIOError:  # pragma: no cover - the writer is blocking
+                select.select([], [self.wfd], [])
+
+    def read(self) -> list[tuple] | None:
+        """Every whole message that has come; None once the other end closed."""
+        eof = False
+        while True:
+            try:
+                data = os.read(self.rfd, 1 << 20)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not data:
+                eof = True
+                break
+            self._buf += data
+        out = []
+        while len(self._buf) >= _HEAD.size:
+            (n,) = _HEAD.unpack_from(self._buf)
+            if len(self._buf) < _HEAD.size + n:
+                break
+            out.append(pickle.loads(self._buf[_HEAD.size:_HEAD.size + n]))
+            del self._buf[:_HEAD.size + n]
+        return None if eof and not out else out
+
+    def close(self) -> None:
+        self.reader.close()
+        self.writer.close()
 
 
 @dataclass
@@ -56,16 +106,16 @@ class ShardSetup:
     secrets: tuple[str, ...]
 
 
-def main(conn: Connection, setup: ShardSetup) -> None:
+def main(reader: Connection, writer: Connection, setup: ShardSetup) -> None:
     """The process's entry point (multiprocessing spawn target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     from bench.sweep import asyncio_run
 
-    asyncio_run(_Shard(conn, setup).serve())
+    asyncio_run(_Shard(Channel(reader, writer), setup).serve())
 
 
 class _Shard:
-    def __init__(self, conn: Connection, setup: ShardSetup) -> None:
+    def __init__(self, conn: Channel, setup: ShardSetup) -> None:
         s = setup.settings
         self.conn = conn
         client = StreamClient(setup.info.base_url, setup.api_key, s.stall_timeout_s,
@@ -84,17 +134,22 @@ class _Shard:
 
     def _on_message(self) -> None:
         try:
-            message = self.conn.recv()
-        except (EOFError, OSError):  # the parent is gone
-            message = ("stop",)
-        if message[0] == "cancel":
+            messages = self.conn.read()
+        except OSError:
+            messages = None
+        if messages is None:  # the parent is gone
+            asyncio.get_running_loop().remove_reader(self.conn.rfd)
             self.abort.set()
-        else:
-            self.inbox.put_nowait(message)
+            messages = [("stop",)]
+        for message in messages:
+            if message[0] == "cancel":
+                self.abort.set()
+            else:
+                self.inbox.put_nowait(message)
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
-        loop.add_reader(self.conn.fileno(), self._on_message)
+        loop.add_reader(self.conn.rfd, self._on_message)
         self.send(("ready", os.getpid()))
         try:
             while True:
@@ -108,7 +163,7 @@ class _Shard:
             finally:
                 os._exit(1)
         finally:
-            loop.remove_reader(self.conn.fileno())
+            loop.remove_reader(self.conn.rfd)
 
     async def _do(self, message: tuple) -> None:
         kind = message[0]

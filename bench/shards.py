@@ -26,7 +26,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 
 import pyarrow as pa
 
@@ -35,7 +34,7 @@ from bench.errors import RunError
 from bench.monitor import WindowDelays, gc_paused, shards_bound_reason
 from bench.plan import Cell
 from bench.records import RequestRecord
-from bench.shard_worker import ShardSetup, main
+from bench.shard_worker import Channel, ShardSetup, main
 from bench.stamp_bounds import table_bounds
 from bench.workers import shard_slots
 from rundir.contract import ERROR, PENDING
@@ -54,7 +53,7 @@ class Shard:
     "failed", which go straight to the cell (`on_producing`, `on_failed`)."""
 
     def __init__(self, index: int, proc: multiprocessing.process.BaseProcess,
-                 conn: Connection) -> None:
+                 conn: Channel) -> None:
         self.index, self.proc, self.conn = index, proc, conn
         self.pid = proc.pid
         self.inbox: asyncio.Queue = asyncio.Queue()
@@ -65,29 +64,32 @@ class Shard:
 
     def listen(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        loop.add_reader(self.conn.fileno(), self._readable)
+        loop.add_reader(self.conn.rfd, self._readable)
 
     def _readable(self) -> None:
         try:
-            message = self.conn.recv()
-        except (EOFError, OSError):
+            messages = self.conn.read()
+        except OSError:
+            messages = None
+        if messages is None:
             self._gone()
             return
-        kind = message[0]
-        if kind == "producing":
-            self.on_producing(message[1])
-        elif kind == "failed":
-            self.on_failed()
-        elif kind == "crashed":
-            self._gone(f"crashed: {message[1]}")
-        else:
-            self.inbox.put_nowait(message)
+        for message in messages:
+            kind = message[0]
+            if kind == "producing":
+                self.on_producing(message[1])
+            elif kind == "failed":
+                self.on_failed()
+            elif kind == "crashed":
+                self._gone(f"crashed: {message[1]}")
+            else:
+                self.inbox.put_nowait(message)
 
     def _gone(self, how: str | None = None) -> None:
         if self.died is not None:
             return
         if self._loop is not None:
-            self._loop.remove_reader(self.conn.fileno())
+            self._loop.remove_reader(self.conn.rfd)
         self.proc.join(2.0)
         self.died = f"shard {self.index} (pid {self.pid}) died ({how or _how(self.proc.exitcode)})"
         self.inbox.put_nowait(("died",))
@@ -123,7 +125,7 @@ class Shard:
 
     def close(self) -> None:
         if self.died is None and self._loop is not None:
-            self._loop.remove_reader(self.conn.fileno())
+            self._loop.remove_reader(self.conn.rfd)
         self.send(("stop",))
         self.died = self.died or "stopped"
         self.proc.join(5.0)
@@ -175,12 +177,14 @@ class ShardPool:
     def _spawn(self, k: int, loop: asyncio.AbstractEventLoop) -> Shard:
         g = self._started[k] = self._started.get(k, 0) + 1
         prefix = f"{self.id_tag}-w{k}" + (f"g{g}" if g > 1 else "")
-        ours, theirs = self._ctx.Pipe()
-        proc = self._ctx.Process(target=main, args=(theirs, self._setup(k, prefix)),
+        down_r, down_w = self._ctx.Pipe(duplex=False)  # parent -> shard
+        up_r, up_w = self._ctx.Pipe(duplex=False)  # shard -> parent
+        proc = self._ctx.Process(target=main, args=(down_r, up_w, self._setup(k, prefix)),
                                  name=f"bench-shard-{k}", daemon=True)
         proc.start()
-        theirs.close()
-        shard = Shard(k, proc, ours)
+        down_r.close()
+        up_w.close()
+        shard = Shard(k, proc, Channel(up_r, down_w))
         shard.listen(loop)
         return shard
 

@@ -41,8 +41,7 @@ FAST = ["--duration", "3", "--warmup-stable", "1", "--no-prefill", "--server-wai
         "--contexts", "256", "--max-output", "300"]
 
 
-def run_ids(rows: list[dict]) -> set[str]:
-    return {r["request_id"] for r in rows}
+MEDIANS = ("per-request tok/s", "time between tokens")
 
 
 def shard_of(request_id: str) -> str:
@@ -180,7 +179,7 @@ def figures(srv, run_dir: Path) -> dict[int, dict[str, tuple[float, float]]]:
 def test_two_workers_publish_what_one_does(refserver, tmp_path) -> None:
     """The same schedule measured by one process and by two: the same rows
     (each request once, from both shards), and every figure as close to the
-    server's own log, within 0.1%, as one process's."""
+    server's own log as one process's: counts and total tok/s within 0.1%."""
     got = {}
     for workers, shards in (("1", {"parent"}), ("2", {"w1", "w2"})):
         srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300)
@@ -194,10 +193,14 @@ def test_two_workers_publish_what_one_does(refserver, tmp_path) -> None:
             one, one_truth = got["1"][c][name]
             print(f"{c} streams {name}: workers 1 {one:.4f} (truth {one_truth:.4f}), "
                   f"workers 2 {ours:.4f} (truth {truth:.4f})")
-            assert ours == pytest.approx(truth, rel=1e-3), (c, name)
-            assert one == pytest.approx(one_truth, rel=1e-3), (c, name)
+            # Counts and total tok/s within 0.1% of the server's log; the medians
+            # over a few requests within 1% (tests/collector/test_ground_truth.py):
+            # on a busy host one request's span, cut by a window edge, moves them.
+            rel = 1e-2 if name in MEDIANS else 1e-3
+            assert ours == pytest.approx(truth, rel=rel), (c, name)
+            assert one == pytest.approx(one_truth, rel=rel), (c, name)
             if truth and one_truth:  # the same error against the same schedule
-                assert ours / truth == pytest.approx(one / one_truth, rel=1e-3), (c, name)
+                assert ours / truth == pytest.approx(one / one_truth, rel=2 * rel), (c, name)
 
 
 # -- a shard that dies ------------------------------------------------------------

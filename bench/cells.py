@@ -106,6 +106,9 @@ class CellOutcome:
     # With --repeats k > 1: the k back-to-back windows (start_ns, end_ns) that `window`
     # spans; None: one window, `window` itself (what windows.parquet then omits).
     windows: list[tuple[int, int]] | None = None
+    # With --shard i/N: per remote shard, the clock offset its times were converted
+    # with (clock_offsets.parquet's columns but the cell's key); None: one host.
+    clocks: list[dict] | None = None
 
     def __post_init__(self) -> None:
         if self.table is None:

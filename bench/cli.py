@@ -18,7 +18,18 @@ from click.core import ParameterSource
 from bench import __version__
 from bench.cells import Settings
 from bench.importer.cli import import_cmd
-from bench.params import ApiKey, BaseUrl, Contexts, Levels, Seconds, Tokens, Workers, api_key_problem
+from bench.params import (
+    Address,
+    ApiKey,
+    BaseUrl,
+    Contexts,
+    Levels,
+    Seconds,
+    ShardSpec,
+    Tokens,
+    Workers,
+    api_key_problem,
+)
 from bench.plan import PlanError
 from bench.progress import Progress
 from bench.redact import redact
@@ -105,6 +116,16 @@ Exit status:
                    "event loop and sockets (the plan says how many and why). auto: as many "
                    "as the planned event rate needs (250 tok/s a stream, 35,000 events/s a "
                    "process), at most cores - 1; 1: every cell in this process.")
+@click.option("--shard", default=None, type=ShardSpec(),
+              help="i/N: this host is shard i of N hosts driving one run (with --coordinator). "
+                   "Shard 0 coordinates: it plans, writes the run directory and spreads each "
+                   "decode cell's streams over the N hosts; shard i ≥ 1 measures for it "
+                   "(deploy/kubernetes/README.md).")
+@click.option("--coordinator", default=None, type=Address(),
+              help="HOST:PORT where shard 0 listens for the other shards (shard 0 binds it).")
+@click.option("--join-timeout", default=600.0, show_default=True, type=Seconds(),
+              help="With --shard: how long shard 0 waits for every shard to join (before the "
+                   "first cell, and for a lost shard before the next) and a shard for shard 0.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
 def run_cmd(**kw: Any) -> None:
     api_key = kw["api_key"] or os.environ.get("OPENAI_API_KEY") or None
@@ -137,7 +158,8 @@ def run_cmd(**kw: Any) -> None:
             resume=Path(kw["resume"]) if kw["resume"] else None,
             retry_errors=kw["retry_errors"], dry_run=kw["dry_run"],
             server_wait_s=kw["server_wait"], given=given, gpu_telemetry=kw["gpu_telemetry"],
-            workers=kw["workers"],
+            workers=kw["workers"], shard=kw["shard"], coordinator=kw["coordinator"],
+            join_timeout_s=kw["join_timeout"],
         )
         result = run_benchmark(opts, Progress())
     except (FlagError, PlanError, ContractError) as exc:

@@ -114,6 +114,40 @@ class Workers(click.ParamType):
         return int(text)
 
 
+class ShardSpec(click.ParamType):
+    """`i/N`: this host is shard i of N (0 ≤ i < N, 2 ≤ N ≤ MAX_WORKERS)."""
+
+    name = "i/N"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[int, int]:
+        if isinstance(value, tuple):
+            return value
+        m = re.fullmatch(r"\s*([0-9]{1,4})\s*/\s*([0-9]{1,4})\s*", str(value))
+        if not m or not 0 <= int(m[1]) < int(m[2]) or not 2 <= int(m[2]) <= MAX_WORKERS:
+            self.fail(f"expected i/N with 0 <= i < N and 2 <= N <= {MAX_WORKERS} "
+                      f"(e.g. 0/2 on the coordinator), got {shown(value)}", param, ctx)
+        return int(m[1]), int(m[2])
+
+
+class Address(click.ParamType):
+    """HOST:PORT (an IPv6 host in brackets)."""
+
+    name = "host:port"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return value
+        from bench.remote import parse_address
+
+        try:
+            return parse_address(str(value))
+        except ValueError:
+            self.fail(f"expected HOST:PORT, e.g. bench-0.bench:7700, got {shown(value)}",
+                      param, ctx)
+
+
 class BaseUrl(click.ParamType):
     """An http(s) URL with a host: the server to measure."""
 

@@ -31,7 +31,7 @@ from bench.resume import FlagConflict, resumed_inputs
 from bench.runcard import RunCard
 from bench.store import RunStore, clean_stale_temps, session_tag
 from bench.sweep import asyncio_run, sweep
-from bench.workers import AUTO, host_cores, plan_workers
+from bench.workers import AUTO, WorkerPlan, host_cores, plan_workers
 from rundir.contract import (
     DECODE,
     ERROR,
@@ -74,6 +74,11 @@ class RunOptions:
     server_wait_s: float = 30.0
     gpu_telemetry: str = "auto"  # "off": no GPU sampling, no gpu_metrics.parquet
     workers: int | str = AUTO  # processes a decode cell's streams are spread over (bench/workers.py)
+    # --shard i/N with --coordinator HOST:PORT: one of N hosts driving one run
+    # (0: the coordinator, bench/coordinator.py; else bench/remote.py)
+    shard: tuple[int, int] | None = None
+    coordinator: tuple[str, int] | None = None
+    join_timeout_s: float = 600.0
     # option name -> value, for the options set on the command line (a
     # resumed run compares them with its run.yaml)
     given: dict[str, object] = field(default_factory=dict)
@@ -111,6 +116,10 @@ def run_benchmark(opts: RunOptions, progress: Progress) -> RunResult | None:
         raise FlagError("--out and --resume: give one (--out starts a run, --resume continues one)")
     if opts.retry_errors and opts.resume is None:
         raise FlagError("--retry-errors: only with --resume R (it re-measures R's Error cells)")
+    if (opts.shard is None) != (opts.coordinator is None):
+        raise FlagError("--shard i/N and --coordinator HOST:PORT: give both (or neither)")
+    if opts.shard is not None and opts.shard[0] > 0:
+        return _serve_shard(opts, progress)
     if opts.resume is not None:
         return _resume(opts, progress, clean)
     return _fresh(opts, progress, clean)
@@ -284,8 +293,30 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
     return _measure(opts, info, plan, todo, store, progress, clean, tag)
 
 
+def _serve_shard(opts: RunOptions, progress: Progress) -> None:
+    """Shard i ≥ 1 of --shard i/N: no run directory of its own; the coordinator's
+    run directory holds what it measures."""
+    given = sorted(k for k in ("out", "resume", "retry_errors", "dry_run", "workers")
+                   if opts.given.get(k) not in (None, False))
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise FlagError(f"{flags}: shard 0 (the coordinator) alone takes "
+                        f"{'this' if len(given) == 1 else 'these'}; shard {opts.shard[0]} "
+                        "measures for it")
+    from bench.remote import serve_shard
+
+    assert opts.shard is not None and opts.coordinator is not None
+    serve_shard(opts.shard[0], opts.shard[1], opts.coordinator, opts.base_url, opts.api_key,
+                secrets_of(opts), opts.join_timeout_s, progress.note)
+    return None
+
+
 def _workers(opts: RunOptions, todo: list[Cell]):
     """The run's worker plan for the decode cells it will measure."""
+    if opts.shard is not None:
+        n = opts.shard[1]
+        return WorkerPlan(n, False, f"--shard 0/{n}: one process on each of {n} hosts, "
+                                    "this one coordinating")
     return plan_workers(opts.workers, [c.concurrency for c in todo if c.phase == DECODE],
                         host_cores())
 

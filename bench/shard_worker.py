@@ -16,6 +16,14 @@ Parent -> shard:
                                                  stream is cancelled at end_ns
   ("cancel",)                                    end now (a failure elsewhere, Ctrl-C)
   ("stop",)                                      exit
+  ("clock", t0)                                  answered at once: ("clock", t0, t1, t2),
+                                                 t1 its arrival, t2 the answer, on
+                                                 this shard's clock (bench/clocksync.py)
+  ("offset", ns)                                 this shard's clock − the parent's: the
+                                                 window's edges come on the parent's
+                                                 clock, and every record goes back on it
+                                                 (0 for a local shard; a host of
+                                                 `--shard i/N`: bench/coordinator.py)
 Shard -> parent:
   ("ready", pid), ("warmed", records), ("producing", [slot, ...]) as slots
   first receive tokens, ("failed",) once a stream failed, ("done", records,
@@ -32,10 +40,12 @@ import pickle
 import select
 import signal
 import struct
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from bench.cells import CellRunner, Settings, _DecodeRun, slot_tag
+from bench.clocksync import shift_delays, shift_record
 from bench.engines import ServerInfo
 from bench.monitor import gc_paused
 from bench.plan import Cell
@@ -53,6 +63,8 @@ class Channel:
     loop, which makes its fd non-blocking (libuv does), so reads are
     framed here and may arrive in pieces; `writer` stays blocking, and a
     message is written whole."""
+
+    loads = staticmethod(pickle.loads)  # a remote peer's channel restricts what it builds
 
     def __init__(self, reader: Connection, writer: Connection) -> None:
         self.reader, self.writer = reader, writer
@@ -85,7 +97,7 @@ class Channel:
             (n,) = _HEAD.unpack_from(self._buf)
             if len(self._buf) < _HEAD.size + n:
                 break
-            out.append(pickle.loads(self._buf[_HEAD.size:_HEAD.size + n]))
+            out.append(self.loads(self._buf[_HEAD.size:_HEAD.size + n]))
             del self._buf[:_HEAD.size + n]
         return None if eof and not out else out
 
@@ -128,11 +140,13 @@ class _Shard:
         self.abort = asyncio.Event()
         self.run: _DecodeRun | None = None
         self.slots: list[int] = []
+        self.offset_ns = 0  # this shard's clock − the parent's
 
     def send(self, message: tuple) -> None:
         self.conn.send(message)
 
     def _on_message(self) -> None:
+        arrived = time.monotonic_ns()
         try:
             messages = self.conn.read()
         except OSError:
@@ -144,6 +158,8 @@ class _Shard:
         for message in messages:
             if message[0] == "cancel":
                 self.abort.set()
+            elif message[0] == "clock":
+                self.send(("clock", message[1], arrived, time.monotonic_ns()))
             else:
                 self.inbox.put_nowait(message)
 
@@ -173,6 +189,8 @@ class _Shard:
             self._start()
         elif kind == "window":
             await self._window(*message[1:])
+        elif kind == "offset":
+            self.offset_ns = int(message[1])
         else:
             raise ValueError(f"unknown message {kind!r}")
 
@@ -189,7 +207,7 @@ class _Shard:
         fills = await asyncio.gather(
             *(self.runner.send(cell, prompts[i], 1, PURPOSE_PREFIX_FILL, i, self.abort)
               for i in slots))
-        self.send(("warmed", list(fills)))
+        self.send(("warmed", [shift_record(r, -self.offset_ns) for r in fills]))
 
     def _start(self) -> None:
         run = self.run
@@ -216,9 +234,11 @@ class _Shard:
 
     async def _window(self, start_ns: int, end_ns: int) -> None:
         """The parent's window: run the streams to end_ns (or a failure, or
-        the parent's cancel), then cancel, parse and hand every record back."""
+        the parent's cancel), then cancel, parse and hand every record back.
+        The edges come on the parent's clock; the streams run on this one."""
         run = self.run
         assert run is not None
+        start_ns, end_ns = start_ns + self.offset_ns, end_ns + self.offset_ns
         run.start_ns, run.end_ns = start_ns, end_ns
         with gc_paused():
             if not run.failure.is_set() and not self.abort.is_set():
@@ -228,8 +248,10 @@ class _Shard:
             await asyncio.gather(*run.parsing)
         await self._reporter
         delays = self.runner.client.monitor.delays(start_ns, end_ns)
-        measured = [r for r in run.records if r.purpose == PURPOSE_MEASURE]
-        self.send(("done", measured, delays, (start_ns, end_ns)))
+        back = -self.offset_ns
+        measured = [shift_record(r, back) for r in run.records if r.purpose == PURPOSE_MEASURE]
+        window = (start_ns + back, end_ns + back)
+        self.send(("done", measured, shift_delays(delays, back), window))
         self.run = None
         gc.collect()
         gc.freeze()

@@ -147,20 +147,24 @@ def _how(code: int | None) -> str:
 
 
 class ShardPool:
-    """Shard processes 1..n, started when first needed and kept for the run;
-    a dead one is replaced (a new pid, a new request-id prefix) when next needed."""
+    """Shard processes first..first+n-1 (1..n; a coordinator's own: 0),
+    started when first needed and kept for the run; a dead one is replaced
+    (a new pid, a new request-id prefix) when next needed."""
 
-    def __init__(self, setup: Callable[[int, str], ShardSetup], id_tag: str) -> None:
+    def __init__(self, setup: Callable[[int, str], ShardSetup], id_tag: str,
+                 first: int = 1) -> None:
         self._setup = setup  # (index, id prefix) -> the shard's setup
         self.id_tag = id_tag
+        self.first = first
         self.shards: dict[int, Shard] = {}
         self._started: dict[int, int] = {}  # index -> processes started there
         self._ctx = multiprocessing.get_context("spawn")
 
     async def take(self, n: int) -> list[Shard]:
-        """Shards 1..n, each alive."""
+        """Shards first..first+n-1, each alive."""
         loop = asyncio.get_running_loop()
-        new = [k for k in range(1, n + 1) if k not in self.shards or not self.shards[k].alive]
+        ks = range(self.first, self.first + n)
+        new = [k for k in ks if k not in self.shards or not self.shards[k].alive]
         for k in new:
             if k in self.shards:
                 self.shards.pop(k).close()
@@ -172,7 +176,7 @@ class ShardPool:
             except (ShardDied, TimeoutError):
                 shard.kill("did not start")
                 raise RunError(f"cannot start {shard.died}") from None
-        return [self.shards[k] for k in range(1, n + 1)]
+        return [self.shards[k] for k in ks]
 
     def _spawn(self, k: int, loop: asyncio.AbstractEventLoop) -> Shard:
         g = self._started[k] = self._started.get(k, 0) + 1

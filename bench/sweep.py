@@ -10,6 +10,7 @@ run between cells with one line; every finished cell is already stored.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import signal
 import time
@@ -17,6 +18,7 @@ import time
 import httpx
 
 from bench.cells import CellOutcome, CellRunner
+from bench.coordinator import Coordinator, MultiHostCellRunner
 from bench.engines import ServerError, ServerInfo, probe_server
 from bench.errors import RunError, io_reason
 from bench.plan import Cell, Plan
@@ -64,6 +66,10 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     runner = CellRunner(info, client, prompts, sampler, s, clean)
     pool = ShardPool(lambda k, prefix: ShardSetup(k, prefix, info, opts.api_key, s, tuple(secrets)),
                      tag)
+    hosts = None
+    if opts.shard is not None:  # shard 0 of --shard i/N: the hosts' shards (bench/coordinator.py)
+        hosts = Coordinator(opts.coordinator, opts.shard[1], lambda k, prefix: _setup(
+            k, prefix, info, opts.api_key, s, secrets), tag, progress.note, opts.join_timeout_s)
     interrupted = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -77,6 +83,13 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
         )
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
+    if hosts is not None:
+        try:
+            await hosts.open()  # the start barrier: every shard joined
+        except BaseException:
+            hosts.close()
+            loop.remove_signal_handler(signal.SIGINT)
+            raise
     sampler.start()
     telemetry.start()
     progress.start(plan, store, telemetry)
@@ -85,6 +98,8 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
             progress.begin(cell)
             shards = cell_shards(plan.workers, cell.concurrency) if cell.phase == DECODE else 1
             cell_runner = runner if shards == 1 else ShardedCellRunner(runner, pool, shards)
+            if hosts is not None and cell.phase == DECODE:
+                cell_runner = MultiHostCellRunner(runner, hosts)
             outcome = await _run_cell(cell_runner, cell, interrupted, store, clean, url)
             _save_cell(cell, outcome, store, sampler, telemetry, progress, clean)
             # Collect now and freeze the survivors, so a garbage-collection
@@ -104,7 +119,18 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
         telemetry.stop()
         prompts.close()
         pool.close()
+        if hosts is not None:
+            hosts.close()
         progress.stop()
+
+
+def _setup(k: int, prefix: str, info: ServerInfo, api_key: str | None, s, secrets: list[str]
+           ) -> ShardSetup:
+    """A shard's setup: a remote one (k ≥ 1) gets neither the key nor the
+    secrets nor the URL (its own command line gives them)."""
+    if k == 0:
+        return ShardSetup(k, prefix, info, api_key, s, tuple(secrets))
+    return ShardSetup(k, prefix, dataclasses.replace(info, base_url=""), None, s, ())
 
 
 async def _run_cell(runner: CellRunner, cell: Cell, interrupted: asyncio.Event, store: RunStore,

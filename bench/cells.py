@@ -68,6 +68,11 @@ TOKENIZE_MAX_REQUESTS = 32  # a cell's count check tokenizes its longest streams
 CHECK_REQUEST_TOKENS = 64  # max_tokens of the short request whose final usage checks the count
 
 
+def slot_tag(cell: Cell, i: int) -> str:
+    """The prompt tag of stream slot `i` of a decode cell (inject.py reads it)."""
+    return f"d{cell.context}-c{cell.concurrency}-s{i}"
+
+
 @dataclass
 class Settings:
     duration_s: float = 30.0
@@ -101,6 +106,9 @@ class CellOutcome:
     # With --repeats k > 1: the k back-to-back windows (start_ns, end_ns) that `window`
     # spans; None: one window, `window` itself (what windows.parquet then omits).
     windows: list[tuple[int, int]] | None = None
+    # With --shard i/N: per remote shard, the clock offset its times were converted
+    # with (clock_offsets.parquet's columns but the cell's key); None: one host.
+    clocks: list[dict] | None = None
 
     def __post_init__(self) -> None:
         if self.table is None:
@@ -144,6 +152,8 @@ class CellRunner:
         self.settings = settings
         self.redact = redact
         self._ids = itertools.count()
+        # request ids are `<id_prefix>-<n>`; a shard process has its own prefix
+        self.id_prefix = prompts.run_tag if prompts is not None else ""
 
     # -- requests -------------------------------------------------------
     @property
@@ -172,7 +182,7 @@ class CellRunner:
 
     async def _post(self, prompt: Prompt, max_tokens: int, cancel: asyncio.Event | None,
                     on_start) -> tuple[str, StreamResult]:
-        rid = f"{self.prompts.run_tag}-{next(self._ids)}"
+        rid = f"{self.id_prefix}-{next(self._ids)}"
         result = await self.client.post_stream(
             "/v1/chat/completions", self.payload(prompt, max_tokens), rid, cancel, on_start
         )
@@ -261,21 +271,18 @@ class CellRunner:
     async def _decode_prompts(self, cell: Cell) -> list[Prompt]:
         """One prompt per stream slot: variants of one base, so each slot has
         its own prefix to keep cached."""
-        c = cell.concurrency
-        base_tag = f"d{cell.context}-c{c}-s0"
+        base_tag = slot_tag(cell, 0)
         base = await asyncio.to_thread(self.prompts.build, cell.context, base_tag)
         return [base] + [
-            self.prompts.variant(base, base_tag, f"d{cell.context}-c{c}-s{i}") for i in range(1, c)
+            self.prompts.variant(base, base_tag, slot_tag(cell, i))
+            for i in range(1, cell.concurrency)
         ]
 
     async def _warm_up(self, run: _DecodeRun) -> CellOutcome | None:
         """Warm each stream's prefix cache (one output token per prompt), so
         the window measures decode and not a cold prefill; the cell's outcome
         when it ends here (interrupted, refused, failed), else None."""
-        fills = await asyncio.gather(
-            *(self.send(run.cell, p, 1, PURPOSE_PREFIX_FILL, i, run.interrupted)
-              for i, p in enumerate(run.prompts))
-        )
+        fills = await self._fills(run)
         run.records.extend(fills)
         if run.interrupted.is_set():
             return CellOutcome(run.records, PENDING, "interrupted")
@@ -287,15 +294,26 @@ class CellRunner:
         prefix = "server refused the context: " if refused else "prefix warm-up failed: "
         return CellOutcome(run.records, status, prefix + str(failed[0].error))
 
+    async def _fills(self, run: _DecodeRun) -> list[RequestRecord]:
+        """One prefix warm-up per stream slot, all at once (in slot order)."""
+        return list(await asyncio.gather(
+            *(self.send(run.cell, p, 1, PURPOSE_PREFIX_FILL, i, run.interrupted)
+              for i, p in enumerate(run.prompts))
+        ))
+
     async def _start(self, run: _DecodeRun) -> None:
         """Start C saturating streams and wait until the server runs them all."""
         warm_start = time.monotonic()
-        run.tasks = [asyncio.create_task(self._stream_loop(run, i))
-                     for i in range(run.cell.concurrency)]
+        self._launch(run)
         ready = await self._wait_ready(run.cell.concurrency, run.live, run.failure, run.interrupted)
         run.warmup_s = time.monotonic() - warm_start
         if not ready and not run.failure.is_set() and not run.interrupted.is_set():
             run.notes.append(f"readiness not reached in {self.settings.warmup_timeout_s:.0f} s")
+
+    def _launch(self, run: _DecodeRun) -> None:
+        """Start every stream slot's loop."""
+        run.tasks = [asyncio.create_task(self._stream_loop(run, i))
+                     for i in range(run.cell.concurrency)]
 
     async def _stream_loop(self, run: _DecodeRun, i: int) -> None:
         """Keep stream slot `i` busy: a stream that finishes is restarted at
@@ -352,7 +370,7 @@ class CellRunner:
         table = records_table(records)
         verdict: Verdict = judge_decode(
             records, run.cell.concurrency, start_ns, end_ns, metrics_table,
-            lambda tbt_ms: self.client.client_bound_reason(start_ns, end_ns, tbt_ms, table), table)
+            lambda tbt_ms: self._bound_reason(run, start_ns, end_ns, tbt_ms, table), table)
         why = verdict.client_bound
         bound = why is not None
         if bound:
@@ -368,6 +386,11 @@ class CellRunner:
             records, verdict.status, verdict.reason, (start_ns, end_ns), run.warmup_s,
             verdict.counting, bound, verdict.figures, table, windows,
         )
+
+    def _bound_reason(self, run: _DecodeRun, start_ns: int, end_ns: int, tbt_ms: float | None,
+                      table: pa.Table) -> str | None:
+        """Why the client could have moved a figure of the window (None: it could not)."""
+        return self.client.client_bound_reason(start_ns, end_ns, tbt_ms, table)
 
     @property
     def _window_ns(self) -> int:

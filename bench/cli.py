@@ -18,7 +18,18 @@ from click.core import ParameterSource
 from bench import __version__
 from bench.cells import Settings
 from bench.importer.cli import import_cmd
-from bench.params import ApiKey, BaseUrl, Contexts, Levels, Seconds, Tokens, api_key_problem
+from bench.params import (
+    Address,
+    ApiKey,
+    BaseUrl,
+    Contexts,
+    Levels,
+    Seconds,
+    ShardSpec,
+    Tokens,
+    Workers,
+    api_key_problem,
+)
 from bench.plan import PlanError
 from bench.progress import Progress
 from bench.redact import redact
@@ -60,7 +71,8 @@ Exit status:
 @click.option("--model", default=None, help="Served model name (default: the first listed).")
 @click.option("--contexts", default=None, type=Contexts(),
               help="e.g. 8k,16k,32k,max (default: 8K…128K and max).")
-@click.option("--concurrency", default=None, type=Levels(), help="e.g. 1,2,4 (default: 1,2,…,128).")
+@click.option("--concurrency", default=None, type=Levels(),
+              help="e.g. 1,2,4 (default: 1,2,…,128; at most 16,384).")
 @click.option("--prefill-contexts", default=None, type=Contexts(),
               help="Prefill contexts (default: the decode ones).")
 @click.option("--no-prefill", is_flag=True, help="Skip the prefill phase.")
@@ -99,6 +111,21 @@ Exit status:
               help="auto: sample this host's GPUs (power, energy, clocks, throttling) "
                    f"{RATE_HZ}× a second into gpu_metrics.parquet when NVML or amdsmi finds "
                    "some and the server runs here; off: none.")
+@click.option("--workers", default="auto", show_default=True, type=Workers(),
+              help="Processes a decode cell's streams are spread over, each with its own "
+                   "event loop and sockets (the plan says how many and why). auto: as many "
+                   "as the planned event rate needs (250 tok/s a stream, 35,000 events/s a "
+                   "process), at most cores - 1; 1: every cell in this process.")
+@click.option("--shard", default=None, type=ShardSpec(),
+              help="i/N: this host is shard i of N hosts driving one run (with --coordinator). "
+                   "Shard 0 coordinates: it plans, writes the run directory and spreads each "
+                   "decode cell's streams over the N hosts; shard i ≥ 1 measures for it "
+                   "(deploy/kubernetes/README.md).")
+@click.option("--coordinator", default=None, type=Address(),
+              help="HOST:PORT where shard 0 listens for the other shards (shard 0 binds it).")
+@click.option("--join-timeout", default=600.0, show_default=True, type=Seconds(),
+              help="With --shard: how long shard 0 waits for every shard to join (before the "
+                   "first cell, and for a lost shard before the next) and a shard for shard 0.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
 def run_cmd(**kw: Any) -> None:
     api_key = kw["api_key"] or os.environ.get("OPENAI_API_KEY") or None
@@ -131,6 +158,8 @@ def run_cmd(**kw: Any) -> None:
             resume=Path(kw["resume"]) if kw["resume"] else None,
             retry_errors=kw["retry_errors"], dry_run=kw["dry_run"],
             server_wait_s=kw["server_wait"], given=given, gpu_telemetry=kw["gpu_telemetry"],
+            workers=kw["workers"], shard=kw["shard"], coordinator=kw["coordinator"],
+            join_timeout_s=kw["join_timeout"],
         )
         result = run_benchmark(opts, Progress())
     except (FlagError, PlanError, ContractError) as exc:

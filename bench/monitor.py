@@ -157,6 +157,21 @@ def bound_reason(delays: WindowDelays, tbt_ms: float | None,
     return "; ".join(reasons) or None
 
 
+def shards_bound_reason(delays: list[tuple[int, WindowDelays]], tbt_ms: float | None,
+                        stamps: list[FigureBound] | None) -> str | None:
+    """`bound_reason` of a cell whose streams were read by several processes
+    (bench/shards.py), `delays` each one's (shard number, delays): the stamps are the whole
+    cell's and judge alone when every shard's every read carried a kernel
+    stamp; otherwise each shard's delays are judged by the delay rule, and
+    the cell is client-bound if any shard is (each named)."""
+    kernel = all(d.kernel_events == d.events for _, d in delays)
+    merged = stamp_reason(stamps) if stamps is not None else None
+    if stamps is not None and kernel:
+        return merged
+    reasons = [f"shard {k}: {r}" for k, d in delays if (r := delay_reason(d, tbt_ms))]
+    return "; ".join([*reasons, *([merged] if merged else [])]) or None
+
+
 def delay_reason(delays: WindowDelays, tbt_ms: float | None) -> str | None:
     """The delay rule (read stamps): rules 1 and 2 of the module docstring."""
     assumed = tbt_ms is None or not math.isfinite(tbt_ms) or tbt_ms <= 0

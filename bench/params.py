@@ -10,6 +10,7 @@ a NaN window would be written into run.yaml and an infinite one never ends.
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,6 +19,7 @@ import click
 
 from bench.plan import PlanError, parse_concurrency, parse_contexts, parse_tokens, shown
 from bench.redact import redact_url
+from bench.workers import AUTO, MAX_WORKERS
 from rundir.clierrors import flag_name
 
 WEEK_S = 7 * 86400.0  # the longest any wait or window may be
@@ -92,6 +94,58 @@ class Levels(click.ParamType):
             return parse_concurrency(str(value)) or []
         except PlanError as exc:
             self.fail(str(exc), param, ctx)
+
+
+class Workers(click.ParamType):
+    """`auto` or a whole number of processes, 1..MAX_WORKERS."""
+
+    name = "workers"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int | str:
+        if isinstance(value, int) or value == AUTO:
+            return value
+        text = str(value).strip().lower()
+        if text == AUTO:
+            return AUTO
+        if not re.fullmatch(r"[0-9]{1,4}", text) or not 1 <= int(text) <= MAX_WORKERS:
+            self.fail(f"expected auto or a whole number from 1 to {MAX_WORKERS}, "
+                      f"got {shown(value)}", param, ctx)
+        return int(text)
+
+
+class ShardSpec(click.ParamType):
+    """`i/N`: this host is shard i of N (0 ≤ i < N, 2 ≤ N ≤ MAX_WORKERS)."""
+
+    name = "i/N"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[int, int]:
+        if isinstance(value, tuple):
+            return value
+        m = re.fullmatch(r"\s*([0-9]{1,4})\s*/\s*([0-9]{1,4})\s*", str(value))
+        if not m or not 0 <= int(m[1]) < int(m[2]) or not 2 <= int(m[2]) <= MAX_WORKERS:
+            self.fail(f"expected i/N with 0 <= i < N and 2 <= N <= {MAX_WORKERS} "
+                      f"(e.g. 0/2 on the coordinator), got {shown(value)}", param, ctx)
+        return int(m[1]), int(m[2])
+
+
+class Address(click.ParamType):
+    """HOST:PORT (an IPv6 host in brackets)."""
+
+    name = "host:port"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> tuple[str, int]:
+        if isinstance(value, tuple):
+            return value
+        from bench.remote import parse_address
+
+        try:
+            return parse_address(str(value))
+        except ValueError:
+            self.fail(f"expected HOST:PORT, e.g. bench-0.bench:7700, got {shown(value)}",
+                      param, ctx)
 
 
 class BaseUrl(click.ParamType):

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from bench.workers import WorkerPlan
 from rundir.contract import DECODE, OVER_CAPACITY, PENDING, PREFILL
 from rundir.words import context_label
 
@@ -25,7 +26,7 @@ class PlanError(ValueError):
 
 
 MAX_TOKENS = 1 << 40  # a token count beyond this is a typo, and would overflow int64 sums
-MAX_CONCURRENCY = 65_536
+MAX_CONCURRENCY = 16_384  # streams per cell; past one process, --workers spreads them
 
 
 def shown(value: object, limit: int = 40) -> str:
@@ -119,6 +120,7 @@ class Plan:
     prefill_contexts: list[int]
     cells: list[Cell] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # contexts that did not fit
+    workers: WorkerPlan | None = None  # how many processes read a decode cell's streams
 
     @property
     def to_run(self) -> list[Cell]:

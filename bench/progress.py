@@ -145,6 +145,8 @@ class Progress:
             if c.status != VALID:
                 p(f"  skip {c.phase} {context_label(c.context)} × {c.concurrency}: "
                   f"{status_label(c.status)}{' — ' + c.reason if c.reason else ''}")
+        if plan.workers is not None:
+            p(plan.workers.line(), markup=False, highlight=False, soft_wrap=True)
         eta = estimate_s(todo, settings)
         k = getattr(settings, "repeats", 1)
         if k > 1:

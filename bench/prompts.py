@@ -63,6 +63,14 @@ class Prompt:
     tokens: int | None  # as counted by the server before sending; None if unknown
 
 
+def retag(prompt: Prompt, run_tag: str, old_tag: str, new_tag: str) -> Prompt:
+    """`prompt` under another tag (`PromptFactory.variant`; a shard process
+    makes its streams' prompts from the cell's base prompt with it)."""
+    old = f"[{run_tag} {old_tag}] "
+    new = f"[{run_tag} {new_tag}] "
+    return Prompt(new + prompt.text[len(old):], prompt.tokens)
+
+
 class PromptFactory:
     """Builds prompts of a target token count for one server.
 
@@ -234,6 +242,4 @@ class PromptFactory:
     def variant(self, prompt: Prompt, old_tag: str, new_tag: str) -> Prompt:
         """The same body under another tag: a distinct cache prefix at the same
         length (the tag's own tokens may differ by one or two)."""
-        old = f"[{self.run_tag} {old_tag}] "
-        new = f"[{self.run_tag} {new_tag}] "
-        return Prompt(new + prompt.text[len(old):], prompt.tokens)
+        return retag(prompt, self.run_tag, old_tag, new_tag)

@@ -8,12 +8,9 @@ resumed run writes nothing before its first new cell finishes.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime as dt
-import gc
 import os
-import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,20 +19,19 @@ from pathlib import Path
 import httpx
 
 from bench import __version__
-from bench.cells import CellOutcome, CellRunner, Settings
+from bench.cells import Settings
 from bench.engines import ServerError, ServerInfo, ServerNotReady, probe_server
+from bench.errors import FlagError, RunError, io_reason
 from bench.lock import LOCK_FILE, LockHeld, RunLock
 from bench.plan import Cell, Plan, make_plan
 from bench.progress import Progress
-from bench.prompts import PromptFactory
 from bench.provenance import detect_hardware, local_launch_command
 from bench.redact import REDACTED, is_secret_name, redact, redact_tree, redact_url, url_secrets
 from bench.resume import FlagConflict, resumed_inputs
 from bench.runcard import RunCard
-from bench.sampler import MetricsSampler
 from bench.store import RunStore, clean_stale_temps, session_tag
-from bench.stream import StreamClient
-from bench.telemetry import start_telemetry
+from bench.sweep import asyncio_run, sweep
+from bench.workers import AUTO, WorkerPlan, host_cores, plan_workers
 from rundir.contract import (
     DECODE,
     ERROR,
@@ -51,19 +47,11 @@ from rundir.contract import (
 )
 from rundir.io import read_run_info
 from rundir.slugs import slugify
-from rundir.words import context_label
+
+__all__ = ["FlagError", "RunError", "RunOptions", "RunResult", "run_benchmark", "secrets_of"]
 
 TOOL_NAME = "speed-matrix"
-AUTH_DENIED = (401, 403)
 SERVER_POLL_S = 0.5  # how often a starting server is asked again
-
-
-class RunError(RuntimeError):
-    """Ends the run with one line for the user (exit status 1)."""
-
-
-class FlagError(RunError):
-    """Flags that contradict each other or the resumed run (exit status 2)."""
 
 
 @dataclass
@@ -85,6 +73,12 @@ class RunOptions:
     dry_run: bool = False
     server_wait_s: float = 30.0
     gpu_telemetry: str = "auto"  # "off": no GPU sampling, no gpu_metrics.parquet
+    workers: int | str = AUTO  # processes a decode cell's streams are spread over (bench/workers.py)
+    # --shard i/N with --coordinator HOST:PORT: one of N hosts driving one run
+    # (0: the coordinator, bench/coordinator.py; else bench/remote.py)
+    shard: tuple[int, int] | None = None
+    coordinator: tuple[str, int] | None = None
+    join_timeout_s: float = 600.0
     # option name -> value, for the options set on the command line (a
     # resumed run compares them with its run.yaml)
     given: dict[str, object] = field(default_factory=dict)
@@ -122,6 +116,10 @@ def run_benchmark(opts: RunOptions, progress: Progress) -> RunResult | None:
         raise FlagError("--out and --resume: give one (--out starts a run, --resume continues one)")
     if opts.retry_errors and opts.resume is None:
         raise FlagError("--retry-errors: only with --resume R (it re-measures R's Error cells)")
+    if (opts.shard is None) != (opts.coordinator is None):
+        raise FlagError("--shard i/N and --coordinator HOST:PORT: give both (or neither)")
+    if opts.shard is not None and opts.shard[0] > 0:
+        return _serve_shard(opts, progress)
     if opts.resume is not None:
         return _resume(opts, progress, clean)
     return _fresh(opts, progress, clean)
@@ -145,6 +143,7 @@ def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
     run_dir, run_info = _new_run_info(opts, info, plan, kv_budget, kv_source, clean)
     store = RunStore(run_dir, run_info, plan.cells, secrets_of(opts))
     todo = plan.to_run
+    plan.workers = _workers(opts, todo)
     if opts.dry_run:
         progress.show_plan(_shown(info, clean), plan, todo, s, kv_budget, kv_source, run_dir)
         return None
@@ -154,7 +153,7 @@ def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
         try:  # the plan, all pending: a run killed in its first cell can be resumed
             store.flush()
         except (OSError, ContractError) as exc:
-            raise RunError(f"cannot write the run directory: {_io_reason(exc, run_dir)}") from None
+            raise RunError(f"cannot write the run directory: {io_reason(exc, run_dir)}") from None
         return _measure(opts, info, plan, todo, store, progress, clean, run_info.run_id)
     finally:
         lock.release()
@@ -169,7 +168,7 @@ def _claim_new(run_dir: Path) -> RunLock:
     except LockHeld as exc:
         raise RunError(f"--out: {exc}") from None
     except OSError as exc:
-        raise RunError(f"--out: cannot create {run_dir}: {_io_reason(exc, run_dir)}") from None
+        raise RunError(f"--out: cannot create {run_dir}: {io_reason(exc, run_dir)}") from None
     if any(p.name != LOCK_FILE for p in run_dir.iterdir()):
         lock.release()
         raise RunError(f"--out: {run_dir} already exists and is not empty "
@@ -228,7 +227,7 @@ def _resume(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
         except LockHeld as exc:
             raise RunError(f"--resume: {exc}") from None
         except OSError as exc:
-            raise RunError(f"--resume: cannot lock {run_dir}: {_io_reason(exc, run_dir)}") from None
+            raise RunError(f"--resume: cannot lock {run_dir}: {io_reason(exc, run_dir)}") from None
     try:
         return _resume_locked(opts, run_dir, progress, clean)
     finally:
@@ -278,6 +277,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
         cell.status, cell.reason = row["status"], row["reason"]
     todo = [c for c in cells if c.status in retry]
     plan.cells = cells
+    plan.workers = _workers(opts, todo)
     progress.show_plan(_shown(info, clean), plan, todo, s, kv_budget, kv_source, run_dir)
     if opts.dry_run:
         return None
@@ -291,6 +291,34 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
     tag = session_tag(old.run_id, store.request_ids())
     opts = dataclasses.replace(opts, settings=s)
     return _measure(opts, info, plan, todo, store, progress, clean, tag)
+
+
+def _serve_shard(opts: RunOptions, progress: Progress) -> None:
+    """Shard i ≥ 1 of --shard i/N: no run directory of its own; the coordinator's
+    run directory holds what it measures."""
+    given = sorted(k for k in ("out", "resume", "retry_errors", "dry_run", "workers")
+                   if opts.given.get(k) not in (None, False))
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise FlagError(f"{flags}: shard 0 (the coordinator) alone takes "
+                        f"{'this' if len(given) == 1 else 'these'}; shard {opts.shard[0]} "
+                        "measures for it")
+    from bench.remote import serve_shard
+
+    assert opts.shard is not None and opts.coordinator is not None
+    serve_shard(opts.shard[0], opts.shard[1], opts.coordinator, opts.base_url, opts.api_key,
+                secrets_of(opts), opts.join_timeout_s, progress.note)
+    return None
+
+
+def _workers(opts: RunOptions, todo: list[Cell]):
+    """The run's worker plan for the decode cells it will measure."""
+    if opts.shard is not None:
+        n = opts.shard[1]
+        return WorkerPlan(n, False, f"--shard 0/{n}: one process on each of {n} hosts, "
+                                    "this one coordinating")
+    return plan_workers(opts.workers, [c.concurrency for c in todo if c.phase == DECODE],
+                        host_cores())
 
 
 def _served_name(opts: RunOptions, stored: str | None, clean) -> str | None:
@@ -365,144 +393,7 @@ def _shown(info: ServerInfo, clean) -> ServerInfo:
 
 
 def _measure(opts, info, plan, todo, store: RunStore, progress: Progress, clean, tag: str) -> RunResult:
-    asyncio_run(_sweep(opts, info, plan, todo, store, progress, clean, tag))
+    asyncio_run(sweep(opts, info, plan, todo, store, progress, clean, tag, secrets_of(opts)))
     counts = Counter(r["status"] for r in store.rows.values())
     progress.summary(counts)
     return RunResult(store.run_dir, counts)
-
-
-def asyncio_run(coro) -> None:
-    try:
-        import uvloop
-
-        uvloop.run(coro)
-    except ImportError:
-        asyncio.run(coro)
-
-
-def _label(cell: Cell) -> str:
-    return f"{cell.phase} {context_label(cell.context)}×{cell.concurrency}"
-
-
-async def _sweep(opts, info: ServerInfo, plan: Plan, todo, store: RunStore, progress, clean,
-                 tag: str) -> None:
-    s = opts.settings
-    url = redact_url(info.base_url)
-    client = StreamClient(info.base_url, opts.api_key, s.stall_timeout_s,
-                          ttft_timeout_s=s.ttft_timeout_s)
-    prompts = PromptFactory(info, opts.api_key, tag)
-    sampler = MetricsSampler(info, opts.api_key)
-    telemetry = start_telemetry(opts.gpu_telemetry, info.base_url, progress.note)
-    runner = CellRunner(info, client, prompts, sampler, s, clean)
-    interrupted = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def on_sigint() -> None:
-        if interrupted.is_set():
-            raise KeyboardInterrupt
-        interrupted.set()
-        progress.note(
-            "interrupt: closing the current cell and saving every finished one "
-            "(Ctrl-C again to abort)"
-        )
-
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
-    sampler.start()
-    telemetry.start()
-    progress.start(plan, store, telemetry)
-    try:
-        for cell in todo:
-            progress.begin(cell)
-            outcome = await _run_cell(runner, cell, interrupted, store, clean, url)
-            _save_cell(cell, outcome, store, sampler, telemetry, progress, clean)
-            # Collect now and freeze the survivors, so a garbage-collection
-            # pass over everything measured so far cannot stall the next window.
-            gc.collect()
-            gc.freeze()
-            if interrupted.is_set():
-                raise _interrupted(store)
-            if outcome.status == ERROR and not await _server_back(info, opts):
-                raise RunError(
-                    f"the server at {url} stopped answering during {_label(cell)} "
-                    f"({outcome.reason}); {_kept(store)}"
-                )
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
-        sampler.stop()
-        telemetry.stop()
-        prompts.close()
-        progress.stop()
-
-
-async def _run_cell(runner: CellRunner, cell: Cell, interrupted: asyncio.Event, store: RunStore,
-                    clean, url: str) -> CellOutcome:
-    """Measure one cell; a server that fails, refuses the key or an interrupt
-    ends the run here, before anything of the cell is stored."""
-    try:
-        if cell.phase == DECODE:
-            outcome = await runner.decode(cell, interrupted)
-        else:
-            outcome = await runner.prefill(cell)
-    except ServerError as exc:  # e.g. /tokenize gone: the server died between cells
-        raise RunError(f"the server at {url} failed before {_label(cell)}: "
-                       f"{clean(str(exc))}; {_kept(store)}") from None
-    except (httpx.HTTPError, OSError) as exc:
-        raise RunError(f"the server at {url} stopped answering before {_label(cell)} "
-                       f"({type(exc).__name__}: {clean(str(exc))}); {_kept(store)}") from None
-    denied = next((r for r in outcome.records if r.status in AUTH_DENIED), None)
-    if denied is not None:  # /v1/models let us in; the completions do not
-        raise RunError(
-            f"the API key is wrong or missing: the server at {url} answered HTTP "
-            f"{denied.status} to the first request of {_label(cell)} (pass --api-key "
-            f"or set OPENAI_API_KEY); {_kept(store)}"
-        )
-    if outcome.status == PENDING:  # interrupted: the cell stays as it was
-        raise _interrupted(store)
-    return outcome
-
-
-def _save_cell(cell: Cell, outcome: CellOutcome, store: RunStore, sampler: MetricsSampler,
-               telemetry, progress: Progress, clean) -> None:
-    """Store a measured cell and flush the run directory, then show it."""
-    if outcome.reason:
-        outcome.reason = clean(outcome.reason)
-    store.record(cell, outcome)
-    gpu = telemetry.table() if telemetry.enabled else None  # saved, and the display's J/token
-    try:
-        store.flush(sampler.table() if sampler.enabled else None, gpu)
-    except (OSError, ContractError) as exc:
-        raise RunError(f"cannot save {_label(cell)}: {_io_reason(exc, store.run_dir)}; "
-                       f"the cells measured before it are kept in {store.run_dir}; "
-                       f"continue with `--resume {store.run_dir}`") from None
-    progress.end(cell, outcome, gpu)
-
-
-def _kept(store: RunStore) -> str:
-    return f"measured cells are kept in {store.run_dir}; continue with `--resume {store.run_dir}`"
-
-
-def _interrupted(store: RunStore) -> RunError:
-    return RunError(f"interrupted: every finished cell is kept in {store.run_dir}; "
-                    f"continue with --resume {store.run_dir}")
-
-
-async def _server_back(info: ServerInfo, opts: RunOptions) -> bool:
-    """After a failed cell: is the server (still, or again) answering?"""
-    deadline = time.monotonic() + opts.server_wait_s
-    while True:
-        try:
-            await asyncio.to_thread(probe_server, info.base_url, opts.api_key, info.model)
-            return True
-        except (ServerError, httpx.HTTPError):
-            if time.monotonic() > deadline:
-                return False
-            await asyncio.sleep(1.0)
-
-
-def _io_reason(exc: Exception, run_dir: Path) -> str:
-    """One line for a failed write: the file and the system's reason."""
-    if isinstance(exc, OSError) and exc.strerror:
-        name = f"{exc.filename}: " if exc.filename else f"{run_dir}: "
-        return f"{name}{exc.strerror}"
-    first = (str(exc).splitlines() or [type(exc).__name__])[0]
-    return f"{run_dir}: {first}"

@@ -46,6 +46,8 @@ from bench.redact import redact, redact_literals, redact_tree
 from rundir.contract import (
     CELLS_FILE,
     CELLS_SCHEMA,
+    CLOCK_OFFSETS_FILE,
+    CLOCK_OFFSETS_SCHEMA,
     GPU_METRICS_FILE,
     PENDING,
     REQUESTS_FILE,
@@ -62,7 +64,7 @@ from rundir.windows import by_cell
 
 Key = tuple[str, int, int]
 _OUR_FILES = (RUN_YAML, CELLS_FILE, REQUESTS_FILE, SERVER_METRICS_FILE, SUPERSEDED_REQUESTS_FILE,
-              GPU_METRICS_FILE, WINDOWS_FILE)
+              GPU_METRICS_FILE, WINDOWS_FILE, CLOCK_OFFSETS_FILE)
 _ANSWER_TEXT = frozenset({"content_tail", "reasoning_tail"})  # literal secrets only
 # rundir.io.atomic_write's temporary names: ".<name>.<random>.tmp"
 _STALE_TMP = re.compile(r"^\.(?:" + "|".join(re.escape(n) for n in _OUR_FILES) + r")\..+\.tmp$")
@@ -88,6 +90,7 @@ class RunStore:
         self.server_metrics: pa.Table = self.resumed_metrics
         self.resumed_gpu: pa.Table = empty_table(GPU_METRICS_FILE)  # earlier sessions' telemetry
         self.windows: dict[Key, list[tuple[int, int]]] = {}  # cells measured with --repeats k > 1
+        self.clocks: dict[Key, list[dict]] = {}  # cells measured on many hosts (--shard i/N)
 
     @classmethod
     def resume(cls, run_dir: Path, info: RunInfo, secrets: Iterable[str] = ()) -> RunStore:
@@ -105,6 +108,9 @@ class RunStore:
         store.server_metrics = store.resumed_metrics
         store.resumed_gpu = read_table(store.run_dir, GPU_METRICS_FILE, required=False)
         store.windows = by_cell(read_table(store.run_dir, WINDOWS_FILE, required=False))
+        for row in read_table(store.run_dir, CLOCK_OFFSETS_FILE, required=False).to_pylist():
+            key = (row.pop("phase"), row.pop("context"), row.pop("concurrency"))
+            store.clocks.setdefault(key, []).append(row)
         return store
 
     def add_planned(self, cells: list[Cell]) -> None:
@@ -134,6 +140,9 @@ class RunStore:
         self.windows.pop(cell.key, None)  # a re-measured cell's windows are its new attempt's
         if outcome.windows:
             self.windows[cell.key] = list(outcome.windows)
+        self.clocks.pop(cell.key, None)
+        if outcome.clocks:
+            self.clocks[cell.key] = list(outcome.clocks)
         mine = _key_mask(self.requests, cell.key)
         if len(self.requests) and pc.any(mine).as_py():
             old = self.requests.filter(mine)
@@ -169,6 +178,7 @@ class RunStore:
         with _naming(self.run_dir / CELLS_FILE):
             write_table(self.run_dir, CELLS_FILE, self._redacted(cells, True))
         self._flush_windows()
+        self._flush_clocks()
         info = redact_tree(self.info, self.secrets)  # every string field, the served name too
         with _naming(self.run_dir / RUN_YAML):
             write_run_info(self.run_dir, info)  # last: run.yaml marks a run directory
@@ -185,6 +195,17 @@ class RunStore:
                 for key, bounds in self.windows.items() for i, (start, end) in enumerate(bounds)]
         with _naming(path):
             write_table(self.run_dir, WINDOWS_FILE, pa.Table.from_pylist(rows, WINDOWS_SCHEMA))
+
+    def _flush_clocks(self) -> None:
+        """clock_offsets.parquet after cells.parquet; only a many-host run has one."""
+        path = self.run_dir / CLOCK_OFFSETS_FILE
+        if not self.clocks and not path.exists():
+            return
+        rows = [dict(phase=key[0], context=key[1], concurrency=key[2], **row)
+                for key, shards in self.clocks.items() for row in shards]
+        table = self._redacted(pa.Table.from_pylist(rows, CLOCK_OFFSETS_SCHEMA), True)
+        with _naming(path):
+            write_table(self.run_dir, CLOCK_OFFSETS_FILE, table)
 
     def _redacted(self, table: pa.Table, remember: bool = False) -> pa.Table:
         """table with every string redacted; `remember`: keep each distinct

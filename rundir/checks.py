@@ -164,3 +164,19 @@ def gpu_metrics(table: pa.Table) -> str | None:
         if row is not None:
             return f"column {name}: expected >= 0, got {col[row].as_py()} in row {row}"
     return None
+
+
+def clock_offsets(table: pa.Table) -> str | None:
+    """A many-host run's clock rows: shards from 1, bounds and round trips not
+    negative, one row per shard per cell (the cell is checked by rundir.io)."""
+    problem = (cell_keys(table) or at_least(table, "shard", 1)
+               or at_least(table, "uncertainty_ns", 0) or at_least(table, "rtt_ns", 0))
+    if problem:
+        return problem
+    seen = set()
+    for row, key in enumerate(zip(*(table.column(k).to_pylist() for k in (*KEY, "shard")),
+                                  strict=True)):
+        if key in seen:
+            return f"columns {', '.join(KEY)}, shard: {row_name(table, row)} lists shard {key[3]} twice"
+        seen.add(key)
+    return None

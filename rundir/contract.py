@@ -36,6 +36,9 @@ SUPERSEDED_REQUESTS_FILE = "superseded_requests.parquet"
 # Optional: the windows of decode cells measured more than once (`bench run --repeats k`),
 # one row per (cell, window id 0..k-1); absent, every cell is one window (rundir/windows.py).
 WINDOWS_FILE = "windows.parquet"
+# Optional: per decode cell of a many-host run (`bench run --shard i/N`), each remote
+# shard's clock offset from shard 0's and its bound; absent, every time is one host's.
+CLOCK_OFFSETS_FILE = "clock_offsets.parquet"
 
 # Phases of a cell.
 PREFILL = "prefill"
@@ -476,6 +479,22 @@ WINDOWS_SCHEMA = pa.schema(
      pa.field("start_ns", _NS, nullable=False), pa.field("end_ns", _NS, nullable=False)]
 )
 
+# One row per (decode cell, remote shard) of a many-host run: the offset (shard clock −
+# shard 0's) its times were converted to shard 0's clock with, true within ± uncertainty_ns
+# anywhere in the cell; rtt_ns: the round trip it was measured over; drift_ns: the move
+# measured after the cell (empty: the shard died).
+CLOCK_OFFSETS_SCHEMA = pa.schema(
+    [pa.field("phase", pa.string(), nullable=False),
+     pa.field("context", pa.int64(), nullable=False),
+     pa.field("concurrency", pa.int64(), nullable=False),
+     pa.field("shard", pa.int64(), nullable=False),
+     pa.field("host", pa.string()),
+     pa.field("offset_ns", _NS, nullable=False),
+     pa.field("uncertainty_ns", _NS, nullable=False),
+     pa.field("rtt_ns", _NS, nullable=False),
+     pa.field("drift_ns", _NS)]
+)
+
 TABLE_SCHEMAS = {
     REQUESTS_FILE: REQUESTS_SCHEMA,
     CELLS_FILE: CELLS_SCHEMA,
@@ -483,6 +502,7 @@ TABLE_SCHEMAS = {
     GPU_METRICS_FILE: GPU_METRICS_SCHEMA,
     SUPERSEDED_REQUESTS_FILE: REQUESTS_SCHEMA,  # earlier attempts of re-measured cells
     WINDOWS_FILE: WINDOWS_SCHEMA,
+    CLOCK_OFFSETS_FILE: CLOCK_OFFSETS_SCHEMA,
 }
 _REQUEST_TABLES = (REQUESTS_FILE, SUPERSEDED_REQUESTS_FILE)
 
@@ -509,6 +529,8 @@ def check_table(name: str, table: pa.Table, where: str | None = None) -> pa.Tabl
     if name in (*_REQUEST_TABLES, CELLS_FILE, WINDOWS_FILE):
         _check_values(name, table, where)
     elif name == GPU_METRICS_FILE and (problem := checks.gpu_metrics(table)):
+        raise ContractError(f"{where}: {problem}")
+    elif name == CLOCK_OFFSETS_FILE and (problem := checks.clock_offsets(table)):
         raise ContractError(f"{where}: {problem}")
     return table
 

@@ -21,6 +21,8 @@ from rundir import windows as cell_windows
 from rundir.checks import KEY
 from rundir.contract import (
     CELLS_FILE,
+    CLOCK_OFFSETS_FILE,
+    DECODE,
     GPU_METRICS_FILE,
     REQUESTS_FILE,
     RUN_YAML,
@@ -193,6 +195,8 @@ class RunData:
     gpu_metrics: pa.Table = field(default_factory=lambda: empty_table(GPU_METRICS_FILE))
     # Windows of repeated decode cells (--repeats k); empty: one window per cell
     windows: pa.Table = field(default_factory=lambda: empty_table(WINDOWS_FILE))
+    # A many-host run's clock offsets per (decode cell, remote shard); empty: one host
+    clock_offsets: pa.Table = field(default_factory=lambda: empty_table(CLOCK_OFFSETS_FILE))
 
     @property
     def imported(self) -> bool:
@@ -215,7 +219,8 @@ def read_run(run_dir: Path) -> RunData:
             "(each request belongs to a cell of the run)")
     metrics = read_table(run_dir, SERVER_METRICS_FILE, required=False)
     gpu = read_table(run_dir, GPU_METRICS_FILE, required=False)
-    return RunData(run_dir, info, cells, requests, metrics, gpu, read_windows(run_dir, cells))
+    return RunData(run_dir, info, cells, requests, metrics, gpu, read_windows(run_dir, cells),
+                   read_clock_offsets(run_dir, cells))
 
 
 def read_windows(run_dir: Path, cells: pa.Table) -> pa.Table:
@@ -223,6 +228,19 @@ def read_windows(run_dir: Path, cells: pa.Table) -> pa.Table:
     table = read_table(run_dir, WINDOWS_FILE, required=False)
     if len(table) and (problem := cell_windows.problem(table, cells)):
         raise ContractError(f"{Path(run_dir) / WINDOWS_FILE}: {problem}")
+    return table
+
+
+def read_clock_offsets(run_dir: Path, cells: pa.Table) -> pa.Table:
+    """clock_offsets.parquet (empty if absent); each row's cell a decode cell of cells.parquet."""
+    table = read_table(run_dir, CLOCK_OFFSETS_FILE, required=False)
+    decode = {key for key in zip(*(cells.column(n).to_pylist() for n in KEY), strict=True)
+              if key[0] == DECODE}
+    for row, key in enumerate(zip(*(table.column(n).to_pylist() for n in KEY), strict=True)):
+        if key not in decode:
+            raise ContractError(
+                f"{Path(run_dir) / CLOCK_OFFSETS_FILE}: columns phase, context, concurrency: "
+                f"row {row}: cell ({', '.join(map(str, key))}) is not a decode cell of {CELLS_FILE}")
     return table
 
 

@@ -1,0 +1,257 @@
+"""One shard of a decode cell's streams: a process of its own (`--workers N`).
+
+The parent (bench/shards.py) starts it with `multiprocessing`'s spawn and
+talks to it over a pipe, one pickled tuple a message. A shard has its own
+event loop, sockets and stream client, and runs the same stream code as the
+in-process path (`bench.cells.CellRunner`), on its share of the cell's
+stream slots. Every stamp is CLOCK_MONOTONIC, host-wide, so the parent
+merges the shards' records as they are.
+
+Parent -> shard:
+  ("warm", key, base, base_tag, run_tag, slots)  prefix warm-ups of `slots`
+                                                 (their prompts: `base` retagged)
+  ("start",)                                     start the slots' stream loops
+  ("window", start_ns, end_ns)                   the window, as the parent opened it:
+                                                 no stream starts past end_ns, every
+                                                 stream is cancelled at end_ns
+  ("cancel",)                                    end now (a failure elsewhere, Ctrl-C)
+  ("stop",)                                      exit
+  ("clock", t0)                                  answered at once: ("clock", t0, t1, t2),
+                                                 t1 its arrival, t2 the answer, on
+                                                 this shard's clock (bench/clocksync.py)
+  ("offset", ns)                                 this shard's clock − the parent's: the
+                                                 window's edges come on the parent's
+                                                 clock, and every record goes back on it
+                                                 (0 for a local shard; a host of
+                                                 `--shard i/N`: bench/coordinator.py)
+Shard -> parent:
+  ("ready", pid), ("warmed", records), ("producing", [slot, ...]) as slots
+  first receive tokens, ("failed",) once a stream failed, ("done", records,
+  delays, (start_ns, end_ns)) after the window, ("crashed", text) before
+  exiting on a bug of ours. A shard whose parent goes away exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import pickle
+import select
+import signal
+import struct
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from bench.cells import CellRunner, Settings, _DecodeRun, slot_tag
+from bench.clocksync import shift_delays, shift_record
+from bench.engines import ServerInfo
+from bench.monitor import gc_paused
+from bench.plan import Cell
+from bench.prompts import Prompt, retag
+from bench.redact import redact
+from bench.stream import StreamClient
+from rundir.contract import PURPOSE_MEASURE, PURPOSE_PREFIX_FILL
+
+REPORT_S = 0.05  # how often a shard tells which slots began producing
+_HEAD = struct.Struct("!Q")
+
+
+class Channel:
+    """Messages one way each over two pipes: `reader` is read by the event
+    loop, which makes its fd non-blocking (libuv does), so reads are
+    framed here and may arrive in pieces; `writer` stays blocking, and a
+    message is written whole."""
+
+    loads = staticmethod(pickle.loads)  # a remote peer's channel restricts what it builds
+
+    def __init__(self, reader: Connection, writer: Connection) -> None:
+        self.reader, self.writer = reader, writer
+        self.rfd, self.wfd = reader.fileno(), writer.fileno()
+        self._buf = bytearray()
+
+    def send(self, message: tuple) -> None:
+        data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        view = memoryview(_HEAD.pack(len(data)) + data)
+        while view:
+            try:
+                view = view[os.write(self.wfd, view):]
+            except BlockingIOError:  # pragma: no cover - the writer is blocking
+                select.select([], [self.wfd], [])
+
+    def read(self) -> list[tuple] | None:
+        """Every whole message that has come; None once the other end closed."""
+        eof = False
+        while True:
+            try:
+                data = os.read(self.rfd, 1 << 20)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not data:
+                eof = True
+                break
+            self._buf += data
+        out = []
+        while len(self._buf) >= _HEAD.size:
+            (n,) = _HEAD.unpack_from(self._buf)
+            if len(self._buf) < _HEAD.size + n:
+                break
+            out.append(self.loads(self._buf[_HEAD.size:_HEAD.size + n]))
+            del self._buf[:_HEAD.size + n]
+        return None if eof and not out else out
+
+    def close(self) -> None:
+        self.reader.close()
+        self.writer.close()
+
+
+@dataclass
+class ShardSetup:
+    """What a shard process needs, handed over once at its start."""
+
+    index: int  # the shard's number, 1..N
+    id_prefix: str  # its request ids are `<id_prefix>-<n>`
+    info: ServerInfo
+    api_key: str | None
+    settings: Settings
+    secrets: tuple[str, ...]
+
+
+def main(reader: Connection, writer: Connection, setup: ShardSetup) -> None:
+    """The process's entry point (multiprocessing spawn target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    from bench.sweep import asyncio_run
+
+    asyncio_run(_Shard(Channel(reader, writer), setup).serve())
+
+
+class _Shard:
+    def __init__(self, conn: Channel, setup: ShardSetup) -> None:
+        s = setup.settings
+        self.conn = conn
+        client = StreamClient(setup.info.base_url, setup.api_key, s.stall_timeout_s,
+                              ttft_timeout_s=s.ttft_timeout_s)
+        secrets = setup.secrets
+        self.runner = CellRunner(setup.info, client, None, None, s,
+                                 lambda text: redact(text, secrets))
+        self.runner.id_prefix = setup.id_prefix
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.abort = asyncio.Event()
+        self.run: _DecodeRun | None = None
+        self.slots: list[int] = []
+        self.offset_ns = 0  # this shard's clock − the parent's
+
+    def send(self, message: tuple) -> None:
+        self.conn.send(message)
+
+    def _on_message(self) -> None:
+        arrived = time.monotonic_ns()
+        try:
+            messages = self.conn.read()
+        except OSError:
+            messages = None
+        if messages is None:  # the parent is gone
+            asyncio.get_running_loop().remove_reader(self.conn.rfd)
+            self.abort.set()
+            messages = [("stop",)]
+        for message in messages:
+            if message[0] == "cancel":
+                self.abort.set()
+            elif message[0] == "clock":
+                self.send(("clock", message[1], arrived, time.monotonic_ns()))
+            else:
+                self.inbox.put_nowait(message)
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self.conn.rfd, self._on_message)
+        self.send(("ready", os.getpid()))
+        try:
+            while True:
+                message = await self.inbox.get()
+                if message[0] == "stop":
+                    return
+                await self._do(message)
+        except Exception as exc:  # a bug of ours: say what, then exit
+            try:
+                self.send(("crashed", repr(exc)))
+            finally:
+                os._exit(1)
+        finally:
+            loop.remove_reader(self.conn.rfd)
+
+    async def _do(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "warm":
+            await self._warm(*message[1:])
+        elif kind == "start":
+            self._start()
+        elif kind == "window":
+            await self._window(*message[1:])
+        elif kind == "offset":
+            self.offset_ns = int(message[1])
+        else:
+            raise ValueError(f"unknown message {kind!r}")
+
+    async def _warm(self, key: tuple, base: Prompt, base_tag: str, run_tag: str,
+                    slots: list[int]) -> None:
+        """A new cell: make this shard's prompts, warm their prefixes."""
+        cell = Cell(*key)
+        self.abort = asyncio.Event()
+        prompts: list[Prompt | None] = [None] * cell.concurrency
+        for i in slots:
+            prompts[i] = base if i == 0 else retag(base, run_tag, base_tag, slot_tag(cell, i))
+        self.run = _DecodeRun(cell, prompts, self.abort)  # type: ignore[arg-type]
+        self.slots = list(slots)
+        fills = await asyncio.gather(
+            *(self.runner.send(cell, prompts[i], 1, PURPOSE_PREFIX_FILL, i, self.abort)
+              for i in slots))
+        self.send(("warmed", [shift_record(r, -self.offset_ns) for r in fills]))
+
+    def _start(self) -> None:
+        run = self.run
+        assert run is not None
+        run.tasks = [asyncio.create_task(self.runner._stream_loop(run, i)) for i in self.slots]
+        self._reporter = asyncio.create_task(self._report(run))
+
+    async def _report(self, run: _DecodeRun) -> None:
+        """Tell the parent which slots began producing, and a failure, as they happen."""
+        told: set[int] = set()
+        failed = False
+        while True:
+            new = [i for i in self.slots if i not in told
+                   and run.live[i] is not None and run.live[i].producing]
+            if new:
+                told.update(new)
+                self.send(("producing", new))
+            if run.failure.is_set() and not failed:
+                failed = True
+                self.send(("failed",))
+            if run.cancel.is_set():
+                return
+            await asyncio.sleep(REPORT_S)
+
+    async def _window(self, start_ns: int, end_ns: int) -> None:
+        """The parent's window: run the streams to end_ns (or a failure, or
+        the parent's cancel), then cancel, parse and hand every record back.
+        The edges come on the parent's clock; the streams run on this one."""
+        run = self.run
+        assert run is not None
+        start_ns, end_ns = start_ns + self.offset_ns, end_ns + self.offset_ns
+        run.start_ns, run.end_ns = start_ns, end_ns
+        with gc_paused():
+            if not run.failure.is_set() and not self.abort.is_set():
+                await self.runner._sleep_until(end_ns, run.failure, self.abort)
+            run.cancel.set()
+            await asyncio.gather(*run.tasks)
+            await asyncio.gather(*run.parsing)
+        await self._reporter
+        delays = self.runner.client.monitor.delays(start_ns, end_ns)
+        back = -self.offset_ns
+        measured = [shift_record(r, back) for r in run.records if r.purpose == PURPOSE_MEASURE]
+        window = (start_ns + back, end_ns + back)
+        self.send(("done", measured, shift_delays(delays, back), window))
+        self.run = None
+        gc.collect()
+        gc.freeze()

@@ -1,0 +1,198 @@
+"""Measuring a planned run: every cell in turn, each stored as it ends.
+
+The sweep owns the run's machinery (stream client, prompts, the server's
+gauges, GPU telemetry, the live display) and, with `--workers N` > 1, the
+shard processes a decode cell's streams are spread over (bench/shards.py,
+bench/workers.py). A server that fails, a refused key or Ctrl-C ends the
+run between cells with one line; every finished cell is already stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import signal
+import time
+
+import httpx
+
+from bench.cells import CellOutcome, CellRunner
+from bench.coordinator import Coordinator, MultiHostCellRunner
+from bench.engines import ServerError, ServerInfo, probe_server
+from bench.errors import RunError, io_reason
+from bench.plan import Cell, Plan
+from bench.progress import Progress
+from bench.prompts import PromptFactory
+from bench.redact import redact_url
+from bench.sampler import MetricsSampler
+from bench.shard_worker import ShardSetup
+from bench.shards import ShardedCellRunner, ShardPool
+from bench.store import RunStore
+from bench.stream import StreamClient
+from bench.telemetry import start_telemetry
+from bench.workers import cell_shards
+from rundir.contract import DECODE, ERROR, PENDING, ContractError
+from rundir.words import context_label
+
+AUTH_DENIED = (401, 403)
+
+
+def asyncio_run(coro) -> None:
+    try:
+        import uvloop
+
+        uvloop.run(coro)
+    except ImportError:
+        asyncio.run(coro)
+
+
+def label(cell: Cell) -> str:
+    return f"{cell.phase} {context_label(cell.context)}×{cell.concurrency}"
+
+
+async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: RunStore,
+                progress: Progress, clean, tag: str, secrets: list[str]) -> None:
+    """Measure `todo` in order, storing each cell as it ends (`opts`: the
+    run's RunOptions; `clean`: redacts the run's `secrets`; `tag`: the
+    session's request-id prefix)."""
+    s = opts.settings
+    url = redact_url(info.base_url)
+    client = StreamClient(info.base_url, opts.api_key, s.stall_timeout_s,
+                          ttft_timeout_s=s.ttft_timeout_s)
+    prompts = PromptFactory(info, opts.api_key, tag)
+    sampler = MetricsSampler(info, opts.api_key)
+    telemetry = start_telemetry(opts.gpu_telemetry, info.base_url, progress.note)
+    runner = CellRunner(info, client, prompts, sampler, s, clean)
+    pool = ShardPool(lambda k, prefix: ShardSetup(k, prefix, info, opts.api_key, s, tuple(secrets)),
+                     tag)
+    hosts = None
+    if opts.shard is not None:  # shard 0 of --shard i/N: the hosts' shards (bench/coordinator.py)
+        hosts = Coordinator(opts.coordinator, opts.shard[1], lambda k, prefix: _setup(
+            k, prefix, info, opts.api_key, s, secrets), tag, progress.note, opts.join_timeout_s)
+    interrupted = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_sigint() -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        progress.note(
+            "interrupt: closing the current cell and saving every finished one "
+            "(Ctrl-C again to abort)"
+        )
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    if hosts is not None:
+        try:
+            await hosts.open()  # the start barrier: every shard joined
+        except BaseException:
+            hosts.close()
+            loop.remove_signal_handler(signal.SIGINT)
+            raise
+    sampler.start()
+    telemetry.start()
+    progress.start(plan, store, telemetry)
+    try:
+        for cell in todo:
+            progress.begin(cell)
+            shards = cell_shards(plan.workers, cell.concurrency) if cell.phase == DECODE else 1
+            cell_runner = runner if shards == 1 else ShardedCellRunner(runner, pool, shards)
+            if hosts is not None and cell.phase == DECODE:
+                cell_runner = MultiHostCellRunner(runner, hosts)
+            outcome = await _run_cell(cell_runner, cell, interrupted, store, clean, url)
+            _save_cell(cell, outcome, store, sampler, telemetry, progress, clean)
+            # Collect now and freeze the survivors, so a garbage-collection
+            # pass over everything measured so far cannot stall the next window.
+            gc.collect()
+            gc.freeze()
+            if interrupted.is_set():
+                raise _interrupted(store)
+            if outcome.status == ERROR and not await _server_back(info, opts):
+                raise RunError(
+                    f"the server at {url} stopped answering during {label(cell)} "
+                    f"({outcome.reason}); {_kept(store)}"
+                )
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        sampler.stop()
+        telemetry.stop()
+        prompts.close()
+        pool.close()
+        if hosts is not None:
+            hosts.close()
+        progress.stop()
+
+
+def _setup(k: int, prefix: str, info: ServerInfo, api_key: str | None, s, secrets: list[str]
+           ) -> ShardSetup:
+    """A shard's setup: a remote one (k ≥ 1) gets neither the key nor the
+    secrets nor the URL (its own command line gives them)."""
+    if k == 0:
+        return ShardSetup(k, prefix, info, api_key, s, tuple(secrets))
+    return ShardSetup(k, prefix, dataclasses.replace(info, base_url=""), None, s, ())
+
+
+async def _run_cell(runner: CellRunner, cell: Cell, interrupted: asyncio.Event, store: RunStore,
+                    clean, url: str) -> CellOutcome:
+    """Measure one cell; a server that fails, refuses the key or an interrupt
+    ends the run here, before anything of the cell is stored."""
+    try:
+        if cell.phase == DECODE:
+            outcome = await runner.decode(cell, interrupted)
+        else:
+            outcome = await runner.prefill(cell)
+    except ServerError as exc:  # e.g. /tokenize gone: the server died between cells
+        raise RunError(f"the server at {url} failed before {label(cell)}: "
+                       f"{clean(str(exc))}; {_kept(store)}") from None
+    except (httpx.HTTPError, OSError) as exc:
+        raise RunError(f"the server at {url} stopped answering before {label(cell)} "
+                       f"({type(exc).__name__}: {clean(str(exc))}); {_kept(store)}") from None
+    denied = next((r for r in outcome.records if r.status in AUTH_DENIED), None)
+    if denied is not None:  # /v1/models let us in; the completions do not
+        raise RunError(
+            f"the API key is wrong or missing: the server at {url} answered HTTP "
+            f"{denied.status} to the first request of {label(cell)} (pass --api-key "
+            f"or set OPENAI_API_KEY); {_kept(store)}"
+        )
+    if outcome.status == PENDING:  # interrupted: the cell stays as it was
+        raise _interrupted(store)
+    return outcome
+
+
+def _save_cell(cell: Cell, outcome: CellOutcome, store: RunStore, sampler: MetricsSampler,
+               telemetry, progress: Progress, clean) -> None:
+    """Store a measured cell and flush the run directory, then show it."""
+    if outcome.reason:
+        outcome.reason = clean(outcome.reason)
+    store.record(cell, outcome)
+    gpu = telemetry.table() if telemetry.enabled else None  # saved, and the display's J/token
+    try:
+        store.flush(sampler.table() if sampler.enabled else None, gpu)
+    except (OSError, ContractError) as exc:
+        raise RunError(f"cannot save {label(cell)}: {io_reason(exc, store.run_dir)}; "
+                       f"the cells measured before it are kept in {store.run_dir}; "
+                       f"continue with `--resume {store.run_dir}`") from None
+    progress.end(cell, outcome, gpu)
+
+
+def _kept(store: RunStore) -> str:
+    return f"measured cells are kept in {store.run_dir}; continue with `--resume {store.run_dir}`"
+
+
+def _interrupted(store: RunStore) -> RunError:
+    return RunError(f"interrupted: every finished cell is kept in {store.run_dir}; "
+                    f"continue with --resume {store.run_dir}")
+
+
+async def _server_back(info: ServerInfo, opts) -> bool:
+    """After a failed cell: is the server (still, or again) answering?"""
+    deadline = time.monotonic() + opts.server_wait_s
+    while True:
+        try:
+            await asyncio.to_thread(probe_server, info.base_url, opts.api_key, info.model)
+            return True
+        except (ServerError, httpx.HTTPError):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(1.0)

@@ -1,0 +1,208 @@
+"""`bench run --shard i/N --coordinator HOST:PORT`: two "hosts" driving one run.
+
+Two processes on this machine stand in for two hosts: shard 0 (the
+coordinator) and shard 1, which joins it over loopback TCP. Shard 1 reads a
+clock 1,234.567890123 s ahead of the host's CLOCK_MONOTONIC (its time module
+is patched before the collector is imported), as another host's clock
+would be, so the offset measurement, the window's conversion and the
+records' conversion are all exercised. Against the reference server's truth
+log: a start barrier, one run directory with every request once, both
+shards' streams cut at the same window edges, figures as close to the truth
+as one process's, an offset within its stated bound, and a shard that dies
+failing its cell with a reason. Faults land by request count, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from bench.clocksync import Exchange, estimate, over_cell
+from rundir.contract import CLOCK_OFFSETS_FILE, PURPOSE_PREFIX_FILL, ContractError
+from rundir.io import read_run
+from tests.collector.test_workers import FAST, MEDIANS, check_rows, figures
+from tests.conftest import REPO
+from tests.refserver.harness import refserver_fixture  # noqa: F401
+
+SKEW_NS = 1_234_567_890_123  # shard 1's clock − the host's
+_SKEWED = ("import os, sys, time; o = int(os.environ['BENCH_TEST_SKEW_NS']); "
+           "m, f = time.monotonic_ns, time.monotonic; "
+           "time.monotonic_ns = lambda: m() + o; time.monotonic = lambda: f() + o / 1e9; "
+           "from bench.cli import main; sys.exit(main())")
+
+
+class Bench:
+    """A `bench run` process whose stderr is read as it comes."""
+
+    def __init__(self, args: list[str], skew_ns: int = 0) -> None:
+        env = dict(os.environ, BENCH_TEST_SKEW_NS=str(skew_ns),
+                   PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen([sys.executable, "-c", _SKEWED, "run", *args], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._new: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            self._new.put(line)
+        self._new.put(None)
+
+    def wait_line(self, text: str, timeout: float = 120.0) -> str:
+        while True:
+            line = self._new.get(timeout=timeout)
+            assert line is not None, "".join(self.lines)
+            if text in line:
+                return line
+
+    def wait(self, timeout: float = 300.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def hosts(srv, out: Path, port: int, *extra: str) -> tuple[Bench, list[str]]:
+    common = ["--base-url", srv.base_url, *FAST, "--concurrency", "2,4",
+              "--coordinator", f"127.0.0.1:{port}", "--join-timeout", "300", *extra]
+    return Bench(["--out", str(out), "--shard", "0/2", *common]), ["--shard", "1/2", *common]
+
+
+# -- the clock arithmetic ------------------------------------------------------
+
+
+def test_the_offset_is_the_shortest_round_trips_within_half_of_it() -> None:
+    true = 5_000_000_000  # shard − coordinator
+    # out 30 µs, back 10 µs, 2 µs turnaround: the estimate is off by 10 µs, within 21 µs
+    fast = Exchange(0, 30_000 + true, 32_000 + true, 42_000)
+    slow = Exchange(100_000, 100_000 + 900_000 + true, 100_000 + 901_000 + true, 1_101_000)
+    got = estimate([slow, fast, slow])
+    assert (got.rtt_ns, got.exchanges) == (40_000, 3)
+    assert abs(got.offset_ns - true) <= got.uncertainty_ns == 20_001
+    assert abs(estimate([slow]).offset_ns - true) <= estimate([slow]).uncertainty_ns
+    # a cell: the bound also covers the move measured after it
+    after = Exchange(0, 30_000 + true + 50_000, 32_000 + true + 50_000, 42_000)
+    cell = over_cell(got, estimate([after]))
+    assert cell.offset_ns == got.offset_ns and cell.drift_ns == 50_000
+    assert cell.uncertainty_ns == 50_000 + 20_001
+    assert over_cell(got, None).drift_ns is None
+
+
+# -- two hosts, one run ----------------------------------------------------------
+
+
+def test_two_hosts_make_one_run(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300)
+    out = tmp_path / "run"
+    coord, shard_args = hosts(srv, out, free_port())
+    shard = None
+    try:
+        coord.wait_line("waiting for shards 1..1 of 2")
+        assert not srv.arrivals() and not srv.truth()  # the barrier: nothing sent yet
+        shard = Bench(shard_args, SKEW_NS)
+        assert coord.wait() == 0, coord.stderr
+        assert shard.wait() == 0, shard.stderr
+    finally:
+        for p in (coord, shard):
+            if p is not None and p.proc.poll() is None:
+                p.proc.kill()
+    joined = re.search(r"shard 1 joined \(.*\): clock offset ([+-][0-9.]+) s", coord.stderr)
+    assert joined and abs(float(joined[1]) - SKEW_NS / 1e9) < 0.01, coord.stderr
+    # every request once, from both hosts; each host's streams cut at the window's edges
+    check_rows(srv, out, {"w0", "w1"})
+    run = read_run(out)
+    cells = run.cells.to_pylist()
+    assert {c["status"] for c in cells} == {"valid"}, cells
+    clocks = run.clock_offsets.to_pylist()
+    assert sorted((c["concurrency"], c["shard"]) for c in clocks) == [(2, 1), (4, 1)]
+    for c in clocks:
+        print(f"cell {c['concurrency']}: offset {c['offset_ns']} ns (true {SKEW_NS}), "
+              f"± {c['uncertainty_ns']} ns, rtt {c['rtt_ns']} ns, drift {c['drift_ns']} ns")
+        assert abs(c["offset_ns"] - SKEW_NS) <= c["uncertainty_ns"] < 50_000_000
+    for cell in cells:
+        assert re.search(r"2 hosts: .* within ±\d+ µs \(clock_offsets.parquet\)", cell["reason"])
+    for c, got in figures(srv, out).items():
+        for name, (ours, truth) in got.items():
+            print(f"{c} streams {name}: {ours:.4f} (truth {truth:.4f})")
+            assert ours == pytest.approx(truth, rel=1e-2 if name in MEDIANS else 1e-3), (c, name)
+
+
+def test_a_dead_host_fails_its_cell_naming_it(refserver, tmp_path) -> None:
+    # decode 256×4 sends 4 warm-ups, then its streams: stream request 5 is held,
+    # so the cell waits for readiness until shard 1 is killed
+    srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300,
+                    inject=[{"cell": ["decode", 256, 4], "at": 5, "do": "hold"}])
+    out = tmp_path / "run"
+    coord, shard_args = hosts(srv, out, free_port(), "--warmup-timeout", "300")
+    shard = Bench(shard_args, SKEW_NS)
+    try:
+        srv.wait_arrival(("decode", 256, 4), 5)
+        os.kill(shard.proc.pid, signal.SIGKILL)
+        assert coord.wait() == 3, coord.stderr  # finished, with an Error cell
+    finally:
+        for p in (coord, shard):
+            if p.proc.poll() is None:
+                p.proc.kill()
+    run = read_run(out)
+    cells = {c["concurrency"]: c for c in run.cells.to_pylist()}
+    assert cells[2]["status"] == "valid"
+    assert cells[4]["status"] == "error"
+    assert re.search(r"shard 1 \(.+ at 127\.0\.0\.1:\d+\) died \(its connection closed\)",
+                     cells[4]["reason"]), cells[4]["reason"]
+    fills = [r for r in run.requests.to_pylist()
+             if r["concurrency"] == 4 and r["purpose"] == PURPOSE_PREFIX_FILL]
+    assert len(fills) == 4  # both hosts' warm-ups are kept with the failed cell
+    clocks = {c["concurrency"]: c for c in run.clock_offsets.to_pylist()}
+    assert clocks[2]["drift_ns"] is not None and clocks[4]["drift_ns"] is None
+
+
+def test_a_shard_without_its_coordinator_fails_in_one_line(tmp_path) -> None:
+    shard = Bench(["--base-url", "http://127.0.0.1:9", "--shard", "1/2", "--coordinator",
+                   f"127.0.0.1:{free_port()}", "--join-timeout", "1"])
+    assert shard.wait(60) == 1
+    lines = shard.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot connect" in lines[0], shard.stderr
+    shard = Bench(["--base-url", "http://127.0.0.1:9", "--shard", "1/2", "--out",
+                   str(tmp_path / "x"), "--coordinator", "127.0.0.1:9"])
+    assert shard.wait(60) == 2 and "--out: shard 0" in shard.stderr, shard.stderr
+    shard = Bench(["--base-url", "http://127.0.0.1:9", "--shard", "2/2", "--coordinator", "h:1"])
+    assert shard.wait(60) == 2 and "--shard" in shard.stderr, shard.stderr
+
+
+def test_clock_rows_are_checked(tmp_path) -> None:
+    import pyarrow as pa
+
+    from rundir.checks import clock_offsets
+    from rundir.contract import CLOCK_OFFSETS_SCHEMA, check_table
+
+    row = dict(phase="decode", context=256, concurrency=2, shard=1, host="h", offset_ns=5,
+               uncertainty_ns=10, rtt_ns=20, drift_ns=None)
+    ok = pa.Table.from_pylist([row], CLOCK_OFFSETS_SCHEMA)
+    assert clock_offsets(ok) is None
+    with pytest.raises(ContractError, match="uncertainty_ns: expected >= 0"):
+        check_table(CLOCK_OFFSETS_FILE, pa.Table.from_pylist([{**row, "uncertainty_ns": -1}],
+                                                             CLOCK_OFFSETS_SCHEMA))
+    with pytest.raises(ContractError, match="lists shard 1 twice"):
+        check_table(CLOCK_OFFSETS_FILE, pa.Table.from_pylist([row, row], CLOCK_OFFSETS_SCHEMA))

@@ -18,7 +18,17 @@ from click.core import ParameterSource
 from bench import __version__
 from bench.cells import Settings
 from bench.importer.cli import import_cmd
-from bench.params import ApiKey, BaseUrl, Contexts, Levels, Seconds, Tokens, Workers, api_key_problem
+from bench.params import (
+    ApiKey,
+    BaseUrl,
+    Contexts,
+    Levels,
+    Seconds,
+    SourceAddress,
+    Tokens,
+    Workers,
+    api_key_problem,
+)
 from bench.plan import PlanError
 from bench.progress import Progress
 from bench.redact import redact
@@ -105,6 +115,10 @@ Exit status:
                    "event loop and sockets (the plan says how many and why). auto: as many "
                    "as the planned event rate needs (250 tok/s a stream, 35,000 events/s a "
                    "process), at most cores - 1; 1: every cell in this process.")
+@click.option("--source-address", multiple=True, type=SourceAddress(),
+              help="Local address the streams' connections come from, repeatable: each "
+                   "brings its own ephemeral ports (one address reaches one server address "
+                   "with about 28,000). Automatic on a 127.0.0.1 server: 127.0.0.x.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
 def run_cmd(**kw: Any) -> None:
     api_key = kw["api_key"] or os.environ.get("OPENAI_API_KEY") or None
@@ -137,7 +151,7 @@ def run_cmd(**kw: Any) -> None:
             resume=Path(kw["resume"]) if kw["resume"] else None,
             retry_errors=kw["retry_errors"], dry_run=kw["dry_run"],
             server_wait_s=kw["server_wait"], given=given, gpu_telemetry=kw["gpu_telemetry"],
-            workers=kw["workers"],
+            workers=kw["workers"], source_addresses=tuple(kw["source_address"]),
         )
         result = run_benchmark(opts, Progress())
     except (FlagError, PlanError, ContractError) as exc:

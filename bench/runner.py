@@ -74,6 +74,7 @@ class RunOptions:
     server_wait_s: float = 30.0
     gpu_telemetry: str = "auto"  # "off": no GPU sampling, no gpu_metrics.parquet
     workers: int | str = AUTO  # processes a decode cell's streams are spread over (bench/workers.py)
+    source_addresses: tuple[str, ...] = ()  # --source-address (bench/sources.py)
     # option name -> value, for the options set on the command line (a
     # resumed run compares them with its run.yaml)
     given: dict[str, object] = field(default_factory=dict)

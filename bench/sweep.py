@@ -13,6 +13,7 @@ import asyncio
 import gc
 import signal
 import time
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -26,6 +27,7 @@ from bench.redact import redact_url
 from bench.sampler import MetricsSampler
 from bench.shard_worker import ShardSetup
 from bench.shards import ShardedCellRunner, ShardPool
+from bench.sources import plan_sources, port_range
 from bench.store import RunStore
 from bench.stream import StreamClient
 from bench.telemetry import start_telemetry
@@ -56,14 +58,16 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     session's request-id prefix)."""
     s = opts.settings
     url = redact_url(info.base_url)
+    sources, why = plan_sources(urlsplit(info.base_url).hostname or "", opts.source_addresses,
+                                max((c.concurrency for c in todo), default=1), port_range())
     client = StreamClient(info.base_url, opts.api_key, s.stall_timeout_s,
-                          ttft_timeout_s=s.ttft_timeout_s)
+                          ttft_timeout_s=s.ttft_timeout_s, source_addresses=sources)
     prompts = PromptFactory(info, opts.api_key, tag)
     sampler = MetricsSampler(info, opts.api_key)
     telemetry = start_telemetry(opts.gpu_telemetry, info.base_url, progress.note)
     runner = CellRunner(info, client, prompts, sampler, s, clean)
-    pool = ShardPool(lambda k, prefix: ShardSetup(k, prefix, info, opts.api_key, s, tuple(secrets)),
-                     tag)
+    pool = ShardPool(lambda k, prefix: ShardSetup(k, prefix, info, opts.api_key, s, tuple(secrets),
+                                                  sources), tag)
     interrupted = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -80,6 +84,8 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     sampler.start()
     telemetry.start()
     progress.start(plan, store, telemetry)
+    if why:
+        progress.note(why)
     try:
         for cell in todo:
             progress.begin(cell)

@@ -197,7 +197,6 @@ class Worker:
                 "usage": {"prompt_tokens": c.prompt, "completion_tokens": 1,
                           "total_tokens": c.prompt + 1}}))
         c.max_tokens = max(1, int(body.get("max_tokens") or 16))
-        frames_upto(c.max_tokens)
         c.streaming, c.start = True, _mono()
         c.out += _SSE_HEAD
         self.tick(c, c.start)
@@ -214,7 +213,7 @@ class Worker:
         if c.waiting:
             return  # flushed when writable, then rescheduled
         due = min(c.max_tokens, (now - c.start) // self.interval + 1, c.sent + MAX_BATCH)
-        frames = _FRAMES
+        frames = _FRAMES if len(_FRAMES) > due else frames_upto(due)
         offset = c.base + len(c.out)
         for k in range(c.sent + 1, due + 1):
             f = frames[k] if k < c.max_tokens else frame(k, c.prompt, last=True) + b"data: [DONE]\n\n"

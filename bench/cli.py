@@ -26,6 +26,7 @@ from bench.params import (
     Levels,
     Seconds,
     ShardSpec,
+    SourceAddress,
     Tokens,
     Workers,
     api_key_problem,
@@ -126,6 +127,10 @@ Exit status:
 @click.option("--join-timeout", default=600.0, show_default=True, type=Seconds(),
               help="With --shard: how long shard 0 waits for every shard to join (before the "
                    "first cell, and for a lost shard before the next) and a shard for shard 0.")
+@click.option("--source-address", multiple=True, type=SourceAddress(),
+              help="Local address the streams' connections come from, repeatable: each "
+                   "brings its own ephemeral ports (one address reaches one server address "
+                   "with about 28,000). Automatic on a 127.0.0.1 server: 127.0.0.x.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
 def run_cmd(**kw: Any) -> None:
     api_key = kw["api_key"] or os.environ.get("OPENAI_API_KEY") or None
@@ -159,7 +164,7 @@ def run_cmd(**kw: Any) -> None:
             retry_errors=kw["retry_errors"], dry_run=kw["dry_run"],
             server_wait_s=kw["server_wait"], given=given, gpu_telemetry=kw["gpu_telemetry"],
             workers=kw["workers"], shard=kw["shard"], coordinator=kw["coordinator"],
-            join_timeout_s=kw["join_timeout"],
+            join_timeout_s=kw["join_timeout"], source_addresses=tuple(kw["source_address"]),
         )
         result = run_benchmark(opts, Progress())
     except (FlagError, PlanError, ContractError) as exc:

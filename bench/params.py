@@ -19,6 +19,7 @@ import click
 
 from bench.plan import PlanError, parse_concurrency, parse_contexts, parse_tokens, shown
 from bench.redact import redact_url
+from bench.sources import check_address
 from bench.workers import AUTO, MAX_WORKERS
 from rundir.clierrors import flag_name
 
@@ -146,6 +147,16 @@ class Address(click.ParamType):
         except ValueError:
             self.fail(f"expected HOST:PORT, e.g. bench-0.bench:7700, got {shown(value)}",
                       param, ctx)
+class SourceAddress(click.ParamType):
+    """A local IP address this host can bind (bench/sources.py)."""
+
+    name = "address"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return check_address(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 class BaseUrl(click.ParamType):

@@ -79,6 +79,7 @@ class RunOptions:
     shard: tuple[int, int] | None = None
     coordinator: tuple[str, int] | None = None
     join_timeout_s: float = 600.0
+    source_addresses: tuple[str, ...] = ()  # --source-address (bench/sources.py)
     # option name -> value, for the options set on the command line (a
     # resumed run compares them with its run.yaml)
     given: dict[str, object] = field(default_factory=dict)

@@ -116,6 +116,7 @@ class ShardSetup:
     api_key: str | None
     settings: Settings
     secrets: tuple[str, ...]
+    source_addresses: tuple[str, ...] = ()  # bench/sources.py
 
 
 def main(reader: Connection, writer: Connection, setup: ShardSetup) -> None:
@@ -131,7 +132,8 @@ class _Shard:
         s = setup.settings
         self.conn = conn
         client = StreamClient(setup.info.base_url, setup.api_key, s.stall_timeout_s,
-                              ttft_timeout_s=s.ttft_timeout_s)
+                              ttft_timeout_s=s.ttft_timeout_s,
+                              source_addresses=setup.source_addresses)
         secrets = setup.secrets
         self.runner = CellRunner(setup.info, client, None, None, s,
                                  lambda text: redact(text, secrets))

@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from bench.auth import bearer_header_line
 from bench.monitor import ClientLoad, LoopLagMonitor
+from bench.sources import IP_BIND_ADDRESS_NO_PORT, OUT_OF_PORTS, out_of_ports, port_range
 from bench.sse import SseStream, StreamResult
 from bench.stamp_bounds import table_bounds
 
@@ -244,11 +245,12 @@ class StreamClient:
     A stream fails when no bytes come for `stall_timeout_s` once tokens
     flow, or when its first token has not come `ttft_timeout_s` after the
     request: a long prompt queued behind others can take minutes to prefill,
-    and servers send nothing meanwhile."""
+    and servers send nothing meanwhile. `source_addresses`: local addresses
+    the connections are bound to in turn (bench/sources.py)."""
 
     def __init__(self, base_url: str, api_key: str | None = None, stall_timeout_s: float = 60.0,
                  ssl_context: ssl.SSLContext | None = None, kernel_stamps: bool = True,
-                 ttft_timeout_s: float = 900.0) -> None:
+                 ttft_timeout_s: float = 900.0, source_addresses: tuple[str, ...] = ()) -> None:
         parts = urlsplit(base_url.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"--base-url: expected http(s)://host[:port][/path], got {base_url!r}")
@@ -266,6 +268,8 @@ class StreamClient:
         self._decoder: _Decoder | None = None
         self._addrs: list | None = None
         self._active = 0
+        self.sources = tuple(source_addresses)
+        self._next_source = 0
 
     def client_bound_reason(self, start_ns: int, end_ns: int, tbt_ms: float | None,
                             requests: pa.Table | None = None) -> str | None:
@@ -307,6 +311,8 @@ class StreamClient:
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setblocking(False)
             try:
+                if self.sources:
+                    self._bind_source(sock, family)
                 await loop.sock_connect(sock, addr)
             except BaseException as exc:
                 sock.close()
@@ -323,6 +329,16 @@ class StreamClient:
             return sock
         self._addrs = None  # resolve again next time
         raise last
+
+    def _bind_source(self, sock: socket.socket, family: int) -> None:
+        """Bind to the next source address (the port is chosen at connect)."""
+        source = self.sources[self._next_source % len(self.sources)]
+        self._next_source += 1
+        if (":" in source) != (family == socket.AF_INET6):
+            return  # a source of the other family: the kernel chooses
+        if family == socket.AF_INET:
+            sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+        sock.bind((source, 0))
 
     async def _handshake(self, loop: asyncio.AbstractEventLoop, sock: socket.socket
                          ) -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO]:
@@ -399,6 +415,8 @@ class StreamClient:
             result.error = f"cannot connect to {where} (timed out)"
         except OSError as exc:
             result.error = f"cannot connect to {where} ({exc.strerror or exc})"
+            if exc.errno in OUT_OF_PORTS:
+                result.error = out_of_ports(where, max(1, len(self.sources)), port_range())
         if result.error is not None:
             result.send_ns = result.send_ns or _mono()
             result.end_ns = _mono()

@@ -14,6 +14,7 @@ import dataclasses
 import gc
 import signal
 import time
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -28,6 +29,7 @@ from bench.redact import redact_url
 from bench.sampler import MetricsSampler
 from bench.shard_worker import ShardSetup
 from bench.shards import ShardedCellRunner, ShardPool
+from bench.sources import plan_sources, port_range
 from bench.store import RunStore
 from bench.stream import StreamClient
 from bench.telemetry import start_telemetry
@@ -58,18 +60,21 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     session's request-id prefix)."""
     s = opts.settings
     url = redact_url(info.base_url)
+    sources, why = plan_sources(urlsplit(info.base_url).hostname or "", opts.source_addresses,
+                                max((c.concurrency for c in todo), default=1), port_range())
     client = StreamClient(info.base_url, opts.api_key, s.stall_timeout_s,
-                          ttft_timeout_s=s.ttft_timeout_s)
+                          ttft_timeout_s=s.ttft_timeout_s, source_addresses=sources)
     prompts = PromptFactory(info, opts.api_key, tag)
     sampler = MetricsSampler(info, opts.api_key)
     telemetry = start_telemetry(opts.gpu_telemetry, info.base_url, progress.note)
     runner = CellRunner(info, client, prompts, sampler, s, clean)
-    pool = ShardPool(lambda k, prefix: ShardSetup(k, prefix, info, opts.api_key, s, tuple(secrets)),
-                     tag)
+    pool = ShardPool(lambda k, prefix: ShardSetup(k, prefix, info, opts.api_key, s, tuple(secrets),
+                                                  sources), tag)
     hosts = None
     if opts.shard is not None:  # shard 0 of --shard i/N: the hosts' shards (bench/coordinator.py)
         hosts = Coordinator(opts.coordinator, opts.shard[1], lambda k, prefix: _setup(
-            k, prefix, info, opts.api_key, s, secrets), tag, progress.note, opts.join_timeout_s)
+            k, prefix, info, opts.api_key, s, secrets, sources), tag, progress.note,
+            opts.join_timeout_s)
     interrupted = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -93,6 +98,8 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     sampler.start()
     telemetry.start()
     progress.start(plan, store, telemetry)
+    if why:
+        progress.note(why)
     try:
         for cell in todo:
             progress.begin(cell)
@@ -124,12 +131,13 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
         progress.stop()
 
 
-def _setup(k: int, prefix: str, info: ServerInfo, api_key: str | None, s, secrets: list[str]
-           ) -> ShardSetup:
+def _setup(k: int, prefix: str, info: ServerInfo, api_key: str | None, s, secrets: list[str],
+           sources: tuple[str, ...]) -> ShardSetup:
     """A shard's setup: a remote one (k ≥ 1) gets neither the key nor the
-    secrets nor the URL (its own command line gives them)."""
+    secrets nor the URL nor this host's source addresses (its own command
+    line gives them)."""
     if k == 0:
-        return ShardSetup(k, prefix, info, api_key, s, tuple(secrets))
+        return ShardSetup(k, prefix, info, api_key, s, tuple(secrets), tuple(sources))
     return ShardSetup(k, prefix, dataclasses.replace(info, base_url=""), None, s, ())
 
 

@@ -60,7 +60,6 @@ def test_two_workers_record_every_frame_the_stub_sent_from_both_source_addresses
     assert {r["stream_index"] for r in measured} == set(range(6))
     trial = analyse(out, sent, 2)
     assert trial.lost == 0 and trial.events > 0 and trial.p99_error_ms is not None
-    assert trial.events <= trial.offered + 6  # no event counted that was not sent
 
 
 def test_an_address_this_host_cannot_bind_is_refused_in_one_line(tmp_path: Path) -> None:

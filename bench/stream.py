@@ -449,6 +449,11 @@ class StreamClient:
         finally:
             if cancel_wait is not None:
                 cancel_wait.cancel()
+            if result.cancelled and stream.reading:
+                # what already arrived is read, with its kernel stamps, before
+                # the close drops it: a client behind at the window's end
+                # would otherwise lose tokens that came inside the window
+                stream.on_readable()
             if stream.reads:  # read before we stopped: their stamps count
                 stream.decode()
             result.end_ns = result.end_ns or _mono()

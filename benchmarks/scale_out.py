@@ -17,8 +17,8 @@ From the run directory and the stub's send log:
   on time        of those, the events stamped within 1 ms of their send: a
                  process that falls behind still records every event, late
                  (its reads merge many), so this is where it shows
-  unread_at_cut  frames the stub sent that were never read because the
-                 client closed the stream (the window's end; informative)
+  unread_at_cut  frames the stub sent before the client closed the stream
+                 (the window's end) that it never read (informative)
 
 Scaling efficiency: events/s at the most workers ÷ (workers × events/s at 1),
 of events recorded and of events on time. Recorded events/s can never pass
@@ -112,7 +112,8 @@ def analyse(run_dir: Path, sent: dict[str, Sent], workers: int) -> Trial:
         got = len(tokens)
         if got and not np.array_equal(tokens, np.arange(1, got + 1)):
             lost += int(tokens[-1]) - got  # a gap: events between received ones are missing
-        unread += max(0, len(times) - (int(tokens[-1]) if got else 0))
+        before_close = int((times < (r["end_ns"] or 0)).sum())  # sent before the client closed
+        unread += max(0, before_close - (int(tokens[-1]) if got else 0))
         if r["purpose"] != PURPOSE_MEASURE or not got:
             continue
         inside = (stamps >= start) & (stamps <= end)

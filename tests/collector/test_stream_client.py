@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import select
 import shutil
 import socket
 import ssl
@@ -533,3 +534,33 @@ def test_a_burst_is_read_first_and_keeps_its_arrival_stamps(tmp_path: Path, monk
             assert info["sent_ns"] - 1_000_000 <= stamp < unblocked - 25_000_000
 
 
+
+
+def test_a_cancelled_stream_reads_what_already_arrived() -> None:
+    """A client behind at the window's end: an event is in the socket, not yet
+    read, when the stream is cancelled. It is read (with its arrival stamp)
+    before the close drops it, since it may have come inside the window."""
+    port, info, go, sent, finish = _burst_server(1, None)
+
+    async def main() -> StreamResult:
+        client, cancel, started = StreamClient(f"http://127.0.0.1:{port}"), asyncio.Event(), []
+        task = asyncio.ensure_future(client.post_stream("/x", {}, "r0", cancel,
+                                                        on_start=started.append))
+        while not started:
+            await asyncio.sleep(0.001)
+        stream = started[0]
+        stream.loop.remove_reader(stream.sock.fileno())  # behind: nothing is read for now
+        go.set()
+        assert await asyncio.to_thread(sent.wait, 20)  # the event is on its way, unread
+        ready, _, _ = await asyncio.to_thread(select.select, [stream.sock], [], [], 20)
+        assert ready  # ... and in the socket
+        cancel.set()
+        try:
+            return await task
+        finally:
+            finish.set()
+
+    r = run(main())
+    assert r.cancelled and r.error is None
+    assert [p for _, p in r.chunks] == [b'{"k":0}']
+    assert r.chunks[0][0] >= info["sent_ns"]

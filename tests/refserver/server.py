@@ -76,7 +76,8 @@ class Req:
                     "endpoint": "chat" if chat else "completions", "stream": self.stream,
                     "recv_ns": 0, "slot_ns": None,
                     "prompt_tokens": self.prompt_tokens, "max_tokens": None, "cached": False,
-                    "chunks": [], "steps": [], "backlogged": 0, "role_chunk_ns": None, "finish_ns": None,
+                    "chunks": [], "steps": [], "due_ns": [], "backlogged": 0, "role_chunk_ns": None,
+                    "finish_ns": None,
                     "finish_reason": None, "cancelled": False, "fault": None, "fault_ns": None,
                     "status": 200, "accepted": False}
 
@@ -235,6 +236,7 @@ class Engine:
     def _tick(self) -> None:
         now = mono()
         ticking = self.next_tick is not None and now >= self.next_tick
+        step_due = self.next_tick if ticking else now  # when this step's chunks were due
         self.steps += ticking
         batch = [r for r in self.running if r.ready_ns <= now
                  and (r.state == PREFILL or (r.state == DECODE and ticking and r.takes_step()))]
@@ -250,6 +252,8 @@ class Engine:
                 r.bad_size_now, size = False, self.sc.bad_chunk_size.encode()
             r.rec["chunks"].append([r.conn.send(frame, r.rec, size), n, r.generated])
             r.rec["steps"].append(self.steps)
+            # a first token is due when its prefill is done, a decode chunk at its step
+            r.rec["due_ns"].append(r.ready_ns if n == r.generated else step_due)
         for r in batch:
             if r.state != DONE and r.generated >= r.end_tokens:
                 self._complete(r)

@@ -66,18 +66,10 @@ class RemoteShard(Shard):
             self._gone()
             return
         for message in messages:
-            kind = message[0]
-            if kind == "clock":
-                if self._clock is not None and not self._clock.done():
-                    self._clock.set_result(Exchange(message[1], message[2], message[3], arrived))
-            elif kind == "producing":
-                self.on_producing(message[1])
-            elif kind == "failed":
-                self.on_failed()
-            elif kind == "crashed":
-                self._gone(f"crashed: {message[1]}")
-            else:
-                self.inbox.put_nowait(message)
+            if message[0] != "clock":
+                self._handle(message)
+            elif self._clock is not None and not self._clock.done():
+                self._clock.set_result(Exchange(message[1], message[2], message[3], arrived))
 
     def _gone(self, how: str | None = None) -> None:
         if self.died is not None:

@@ -75,15 +75,19 @@ class Shard:
             self._gone()
             return
         for message in messages:
-            kind = message[0]
-            if kind == "producing":
-                self.on_producing(message[1])
-            elif kind == "failed":
-                self.on_failed()
-            elif kind == "crashed":
-                self._gone(f"crashed: {message[1]}")
-            else:
-                self.inbox.put_nowait(message)
+            self._handle(message)
+
+    def _handle(self, message: tuple) -> None:
+        """One message of the shard protocol (bench/shard_worker.py): to the cell or the inbox."""
+        kind = message[0]
+        if kind == "producing":
+            self.on_producing(message[1])
+        elif kind == "failed":
+            self.on_failed()
+        elif kind == "crashed":
+            self._gone(f"crashed: {message[1]}")
+        else:
+            self.inbox.put_nowait(message)
 
     def _gone(self, how: str | None = None) -> None:
         if self.died is not None:

@@ -544,10 +544,10 @@ def test_a_cancelled_stream_reads_what_already_arrived() -> None:
 
     async def main() -> StreamResult:
         client, cancel, started = StreamClient(f"http://127.0.0.1:{port}"), asyncio.Event(), []
-        task = asyncio.ensure_future(client.post_stream("/x", {}, "r0", cancel,
-                                                        on_start=started.append))
-        while not started:
-            await asyncio.sleep(0.001)
+        connected = asyncio.Event()
+        task = asyncio.ensure_future(client.post_stream(
+            "/x", {}, "r0", cancel, on_start=lambda s: (started.append(s), connected.set())))
+        await connected.wait()
         stream = started[0]
         stream.loop.remove_reader(stream.sock.fileno())  # behind: nothing is read for now
         go.set()

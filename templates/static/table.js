@@ -258,7 +258,9 @@
   }
 
   function update() {
-    if (!touched && !asksForView()) { sortInfo(); return; }
+    /* The headers say the asked-for order at once; the rows follow once loaded. */
+    sortInfo();
+    if (!touched && !asksForView()) return;
     touched = true;
     load(apply);
   }

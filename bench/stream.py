@@ -456,6 +456,11 @@ class StreamClient:
                 stream.on_readable()
             if stream.reads:  # read before we stopped: their stamps count
                 stream.decode()
+            if result.cancelled and result.done and result.error is None:
+                # its [DONE] was already there: it finished before the cancel and
+                # was read late, so it counts as completed (read at end_ns), not
+                # as cut; the stamp bounds then name the completions it may move
+                result.cancelled = False
             result.end_ns = result.end_ns or _mono()
             stream.close_transport()
         if stream.kernel_stamps:

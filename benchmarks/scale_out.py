@@ -70,6 +70,7 @@ class Trial:
     unread_at_cut: int
     status: str
     client_bound: bool | None
+    reason: str | None = None
 
     @property
     def events_per_s(self) -> float:
@@ -86,7 +87,8 @@ class Trial:
                 f"{self.on_time_per_s:,.0f} within {ON_TIME_NS / 1e6:g} ms "
                 f"(stub sent {self.offered / self.window_s:,.0f}/s), stamp error p50 {p50} ms "
                 f"p99 {p99} ms, lost {self.lost}, unread at the cut {self.unread_at_cut:,}, "
-                f"cell {self.status}{' client-bound' if self.client_bound else ''}")
+                f"cell {self.status}{' client-bound' if self.client_bound else ''}"
+                + (f" ({self.reason})" if self.reason else ""))
 
 
 def analyse(run_dir: Path, sent: dict[str, Sent], workers: int) -> Trial:
@@ -127,7 +129,7 @@ def analyse(run_dir: Path, sent: dict[str, Sent], workers: int) -> Trial:
     on_time = int((err <= ON_TIME_NS).sum())
     return Trial(workers, cell["concurrency"], (end - start) / 1e9, events, on_time, offered,
                  p99, p50,
-                 lost, unread, cell["status"], cell["client_bound"])
+                 lost, unread, cell["status"], cell["client_bound"], cell["reason"])
 
 
 def trial(workers: int, streams: int, tok_per_s: float, duration: float, stub_procs: int,
@@ -235,9 +237,12 @@ def main() -> None:
             print(t.line(), flush=True)
             trials.append(t)
     one, most = trials[0], trials[-1]
-    eff = most.events_per_s / (most.workers * one.events_per_s) if one.events_per_s else None
+    # against one worker only: a list without 1 has no baseline to scale from
+    base = one.workers == 1 and most.workers > 1
+    eff = (most.events_per_s / (most.workers * one.events_per_s)
+           if base and one.events_per_s else None)
     on_time_eff = (most.on_time_per_s / (most.workers * one.on_time_per_s)
-                   if one.on_time_per_s else None)
+                   if base and one.on_time_per_s else None)
     load = os.getloadavg()
     print(f"scaling efficiency at {most.workers} workers: "
           f"{'-' if eff is None else f'{eff:.2f}'} (events recorded), "

@@ -564,3 +564,42 @@ def test_a_cancelled_stream_reads_what_already_arrived() -> None:
     assert r.cancelled and r.error is None
     assert [p for _, p in r.chunks] == [b'{"k":0}']
     assert r.chunks[0][0] >= info["sent_ns"]
+
+
+def _wait_until_peeked(sock: socket.socket, tail: bytes, timeout_s: float = 20.0) -> bool:
+    """Whether `tail` reaches the socket's receive queue (peeked, not read)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([sock], [], [], 0.1)
+        if ready and sock.recv(65536, socket.MSG_PEEK).endswith(tail):
+            return True
+    return False
+
+
+def test_a_stream_that_ended_before_its_cancel_was_read_is_completed() -> None:
+    """A client behind at the window's end: the whole response, [DONE] and
+    the last chunk included, is in the socket when the stream is cancelled.
+    The stream finished before the cancel, so it is a completed stream read
+    late, not a cut one (counted as cut, a late read hid completions from the
+    stamp bounds: 130 completed against a truth of 146, unflagged)."""
+    port, _info, go, sent, finish = _burst_server(1, None)
+
+    async def main() -> StreamResult:
+        client, cancel, started = StreamClient(f"http://127.0.0.1:{port}"), asyncio.Event(), []
+        connected = asyncio.Event()
+        task = asyncio.ensure_future(client.post_stream(
+            "/x", {}, "r0", cancel, on_start=lambda s: (started.append(s), connected.set())))
+        await connected.wait()
+        stream = started[0]
+        stream.loop.remove_reader(stream.sock.fileno())  # behind: nothing is read for now
+        go.set()
+        assert await asyncio.to_thread(sent.wait, 20)
+        finish.set()
+        assert await asyncio.to_thread(_wait_until_peeked, stream.sock, b"0\r\n\r\n")
+        cancel.set()
+        return await task
+
+    r = run(main())
+    assert r.error is None and r.done
+    assert not r.cancelled
+    assert [p for _, p in r.chunks] == [b'{"k":0}']

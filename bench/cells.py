@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from bench.chunks import StreamParser
 from bench.engine_profiles import profile_named
 from bench.engines import ServerError, ServerInfo
+from bench.liveparse import LiveParser
 from bench.monitor import gc_paused
 from bench.plan import Cell
 from bench.prompts import Prompt, PromptFactory, messages
@@ -62,7 +62,6 @@ from rundir.contract import (
 from rundir.metrics import DecodeMetrics
 from rundir.windows import split_span
 
-PARSE_SLICE = 128  # events parsed between yields to the loop (about 1 ms)
 CACHE_HIT_RATIO = 0.1  # a prefill sample with more cached tokens than this is rejected
 TOKENIZE_MAX_REQUESTS = 32  # a cell's count check tokenizes its longest streams, up to this many
 CHECK_REQUEST_TOKENS = 64  # max_tokens of the short request whose final usage checks the count
@@ -137,6 +136,11 @@ class _DecodeRun:
     def __post_init__(self) -> None:
         self.live = [None] * self.cell.concurrency
 
+    @property
+    def streams(self) -> int:
+        """The stream slots this process runs (a shard runs some of the cell's)."""
+        return sum(p is not None for p in self.prompts)
+
 
 class CellRunner:
     """Owns the per-run machinery a cell needs: client, prompts, sampler."""
@@ -177,30 +181,29 @@ class CellRunner:
         self, cell: Cell, prompt: Prompt, max_tokens: int, purpose: str, index: int,
         cancel: asyncio.Event | None = None, on_start=None,
     ) -> RequestRecord:
-        rid, result = await self._post(prompt, max_tokens, cancel, on_start)
-        return await self._record(cell, rid, purpose, index, result, max_tokens)
+        rid, result, live = await self._post(prompt, max_tokens, cancel, on_start)
+        return await self._record(cell, rid, purpose, index, result, live)
 
     async def _post(self, prompt: Prompt, max_tokens: int, cancel: asyncio.Event | None,
-                    on_start) -> tuple[str, StreamResult]:
+                    on_start, streams: int = 1) -> tuple[str, StreamResult, LiveParser]:
+        """One stream, parsed as it runs once its raw events pass this
+        process's share for one of `streams` streams (bench/liveparse.py)."""
         rid = f"{self.id_prefix}-{next(self._ids)}"
+        live = LiveParser(max_tokens)
         result = await self.client.post_stream(
-            "/v1/chat/completions", self.payload(prompt, max_tokens), rid, cancel, on_start
+            "/v1/chat/completions", self.payload(prompt, max_tokens), rid, cancel, on_start,
+            live.hook(streams),
         )
-        return rid, result
+        return rid, result, live
 
     async def _record(self, cell: Cell, rid: str, purpose: str, index: int,
-                      result: StreamResult, max_tokens: int) -> RequestRecord:
-        """Parse a finished stream PARSE_SLICE events at a time, yielding to
-        the loop between slices: in one piece a 4,096-event stream blocked
-        every other stream's reads for 10-30 ms and made cells client-bound
-        (seen at 8 streams on an H200)."""
-        parser = StreamParser(max_tokens)
-        chunks = result.chunks
-        for i in range(0, len(chunks), PARSE_SLICE):
-            if not parser.feed(chunks[i:i + PARSE_SLICE]):
-                break
-            await asyncio.sleep(0)
-        return RequestRecord.from_stream(cell.key, rid, purpose, index, result, parser.result(),
+                      result: StreamResult, live: LiveParser) -> RequestRecord:
+        """A finished stream's record: what it still held is parsed a slice at a
+        time, yielding to the loop between slices (in one piece a 4,096-event
+        stream blocked every other stream's reads for 10-30 ms and made cells
+        client-bound, seen at 8 streams on an H200)."""
+        parsed = await live.finish(result.chunks)
+        return RequestRecord.from_stream(cell.key, rid, purpose, index, result, parsed,
                                          self.redact, self.ignore_eos)
 
     # -- prefill --------------------------------------------------------
@@ -321,19 +324,20 @@ class CellRunner:
         while not run.cancel.is_set() and not run.failure.is_set():
             if run.end_ns is not None and time.monotonic_ns() >= run.end_ns:
                 return  # a starved event loop sets `cancel` late: start nothing past the window
-            rid, result = await self._post(
+            rid, result, live = await self._post(
                 run.prompts[i], self.settings.max_output, run.cancel,
-                on_start=lambda proto, i=i: run.live.__setitem__(i, proto),
+                lambda proto, i=i: run.live.__setitem__(i, proto), run.streams,
             )
             # Restart first, parse meanwhile: a failure the transport saw is
             # known now; one inside the events sets `failure` when parsed.
-            run.parsing.append(asyncio.create_task(self._keep(run, result, rid, i)))
+            run.parsing.append(asyncio.create_task(self._keep(run, result, rid, i, live)))
             if not result.cancelled and (result.error or not result.done):
                 run.failure.set()
                 return
 
-    async def _keep(self, run: _DecodeRun, result: StreamResult, rid: str, i: int) -> None:
-        rec = await self._record(run.cell, rid, PURPOSE_MEASURE, i, result, self.settings.max_output)
+    async def _keep(self, run: _DecodeRun, result: StreamResult, rid: str, i: int,
+                    live: LiveParser) -> None:
+        rec = await self._record(run.cell, rid, PURPOSE_MEASURE, i, result, live)
         run.records.append(rec)
         if rec.error:
             run.failure.set()

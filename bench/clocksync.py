@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from bench.monitor import WindowDelays
 from bench.records import RequestRecord
 
@@ -92,7 +94,7 @@ def shift_record(r: RequestRecord, delta_ns: int) -> RequestRecord:
         return r
     return replace(r, send_ns=r.send_ns + delta_ns,
                    end_ns=None if r.end_ns is None else r.end_ns + delta_ns,
-                   chunk_ns=[t + delta_ns for t in r.chunk_ns])
+                   chunk_ns=np.asarray(r.chunk_ns, dtype=np.int64) + delta_ns)
 
 
 def shift_delays(d: WindowDelays, delta_ns: int) -> WindowDelays:

@@ -70,8 +70,10 @@ class RequestRecord:
     finish_reason: str | None
     error: str | None
     cancelled: bool
-    chunk_ns: list[int] = field(default_factory=list)
-    chunk_tokens: list[int] = field(default_factory=list)
+    # int64 arrays from the parser (16 bytes an event where lists held 76);
+    # lists where a caller built the record by hand
+    chunk_ns: np.ndarray | list[int] = field(default_factory=list)
+    chunk_tokens: np.ndarray | list[int] = field(default_factory=list)
     content_tail: str | None = None
     reasoning_tail: str | None = None
     counting: str = COUNT_CHUNKS
@@ -112,7 +114,23 @@ class RequestRecord:
 
     @property
     def tokens(self) -> int:
-        return self.chunk_tokens[-1] if self.chunk_tokens else 0
+        return int(self.chunk_tokens[-1]) if len(self.chunk_tokens) else 0
+
+    _ARRAYS = ("chunk_ns", "chunk_tokens")
+
+    def __getstate__(self) -> dict:
+        """Pickled with its arrays as raw int64 bytes: a shard's records cross
+        a pipe or a socket whose unpickler builds only the collector's own
+        types (bench/remote.py), and bytes go faster than lists of ints."""
+        state = dict(self.__dict__)
+        for name in self._ARRAYS:
+            state[name] = np.asarray(state[name], dtype=np.int64).tobytes()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        for name in self._ARRAYS:
+            state[name] = np.frombuffer(state[name], dtype=np.int64)
+        self.__dict__.update(state)
 
 
 def stream_error(result: StreamResult, parsed: ParsedStream) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 _MAX_ERROR_BODY = 2000
@@ -43,6 +44,9 @@ class StreamResult:
     done: bool = False  # saw `data: [DONE]`
     cancelled: bool = False
     stamps: str = "read"  # "kernel": arrival = the kernel's receive time; "read": when read
+    # (most events held, taker): `chunks` reaching that many is handed over and
+    # restarted, so a long stream holds a bounded number of raw events
+    spill: tuple[int, Callable[[list[tuple[int, bytes]]], None]] | None = None
 
 
 class SseStream:
@@ -169,6 +173,10 @@ class SseStream:
             elif payload:
                 append((stamp, payload))
                 self.n_events += 1
+        spill = self.r.spill
+        if spill is not None and len(self.r.chunks) >= spill[0]:
+            held, self.r.chunks = self.r.chunks, []
+            spill[1](held)
 
     def close_transport(self) -> None:
         """Drop the connection (idempotent; the transport overrides it)."""

@@ -386,14 +386,17 @@ class StreamClient:
     async def post_stream(
         self, path: str, payload: dict, request_id: str, cancel: asyncio.Event | None = None,
         on_start: Callable[[_SocketStream], object] | None = None,
+        spill: tuple[int, Callable[[list[tuple[int, bytes]]], None]] | None = None,
     ) -> StreamResult:
         """Send one streaming request and read it to the end, a failure, a
-        stall longer than stall_timeout_s, or until `cancel` is set."""
+        stall longer than stall_timeout_s, or until `cancel` is set. With
+        `spill` (n, taker) the events are handed to `taker` n at a time as
+        they come (`StreamResult.spill`); the result keeps the rest."""
         loop = asyncio.get_running_loop()
         self._active += 1
         self.monitor.ensure_running(loop)  # ticks while streams are open
         try:
-            return await self._post(loop, path, payload, request_id, cancel, on_start)
+            return await self._post(loop, path, payload, request_id, cancel, on_start, spill)
         finally:
             self._active -= 1
             if not self._active:
@@ -401,8 +404,10 @@ class StreamClient:
 
     async def _post(self, loop: asyncio.AbstractEventLoop, path: str, payload: dict,
                     request_id: str, cancel: asyncio.Event | None,
-                    on_start: Callable[[_SocketStream], object] | None) -> StreamResult:
-        result = StreamResult()
+                    on_start: Callable[[_SocketStream], object] | None,
+                    spill: tuple[int, Callable[[list[tuple[int, bytes]]], None]] | None
+                    ) -> StreamResult:
+        result = StreamResult(spill=spill)
         finished: asyncio.Future = loop.create_future()
         data = self._request(path, json.dumps(payload).encode(), request_id)
         where = f"{self.host}:{self.port}"

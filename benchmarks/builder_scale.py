@@ -68,6 +68,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from benchmarks import _site_scale  # noqa: E402
 from benchmarks._baselines import BASELINES  # noqa: E402
+from benchmarks._revisions import export_tree  # noqa: E402
 from benchmarks._synthetic import make_large_run, run_identity  # noqa: E402
 from rundir import contract  # noqa: E402
 from rundir.io import RunData, read_run  # noqa: E402
@@ -282,21 +283,6 @@ def generate(root: Path, n: int) -> tuple[list[Path], Path, float]:
                        info=run_identity(n))
         marker.write_text(json.dumps(want))
     return sorted(data.iterdir()), pending / "run-extra", time.perf_counter() - t
-
-
-def export_tree(rev: str, dest: Path) -> Path:
-    """The builder to compare with: a folder as it is, or a git revision of this
-    repository exported into dest (`git archive`: the repository is not touched)."""
-    if Path(rev).is_dir():
-        return Path(rev).resolve()
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    got = subprocess.run(["git", "-C", str(REPO), "archive", rev], capture_output=True)
-    if got.returncode:
-        why = (got.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        sys.exit(f"--baseline {rev}: not a folder, and git archive failed: {why}")
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=got.stdout, check=True)
-    return dest
 
 
 AGGREGATE = """

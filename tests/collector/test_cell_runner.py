@@ -16,6 +16,7 @@ import pytest
 from bench.cells import CellRunner, Settings
 from bench.chunks import parse_events
 from bench.engines import ServerInfo
+from bench.liveparse import LiveParser
 from bench.plan import Cell
 from bench.prompts import Prompt
 from bench.sampler import MetricsSampler
@@ -64,14 +65,15 @@ def test_a_finished_stream_is_parsed_without_holding_the_loop() -> None:
         tick = asyncio.create_task(ticker())
         await asyncio.sleep(0)
         parsing = True
-        rec = await runner()._record(cell, "r1", PURPOSE_MEASURE, 0, result, 4096)
+        rec = await runner()._record(cell, "r1", PURPOSE_MEASURE, 0, result, LiveParser(4096))
         parsing = False
         tick.cancel()
         return rec
 
     rec = asyncio.run(main())
     whole = parse_events(result.chunks)
-    assert rec.chunk_tokens == whole.chunk_tokens and rec.chunk_ns == whole.chunk_ns
+    assert rec.chunk_tokens.tolist() == whole.chunk_tokens.tolist()
+    assert rec.chunk_ns.tolist() == whole.chunk_ns.tolist()
     assert rec.tokens == 4096 and rec.prompt_tokens == 7 and rec.error is None
     assert ticks_while_parsing >= 4096 // 128 - 1  # the loop ran between slices
 
@@ -79,7 +81,8 @@ def test_a_finished_stream_is_parsed_without_holding_the_loop() -> None:
 def test_an_error_inside_the_stream_is_found_when_sliced() -> None:
     result = long_stream(1000)
     result.chunks[700] = (5000, b'{"error": {"message": "engine died"}}')
-    rec = asyncio.run(runner()._record(Cell(DECODE, 1024, 8), "r1", PURPOSE_MEASURE, 0, result, 4096))
+    rec = asyncio.run(runner()._record(Cell(DECODE, 1024, 8), "r1", PURPOSE_MEASURE, 0, result,
+                                      LiveParser(4096)))
     assert rec.error == "server error mid-stream: engine died"
     assert rec.tokens == 700
 
@@ -170,7 +173,7 @@ class ScriptedClient:
         self.fail_stream = fail_stream
         self.sent: list[tuple[str, str, int]] = []  # (request id, prompt text, max_tokens)
 
-    async def post_stream(self, path, payload, rid, cancel=None, on_start=None) -> StreamResult:
+    async def post_stream(self, path, payload, rid, cancel=None, on_start=None, spill=None) -> StreamResult:
         text, max_tokens = payload["messages"][-1]["content"], payload["max_tokens"]
         self.sent.append((rid, text, max_tokens))
         if max_tokens == 1:  # a prefix fill

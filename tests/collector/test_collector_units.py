@@ -80,7 +80,7 @@ def test_usage_counts_multi_token_chunks() -> None:
     ]
     p = parse_events(events)
     assert p.counting == COUNT_USAGE_CONTINUOUS
-    assert p.chunk_tokens == [0, 3, 4, 4]
+    assert p.chunk_tokens.tolist() == [0, 3, 4, 4]
     assert (p.prompt_tokens, p.cached_tokens, p.finish_reason) == (9, 8, "length")
 
 
@@ -93,7 +93,7 @@ def test_fallback_counts_text_chunks_and_keeps_reasoning() -> None:
     ]
     p = parse_events(events)
     assert p.counting == COUNT_CHUNKS
-    assert p.chunk_tokens == [0, 1, 2, 2]
+    assert p.chunk_tokens.tolist() == [0, 1, 2, 2]
     assert p.reasoning == "hm" and p.content == "x" and p.final_usage_tokens == 2
 
 

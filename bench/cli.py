@@ -130,7 +130,8 @@ Exit status:
 @click.option("--source-address", multiple=True, type=SourceAddress(),
               help="Local address the streams' connections come from, repeatable: each "
                    "brings its own ephemeral ports (one address reaches one server address "
-                   "with about 28,000). Automatic on a 127.0.0.1 server: 127.0.0.x.")
+                   "with about 28,000). Automatic on a 127.0.0.1 server: 127.0.0.x. With "
+                   "--shard, each host's own.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
 def run_cmd(**kw: Any) -> None:
     api_key = kw["api_key"] or os.environ.get("OPENAI_API_KEY") or None

@@ -223,6 +223,11 @@ class Coordinator:
     async def take(self, n: int) -> list[Shard]:
         """Shard 0 and every remote shard, each alive, with its offset just measured and sent."""
         local = await self.local.take(1)
+        gone = [k for k in range(1, self.n) if k not in self.remote or not self.remote[k].alive]
+        if gone:  # e.g. a pod that Kubernetes restarts: it joins again
+            self.note(f"coordinator: waiting for shard(s) {', '.join(map(str, gone))} of "
+                      f"{self.n} to join again (up to {self.join_timeout_s:.0f} s, "
+                      f"--join-timeout)")
         await self._all_joined()
         remotes = self.taken = [self.remote[k] for k in range(1, self.n)]
         self.before = {}

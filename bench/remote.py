@@ -119,9 +119,11 @@ def _connect(host: str, port: int, deadline: float) -> socket.socket:
 
 def serve_shard(index: int, n: int, address: tuple[str, int], base_url: str,
                 api_key: str | None, secrets: list[str], join_timeout_s: float,
-                note: Callable[[str], None]) -> None:
+                note: Callable[[str], None], source_addresses: tuple[str, ...] = ()) -> None:
     """Join the coordinator as shard `index` of `n`, serve it until it says
-    stop; RunError when it cannot join or the coordinator goes away."""
+    stop; RunError when it cannot join or the coordinator goes away. The
+    URL, the key and the source addresses are this host's own (its command
+    line's), never the coordinator's."""
     from bench.sweep import asyncio_run
 
     host, port = address
@@ -139,8 +141,11 @@ def serve_shard(index: int, n: int, address: tuple[str, int], base_url: str,
         setup: ShardSetup = reply[1]
         setup = dataclasses.replace(
             setup, info=dataclasses.replace(setup.info, base_url=base_url), api_key=api_key,
-            secrets=tuple(secrets))
+            secrets=tuple(secrets), source_addresses=tuple(source_addresses))
         note(f"shard {index}/{n}: joined {where}; measuring {setup.info.model} as it says")
+        if source_addresses:
+            note(f"shard {index}/{n}: source addresses {', '.join(source_addresses)} "
+                 "(--source-address)")
         try:
             asyncio_run(_Shard(channel, setup).serve())
         except KeyboardInterrupt:

@@ -308,7 +308,7 @@ def _serve_shard(opts: RunOptions, progress: Progress) -> None:
 
     assert opts.shard is not None and opts.coordinator is not None
     serve_shard(opts.shard[0], opts.shard[1], opts.coordinator, opts.base_url, opts.api_key,
-                secrets_of(opts), opts.join_timeout_s, progress.note)
+                secrets_of(opts), opts.join_timeout_s, progress.note, opts.source_addresses)
     return None
 
 

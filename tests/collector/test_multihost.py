@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from bench.clocksync import Exchange, estimate, over_cell
-from rundir.contract import CLOCK_OFFSETS_FILE, PURPOSE_PREFIX_FILL, ContractError
+from rundir.contract import CLOCK_OFFSETS_FILE, PURPOSE_MEASURE, PURPOSE_PREFIX_FILL, ContractError
 from rundir.io import read_run
 from tests.collector.test_workers import FAST, MEDIANS, check_rows, figures
 from tests.conftest import REPO
@@ -178,6 +178,35 @@ def test_a_dead_host_fails_its_cell_naming_it(refserver, tmp_path) -> None:
     assert clocks[2]["drift_ns"] is not None and clocks[4]["drift_ns"] is None
 
 
+def test_a_host_that_joins_again_takes_the_next_cells(refserver, tmp_path) -> None:
+    """Shard 1 is killed in the first cell (as a pod is); the coordinator says
+    it waits for it, a new shard 1 joins (as Kubernetes restarts the pod) and
+    runs its part of the next cell under a new request-id prefix."""
+    srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300,
+                    inject=[{"cell": ["decode", 256, 2], "at": 3, "do": "hold"}])
+    out = tmp_path / "run"
+    coord, shard_args = hosts(srv, out, free_port(), "--warmup-timeout", "300")
+    first = Bench(shard_args, SKEW_NS)
+    again = None
+    try:
+        srv.wait_arrival(("decode", 256, 2), 3)
+        os.kill(first.proc.pid, signal.SIGKILL)
+        coord.wait_line("coordinator: waiting for shard(s) 1 of 2 to join again")
+        again = Bench(shard_args, SKEW_NS)
+        assert coord.wait() == 3, coord.stderr  # finished, with an Error cell
+        assert again.wait() == 0, again.stderr
+    finally:
+        for p in (coord, first, again):
+            if p is not None and p.proc.poll() is None:
+                p.proc.kill()
+    cells = {c["concurrency"]: c for c in read_run(out).cells.to_pylist()}
+    assert cells[2]["status"] == "error" and "shard 1" in cells[2]["reason"]
+    assert cells[4]["status"] == "valid", cells[4]["reason"]
+    ids = {r["request_id"].split("-")[-2] for r in read_run(out).requests.to_pylist()
+           if r["concurrency"] == 4}
+    assert ids == {"w0", "w1g2"}, ids
+
+
 def test_a_shard_without_its_coordinator_fails_in_one_line(tmp_path) -> None:
     shard = Bench(["--base-url", "http://127.0.0.1:9", "--shard", "1/2", "--coordinator",
                    f"127.0.0.1:{free_port()}", "--join-timeout", "1"])
@@ -206,3 +235,58 @@ def test_clock_rows_are_checked(tmp_path) -> None:
                                                              CLOCK_OFFSETS_SCHEMA))
     with pytest.raises(ContractError, match="lists shard 1 twice"):
         check_table(CLOCK_OFFSETS_FILE, pa.Table.from_pylist([row, row], CLOCK_OFFSETS_SCHEMA))
+
+
+def test_a_parsed_record_crosses_the_restricted_unpickler() -> None:
+    """Records hold int64 arrays (bench/chunks.py); a shard's message is
+    unpickled with the collector's own types only (bench/remote.py): the
+    arrays cross as bytes, while a bare numpy array is still refused."""
+    import pickle
+
+    import numpy as np
+
+    from bench.chunks import parse_events
+    from bench.records import RequestRecord
+    from bench.remote import restricted_loads
+    from bench.sse import StreamResult
+
+    events = [(10 + i, b'{"choices":[{"delta":{"content":"a"}}],"usage":{"completion_tokens":%d}}'
+               % (i + 1)) for i in range(3)]
+    rec = RequestRecord.from_stream(("decode", 256, 2), "r-w1-0", PURPOSE_MEASURE, 0,
+                                    StreamResult(status=200, send_ns=1, end_ns=20, done=True),
+                                    parse_events(events), str)
+    back = restricted_loads(pickle.dumps(("records", [rec]), pickle.HIGHEST_PROTOCOL))[1][0]
+    assert back.chunk_ns.tolist() == [10, 11, 12] and back.chunk_tokens.tolist() == [1, 2, 3]
+    assert back.tokens == 3 and back.request_id == "r-w1-0"
+    with pytest.raises(pickle.UnpicklingError, match="may not hold"):
+        restricted_loads(pickle.dumps(np.arange(3)))
+
+
+def test_each_host_connects_from_its_own_source_address(tmp_path) -> None:
+    """`--source-address` is a host's own: the coordinator's streams come
+    from its address, shard 1's from the one on shard 1's command line (the
+    multi-process stub logs each stream's peer)."""
+    from benchmarks._stub_server import StubServer
+
+    out = tmp_path / "run"
+    port = free_port()
+    with StubServer(tmp_path / "stub", procs=1, tok_per_s=200) as stub:
+        common = ["--base-url", stub.base_url, "--duration", "1", "--warmup-stable", "0.5",
+                  "--no-prefill", "--server-wait", "5", "--contexts", "256", "--max-output",
+                  "100", "--gpu-telemetry", "off", "--concurrency", "4",
+                  "--coordinator", f"127.0.0.1:{port}", "--join-timeout", "300"]
+        coord = Bench(["--out", str(out), "--shard", "0/2", "--source-address", "127.0.0.2",
+                       *common])
+        shard = Bench(["--shard", "1/2", "--source-address", "127.0.0.3", *common])
+        try:
+            assert coord.wait() == 0, coord.stderr
+            assert shard.wait() == 0, shard.stderr
+        finally:
+            for p in (coord, shard):
+                if p.proc.poll() is None:
+                    p.proc.kill()
+        sent = stub.stop()
+    assert "source addresses 127.0.0.3 (--source-address)" in shard.stderr
+    peers = {(rid.split("-")[-2], s.peer) for rid, s in sent.items()
+             if rid.startswith(read_run(out).info.run_id)}
+    assert peers == {("w0", "127.0.0.2"), ("w1", "127.0.0.3")}, peers

@@ -119,6 +119,10 @@ def run_benchmark(opts: RunOptions, progress: Progress) -> RunResult | None:
         raise FlagError("--retry-errors: only with --resume R (it re-measures R's Error cells)")
     if (opts.shard is None) != (opts.coordinator is None):
         raise FlagError("--shard i/N and --coordinator HOST:PORT: give both (or neither)")
+    if opts.shard is not None and opts.given.get("workers") is not None:
+        raise FlagError(f"--workers with --shard: each shard is one process; to drive the "
+                        f"server with more processes, run more shards (e.g. two on one host, "
+                        f"--shard 1/{opts.shard[1] + 1} and --shard 2/{opts.shard[1] + 1})")
     if opts.shard is not None and opts.shard[0] > 0:
         return _serve_shard(opts, progress)
     if opts.resume is not None:
@@ -297,7 +301,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
 def _serve_shard(opts: RunOptions, progress: Progress) -> None:
     """Shard i ≥ 1 of --shard i/N: no run directory of its own; the coordinator's
     run directory holds what it measures."""
-    given = sorted(k for k in ("out", "resume", "retry_errors", "dry_run", "workers")
+    given = sorted(k for k in ("out", "resume", "retry_errors", "dry_run")
                    if opts.given.get(k) not in (None, False))
     if given:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)

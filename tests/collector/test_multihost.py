@@ -218,6 +218,12 @@ def test_a_shard_without_its_coordinator_fails_in_one_line(tmp_path) -> None:
     assert shard.wait(60) == 2 and "--out: shard 0" in shard.stderr, shard.stderr
     shard = Bench(["--base-url", "http://127.0.0.1:9", "--shard", "2/2", "--coordinator", "h:1"])
     assert shard.wait(60) == 2 and "--shard" in shard.stderr, shard.stderr
+    for index in ("0/2", "1/2"):  # refused on every host, not ignored on shard 0
+        shard = Bench(["--base-url", "http://127.0.0.1:9", "--shard", index, "--coordinator",
+                       "127.0.0.1:9", "--workers", "2"])
+        assert shard.wait(60) == 2, shard.stderr
+        lines = shard.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--workers with --shard" in lines[0], shard.stderr
 
 
 def test_clock_rows_are_checked(tmp_path) -> None:

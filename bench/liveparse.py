@@ -53,6 +53,8 @@ class LiveParser:
 
     def _step(self) -> None:
         self.scheduled = None
+        if not self.pending:  # finish() took the rest
+            return
         # One slice a loop pass keeps reads flowing; a parser two lists behind
         # (the reads outpace it) catches up a whole list at a time instead, so
         # what it holds stays bounded.
@@ -82,6 +84,9 @@ class LiveParser:
         while self.pending:
             self._parse()
             await asyncio.sleep(0)
+        if self.scheduled is not None:
+            self.scheduled.cancel()
+            self.scheduled = None
         return self.parser.result()
 
     def hook(self, streams: int) -> tuple[int, Callable[[Events], None]]:

@@ -97,7 +97,10 @@ def test_a_long_stream_holds_at_most_its_share_of_raw_events() -> None:
     held: list[int] = []
     parsed_midway: list[int] = []
 
+    problems: list[dict] = []
+
     async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: problems.append(ctx))
         live = LiveParser(n)
         result_task = asyncio.ensure_future(feed_all(reads, (share, live.take), held))
         while not result_task.done():
@@ -105,9 +108,14 @@ def test_a_long_stream_holds_at_most_its_share_of_raw_events() -> None:
             assert len(live.pending) <= 3  # the parser keeps up (two lists behind at most)
             await asyncio.sleep(0)
         result = result_task.result()
-        return await live.finish(result.chunks)
+        live.take(result.chunks[:3])  # handed over just before the end: a step is due
+        parsed = await live.finish(result.chunks[3:])
+        for _ in range(3):
+            await asyncio.sleep(0)  # no step left to run on an empty parser
+        return parsed
 
     parsed = asyncio.run(main())
+    assert problems == []
     assert max(held) < share
     assert parsed.chunk_tokens.tolist() == list(range(1, n + 1)) and parsed.error is None
     assert max(parsed_midway) >= n - 2 * share  # parsed as it came

@@ -30,8 +30,8 @@ from bench.cells import CellOutcome, CellRunner
 from bench.clocksync import CellClock, ClockOffset, Exchange, estimate, over_cell
 from bench.errors import RunError
 from bench.plan import Cell
-from bench.remote import PROTOCOL, SocketChannel
-from bench.shard_worker import ShardSetup
+from bench.remote import HELLO_MAX_FRAME, PROTOCOL, SocketChannel
+from bench.shard_worker import FrameTooLarge, ShardSetup
 from bench.shards import Shard, ShardDied, ShardedCellRunner, ShardPool
 from rundir.contract import PENDING
 
@@ -156,13 +156,18 @@ class Coordinator:
             sock, peer = self._listener.accept()
         except (BlockingIOError, InterruptedError):
             return
-        task = asyncio.create_task(self._handshake(SocketChannel(sock), f"{peer[0]}:{peer[1]}"))
+        conn = SocketChannel(sock, max_frame=HELLO_MAX_FRAME)  # lifted once it said hello
+        task = asyncio.create_task(self._handshake(conn, f"{peer[0]}:{peer[1]}"))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _handshake(self, conn: SocketChannel, peer: str) -> None:
         try:
             hello = await _recv_one(conn, HELLO_TIMEOUT_S)
+        except FrameTooLarge as exc:
+            self.note(f"coordinator: refused a connection from {peer}: {exc} before its hello")
+            conn.close()
+            return
         except (ConnectionError, TimeoutError, OSError, pickle.UnpicklingError, EOFError):
             conn.close()
             return
@@ -172,6 +177,7 @@ class Coordinator:
             conn.send(("refused", why))
             conn.close()
             return
+        conn.max_frame = None  # a shard's records of a cell can be large
         g = self._joins[index] = self._joins.get(index, 0) + 1
         prefix = f"{self.id_tag}-w{index}" + (f"g{g}" if g > 1 else "")
         setup = self._setup(index, prefix)

@@ -31,6 +31,7 @@ from bench.errors import RunError
 from bench.shard_worker import Channel, ShardSetup, _Shard
 
 PROTOCOL = 1  # the handshake's version: a mismatch is refused in one line
+HELLO_MAX_FRAME = 65536  # a peer that has not said hello yet sends no more in one message
 CONNECT_RETRY_S = 0.5
 
 _ALLOWED = {
@@ -60,7 +61,8 @@ class SocketChannel(Channel):
 
     loads = staticmethod(restricted_loads)
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, max_frame: int | None = None) -> None:
+        self.max_frame = max_frame
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = sock

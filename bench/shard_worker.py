@@ -65,6 +65,7 @@ class Channel:
     message is written whole."""
 
     loads = staticmethod(pickle.loads)  # a remote peer's channel restricts what it builds
+    max_frame: int | None = None  # the largest message accepted (None: any)
 
     def __init__(self, reader: Connection, writer: Connection) -> None:
         self.reader, self.writer = reader, writer
@@ -92,6 +93,7 @@ class Channel:
                 eof = True
                 break
             self._buf += data
+            self._check_frame()
         out = []
         while len(self._buf) >= _HEAD.size:
             (n,) = _HEAD.unpack_from(self._buf)
@@ -101,9 +103,21 @@ class Channel:
             del self._buf[:_HEAD.size + n]
         return None if eof and not out else out
 
+    def _check_frame(self) -> None:
+        """Refuse a message longer than max_frame as soon as its length is
+        read, before buffering it: a peer cannot make this end hold gigabytes."""
+        if self.max_frame is not None and len(self._buf) >= _HEAD.size:
+            (n,) = _HEAD.unpack_from(self._buf)
+            if n > self.max_frame:
+                raise FrameTooLarge(f"a message of {n:,} bytes (at most {self.max_frame:,} here)")
+
     def close(self) -> None:
         self.reader.close()
         self.writer.close()
+
+
+class FrameTooLarge(ValueError):
+    """A peer announced a message longer than its channel accepts."""
 
 
 @dataclass

@@ -296,3 +296,38 @@ def test_each_host_connects_from_its_own_source_address(tmp_path) -> None:
     peers = {(rid.split("-")[-2], s.peer) for rid, s in sent.items()
              if rid.startswith(read_run(out).info.run_id)}
     assert peers == {("w0", "127.0.0.2"), ("w1", "127.0.0.3")}, peers
+
+
+def test_the_coordinator_refuses_what_is_not_a_shard_and_runs_on(refserver, tmp_path) -> None:
+    """Before a real shard joins: a peer announcing a 1 GB message (refused
+    as soon as its length is read, not buffered) and a peer speaking another
+    protocol version; each refusal is one line, and the run goes on."""
+    import pickle
+    import struct
+
+    srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300)
+    out = tmp_path / "run"
+    port = free_port()
+    coord, shard_args = hosts(srv, out, port)
+    shard = None
+    try:
+        coord.wait_line("waiting for shards 1..1 of 2")
+        with socket.create_connection(("127.0.0.1", port)) as rogue:
+            rogue.sendall(struct.pack("!Q", 10**9) + b"x" * 65536)
+            coord.wait_line("before its hello")
+        with socket.create_connection(("127.0.0.1", port)) as old:
+            hello = pickle.dumps(("hello", 0, 1, 2, "0.0.1", "old-host"))
+            old.sendall(struct.pack("!Q", len(hello)) + hello)
+            coord.wait_line("protocol")
+        said = re.sub(r"\s+", " ", coord.stderr)  # lines wrap at the terminal's width
+        assert ("refused a connection from 127.0.0.1:" in said
+                and "a message of 1,000,000,000 bytes (at most 65,536 here) before its hello" in said)
+        assert "shard runs bench 0.0.1 (protocol 0)" in said, said
+        shard = Bench(shard_args, SKEW_NS)
+        assert coord.wait() == 0, coord.stderr
+        assert shard.wait() == 0, shard.stderr
+    finally:
+        for p in (coord, shard):
+            if p is not None and p.proc.poll() is None:
+                p.proc.kill()
+    assert {c["status"] for c in read_run(out).cells.to_pylist()} == {"valid"}

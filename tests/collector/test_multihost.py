@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import threading
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -180,8 +181,8 @@ def test_a_dead_host_fails_its_cell_naming_it(refserver, tmp_path) -> None:
 
 def test_a_host_that_joins_again_takes_the_next_cells(refserver, tmp_path) -> None:
     """Shard 1 is killed in the first cell (as a pod is); the coordinator says
-    it waits for it, a new shard 1 joins (as Kubernetes restarts the pod) and
-    runs its part of the next cell under a new request-id prefix."""
+    it waits for it, a new shard 1 joins (as a restarted pod would) and runs
+    its part of the next cell under a new request-id prefix."""
     srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300,
                     inject=[{"cell": ["decode", 256, 2], "at": 3, "do": "hold"}])
     out = tmp_path / "run"
@@ -313,7 +314,8 @@ def test_the_coordinator_refuses_what_is_not_a_shard_and_runs_on(refserver, tmp_
     try:
         coord.wait_line("waiting for shards 1..1 of 2")
         with socket.create_connection(("127.0.0.1", port)) as rogue:
-            rogue.sendall(struct.pack("!Q", 10**9) + b"x" * 65536)
+            with suppress(OSError):  # the coordinator may close it while it still sends
+                rogue.sendall(struct.pack("!Q", 10**9) + b"x" * 65536)
             coord.wait_line("before its hello")
         with socket.create_connection(("127.0.0.1", port)) as old:
             hello = pickle.dumps(("hello", 0, 1, 2, "0.0.1", "old-host"))

@@ -85,6 +85,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def kill_running(*benches: Bench | None) -> None:
+    """End what a test started and is still running (a failed assertion's leftovers)."""
+    for b in benches:
+        if b is not None and b.proc.poll() is None:
+            b.proc.kill()
+
+
 def hosts(srv, out: Path, port: int, *extra: str) -> tuple[Bench, list[str]]:
     common = ["--base-url", srv.base_url, *FAST, "--concurrency", "2,4",
               "--coordinator", f"127.0.0.1:{port}", "--join-timeout", "300", *extra]
@@ -126,9 +133,7 @@ def test_two_hosts_make_one_run(refserver, tmp_path) -> None:
         assert coord.wait() == 0, coord.stderr
         assert shard.wait() == 0, shard.stderr
     finally:
-        for p in (coord, shard):
-            if p is not None and p.proc.poll() is None:
-                p.proc.kill()
+        kill_running(coord, shard)
     joined = re.search(r"shard 1 joined \(.*\): clock offset ([+-][0-9.]+) s", coord.stderr)
     assert joined and abs(float(joined[1]) - SKEW_NS / 1e9) < 0.01, coord.stderr
     # every request once, from both hosts; each host's streams cut at the window's edges
@@ -163,9 +168,7 @@ def test_a_dead_host_fails_its_cell_naming_it(refserver, tmp_path) -> None:
         os.kill(shard.proc.pid, signal.SIGKILL)
         assert coord.wait() == 3, coord.stderr  # finished, with an Error cell
     finally:
-        for p in (coord, shard):
-            if p.proc.poll() is None:
-                p.proc.kill()
+        kill_running(coord, shard)
     run = read_run(out)
     cells = {c["concurrency"]: c for c in run.cells.to_pylist()}
     assert cells[2]["status"] == "valid"
@@ -197,9 +200,7 @@ def test_a_host_that_joins_again_takes_the_next_cells(refserver, tmp_path) -> No
         assert coord.wait() == 3, coord.stderr  # finished, with an Error cell
         assert again.wait() == 0, again.stderr
     finally:
-        for p in (coord, first, again):
-            if p is not None and p.proc.poll() is None:
-                p.proc.kill()
+        kill_running(coord, first, again)
     cells = {c["concurrency"]: c for c in read_run(out).cells.to_pylist()}
     assert cells[2]["status"] == "error" and "shard 1" in cells[2]["reason"]
     assert cells[4]["status"] == "valid", cells[4]["reason"]
@@ -289,9 +290,7 @@ def test_each_host_connects_from_its_own_source_address(tmp_path) -> None:
             assert coord.wait() == 0, coord.stderr
             assert shard.wait() == 0, shard.stderr
         finally:
-            for p in (coord, shard):
-                if p.proc.poll() is None:
-                    p.proc.kill()
+            kill_running(coord, shard)
         sent = stub.stop()
     assert "source addresses 127.0.0.3 (--source-address)" in shard.stderr
     peers = {(rid.split("-")[-2], s.peer) for rid, s in sent.items()
@@ -329,7 +328,5 @@ def test_the_coordinator_refuses_what_is_not_a_shard_and_runs_on(refserver, tmp_
         assert coord.wait() == 0, coord.stderr
         assert shard.wait() == 0, shard.stderr
     finally:
-        for p in (coord, shard):
-            if p is not None and p.proc.poll() is None:
-                p.proc.kill()
+        kill_running(coord, shard)
     assert {c["status"] for c in read_run(out).cells.to_pylist()} == {"valid"}

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -536,31 +536,40 @@ def test_a_burst_is_read_first_and_keeps_its_arrival_stamps(tmp_path: Path, monk
 
 
 
+async def _cancel_when_behind(port: int, go: threading.Event, sent: threading.Event,
+                              in_socket: Callable[[_SocketStream], Awaitable[None]]
+                              ) -> StreamResult:
+    """A client behind at the window's end: start a stream, stop reading it,
+    let the server send, wait until `in_socket(stream)` says what is waiting
+    unread, then cancel the stream; its result."""
+    client, cancel, started = StreamClient(f"http://127.0.0.1:{port}"), asyncio.Event(), []
+    connected = asyncio.Event()
+    task = asyncio.ensure_future(client.post_stream(
+        "/x", {}, "r0", cancel, on_start=lambda s: (started.append(s), connected.set())))
+    await connected.wait()
+    stream = started[0]
+    stream.loop.remove_reader(stream.sock.fileno())  # behind: nothing is read for now
+    go.set()
+    assert await asyncio.to_thread(sent.wait, 20)  # the event is on its way, unread
+    await in_socket(stream)
+    cancel.set()
+    return await task
+
+
 def test_a_cancelled_stream_reads_what_already_arrived() -> None:
-    """A client behind at the window's end: an event is in the socket, not yet
-    read, when the stream is cancelled. It is read (with its arrival stamp)
-    before the close drops it, since it may have come inside the window."""
+    """An event is in the socket, not yet read, when the stream is cancelled.
+    It is read (with its arrival stamp) before the close drops it, since it
+    may have come inside the window."""
     port, info, go, sent, finish = _burst_server(1, None)
 
-    async def main() -> StreamResult:
-        client, cancel, started = StreamClient(f"http://127.0.0.1:{port}"), asyncio.Event(), []
-        connected = asyncio.Event()
-        task = asyncio.ensure_future(client.post_stream(
-            "/x", {}, "r0", cancel, on_start=lambda s: (started.append(s), connected.set())))
-        await connected.wait()
-        stream = started[0]
-        stream.loop.remove_reader(stream.sock.fileno())  # behind: nothing is read for now
-        go.set()
-        assert await asyncio.to_thread(sent.wait, 20)  # the event is on its way, unread
+    async def readable(stream: _SocketStream) -> None:
         ready, _, _ = await asyncio.to_thread(select.select, [stream.sock], [], [], 20)
-        assert ready  # ... and in the socket
-        cancel.set()
-        try:
-            return await task
-        finally:
-            finish.set()
+        assert ready  # the event is in the socket
 
-    r = run(main())
+    try:
+        r = run(_cancel_when_behind(port, go, sent, readable))
+    finally:
+        finish.set()
     assert r.cancelled and r.error is None
     assert [p for _, p in r.chunks] == [b'{"k":0}']
     assert r.chunks[0][0] >= info["sent_ns"]
@@ -577,29 +586,18 @@ def _wait_until_peeked(sock: socket.socket, tail: bytes, timeout_s: float = 20.0
 
 
 def test_a_stream_that_ended_before_its_cancel_was_read_is_completed() -> None:
-    """A client behind at the window's end: the whole response, [DONE] and
-    the last chunk included, is in the socket when the stream is cancelled.
-    The stream finished before the cancel, so it is a completed stream read
-    late, not a cut one (counted as cut, a late read hid completions from the
-    stamp bounds: 130 completed against a truth of 146, unflagged)."""
+    """The whole response, [DONE] and the last chunk included, is in the
+    socket when the stream is cancelled. The stream finished before the
+    cancel, so it is a completed stream read late, not a cut one (counted as
+    cut, a late read hid completions from the stamp bounds: 130 completed
+    against a truth of 146, unflagged)."""
     port, _info, go, sent, finish = _burst_server(1, None)
 
-    async def main() -> StreamResult:
-        client, cancel, started = StreamClient(f"http://127.0.0.1:{port}"), asyncio.Event(), []
-        connected = asyncio.Event()
-        task = asyncio.ensure_future(client.post_stream(
-            "/x", {}, "r0", cancel, on_start=lambda s: (started.append(s), connected.set())))
-        await connected.wait()
-        stream = started[0]
-        stream.loop.remove_reader(stream.sock.fileno())  # behind: nothing is read for now
-        go.set()
-        assert await asyncio.to_thread(sent.wait, 20)
+    async def ended(stream: _SocketStream) -> None:
         finish.set()
         assert await asyncio.to_thread(_wait_until_peeked, stream.sock, b"0\r\n\r\n")
-        cancel.set()
-        return await task
 
-    r = run(main())
+    r = run(_cancel_when_behind(port, go, sent, ended))
     assert r.error is None and r.done
     assert not r.cancelled
     assert [p for _, p in r.chunks] == [b'{"k":0}']

@@ -186,5 +186,8 @@ def test_a_collector_that_stops_reading_64_streams_is_client_bound(refserver, tm
     got = judged_by_stamps_and_sound(srv, out)[64]
     reason = got["cell"]["reason"] or ""
     assert got["cell"]["client_bound"], reason
-    assert "client-bound: the collector could not keep up (late reads: " in reason
+    assert "client-bound: the collector could not keep up (" in reason
+    # the stamps' verdict; after the delay rule's when a read of the window
+    # came without a kernel stamp (bench/monitor.bound_reason: seen once in CI)
+    assert "late reads: " in reason
     assert got["off"], "the stops moved no figure: the case is not client-bound"

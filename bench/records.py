@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from bench.chunks import ParsedStream
 from bench.repetition import detect_repetition
 from bench.stream import StreamResult
-from rundir import decode_checks, metrics
+from rundir import activity, decode_checks, metrics
 from rundir.contract import (
     COUNT_CHUNKS,
     COUNT_CHUNKS_TOKENIZED,
@@ -317,14 +317,14 @@ def _judge_decode(records: list[RequestRecord], table: pa.Table, concurrency: in
     if not m.output_tokens:
         return Verdict(ERROR, "no tokens arrived during the measurement window", counting)
     bound = client_check(m.tbt_ms)
-    act = metrics.window_activity_detail(chunks, server_metrics, start_ns, end_ns)
+    act = activity.window_activity_detail(chunks, server_metrics, start_ns, end_ns)
     notes = [act.coverage.describe(start_ns, end_ns)] if act.coverage and not act.from_server else []
     notes += [stopped] if stopped else []
     problems = decode_checks.decode_problems(chunks, start_ns, end_ns, m, client_bound=bool(bound))
     problems = [early, *problems] if early else problems
     if problems:
         return Verdict(ERROR, "; ".join(problems + notes), counting, m, bound)
-    if metrics.is_queued(concurrency, act.avg_active, act.max_waiting):
+    if activity.is_queued(concurrency, act.avg_active, act.max_waiting):
         why = (
             f"server's waiting gauge reached {act.max_waiting:g}"
             if act.max_waiting

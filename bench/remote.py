@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from bench import __version__
 from bench.errors import RunError
+from bench.eventloop import asyncio_run
 from bench.shard_worker import Channel, ShardSetup, _Shard
 
 PROTOCOL = 1  # the handshake's version: a mismatch is refused in one line
@@ -126,7 +127,6 @@ def serve_shard(index: int, n: int, address: tuple[str, int], base_url: str,
     stop; RunError when it cannot join or the coordinator goes away. The
     URL, the key and the source addresses are this host's own (its command
     line's), never the coordinator's."""
-    from bench.sweep import asyncio_run
 
     host, port = address
     where = f"the coordinator at {host}:{port}"

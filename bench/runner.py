@@ -22,6 +22,7 @@ from bench import __version__
 from bench.cells import Settings
 from bench.engines import ServerError, ServerInfo, ServerNotReady, probe_server
 from bench.errors import FlagError, RunError, io_reason
+from bench.eventloop import asyncio_run
 from bench.lock import LOCK_FILE, LockHeld, RunLock
 from bench.plan import Cell, Plan, make_plan
 from bench.progress import Progress
@@ -30,7 +31,7 @@ from bench.redact import REDACTED, is_secret_name, redact, redact_tree, redact_u
 from bench.resume import FlagConflict, resumed_inputs
 from bench.runcard import RunCard
 from bench.store import RunStore, clean_stale_temps, session_tag
-from bench.sweep import asyncio_run, sweep
+from bench.sweep import sweep
 from bench.workers import AUTO, WorkerPlan, host_cores, plan_workers
 from rundir.contract import (
     DECODE,

@@ -47,6 +47,7 @@ from multiprocessing.connection import Connection
 from bench.cells import CellRunner, Settings, _DecodeRun, slot_tag
 from bench.clocksync import shift_delays, shift_record
 from bench.engines import ServerInfo
+from bench.eventloop import asyncio_run
 from bench.monitor import gc_paused
 from bench.plan import Cell
 from bench.prompts import Prompt, retag
@@ -136,7 +137,6 @@ class ShardSetup:
 def main(reader: Connection, writer: Connection, setup: ShardSetup) -> None:
     """The process's entry point (multiprocessing spawn target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    from bench.sweep import asyncio_run
 
     asyncio_run(_Shard(Channel(reader, writer), setup).serve())
 

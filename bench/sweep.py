@@ -40,15 +40,6 @@ from rundir.words import context_label
 AUTH_DENIED = (401, 403)
 
 
-def asyncio_run(coro) -> None:
-    try:
-        import uvloop
-
-        uvloop.run(coro)
-    except ImportError:
-        asyncio.run(coro)
-
-
 def label(cell: Cell) -> str:
     return f"{cell.phase} {context_label(cell.context)}×{cell.concurrency}"
 

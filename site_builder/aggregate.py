@@ -20,18 +20,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rundir import contract, energy, intervals, statuses, tails, windows, words
+from rundir.activity import Gauge, summed_gauge, window_activity_from_gauge
 from rundir.decode_checks import decode_problems, stored_problems
 from rundir.io import RunData, atomic_write_text
 from rundir.metrics import (
     Chunks,
-    Gauge,
     decode_metrics,
     first_token_ns,
     has_negative_tokens,
     prefill_metrics,
     prefill_used,
-    summed_gauge,
-    window_activity_from_gauge,
 )
 from site_builder import drilldown, fingerprint
 

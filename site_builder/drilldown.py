@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from rundir.activity import Gauge
 from rundir.contract import PREFILL_REJECTED_PREFIX
-from rundir.metrics import Chunks, Gauge, first_token_ns, has_negative_tokens, ttft_ms, window_scan
+from rundir.metrics import Chunks, first_token_ns, has_negative_tokens, ttft_ms, window_scan
 from rundir.tails import RequestFigures
 
 TBT_BINS = 40
@@ -277,7 +278,7 @@ def gauge_in_window(series: Gauge, start_ns: int, end_ns: int) -> dict[str, list
     """A summed gauge's samples over the window (plus the value held at its start)."""
     if series is None:
         return None
-    times, values = series  # times ascending (rundir.metrics.gauge_series)
+    times, values = series  # times ascending (rundir.activity.gauge_series)
     held = int(np.searchsorted(times, start_ns, side="right"))  # times[:held] <= start
     last = int(np.searchsorted(times, end_ns, side="right"))
     idx = np.arange(max(held - 1, 0), max(last, held), dtype=np.int64)

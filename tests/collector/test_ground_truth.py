@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rundir import metrics
+from rundir import activity, metrics
 from rundir.contract import METRIC_WAITING, PURPOSE_MEASURE
 from rundir.io import read_run
 from site_builder.aggregate import measured_cells
@@ -64,7 +64,7 @@ def page_metrics(run_dir: Path) -> dict[tuple[int, int], dict]:
                          and not r["cancelled"] for r in table.to_pylist()], dtype=bool)
         s, e = cell["window_start_ns"], cell["window_end_ns"]
         m = metrics.decode_metrics(chunks, s, e, done)
-        active = metrics.window_activity_detail(chunks, run.server_metrics, s, e).avg_active
+        active = activity.window_activity_detail(chunks, run.server_metrics, s, e).avg_active
         out[(cell["context"], cell["concurrency"])] = dict(
             cell=cell, m=m, active=active, requests=table.to_pylist(),
             waiting_samples=waiting_sample_times(run.server_metrics))

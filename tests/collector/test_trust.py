@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from bench.chunks import parse_events
-from rundir import decode_checks, metrics
+from rundir import activity, decode_checks, metrics
 from rundir.contract import CELLS_FILE, SERVER_METRICS_SCHEMA
 from rundir.io import read_run, write_table
 from site_builder.aggregate import measured_cells
@@ -123,10 +123,10 @@ def test_one_stale_sample_is_not_evidence_of_activity():
     chunks = _chunks(streams, send_ns=s0, end_ns=s0 + 10_000 * MS)  # all cancelled at 30 s
     gauge = pa.table({"t_ns": [0], "name": ["waiting"], "source": ["w"], "labels": [""],
                       "value": [0.0]}, schema=SERVER_METRICS_SCHEMA)
-    act = metrics.window_activity_detail(chunks, gauge, s0 + 5000 * MS, s0 + 8000 * MS)
+    act = activity.window_activity_detail(chunks, gauge, s0 + 5000 * MS, s0 + 8000 * MS)
     assert not act.from_server and act.coverage is not None and not act.coverage.enough
     assert act.avg_active == pytest.approx(4.0)
-    assert metrics.is_queued(8, act.avg_active, act.max_waiting)
+    assert activity.is_queued(8, act.avg_active, act.max_waiting)
 
 
 def test_dense_gauges_are_used():
@@ -135,16 +135,16 @@ def test_dense_gauges_are_used():
     t = [0, 1000 * MS, 2000 * MS, 3000 * MS]
     gauge = pa.table({"t_ns": t, "name": ["waiting"] * 4, "source": ["w"] * 4,
                       "labels": [""] * 4, "value": [0.0] * 4}, schema=SERVER_METRICS_SCHEMA)
-    act = metrics.window_activity_detail(chunks, gauge, 100 * MS, 2900 * MS)
+    act = activity.window_activity_detail(chunks, gauge, 100 * MS, 2900 * MS)
     assert act.from_server and act.coverage.enough
 
 
 def test_coverage_counts_gaps_and_samples():
-    cov = metrics.gauge_coverage(np.array([0, 1000, 2000]) * MS, 500 * MS, 2500 * MS)
+    cov = activity.gauge_coverage(np.array([0, 1000, 2000]) * MS, 500 * MS, 2500 * MS)
     assert cov.samples == 3 and cov.max_gap_ns == 1000 * MS and cov.enough
-    cov = metrics.gauge_coverage(np.array([0, 4000]) * MS, 500 * MS, 4500 * MS)
+    cov = activity.gauge_coverage(np.array([0, 4000]) * MS, 500 * MS, 4500 * MS)
     assert cov.max_gap_ns == 4000 * MS and not cov.enough
-    cov = metrics.gauge_coverage(np.array([2000]) * MS, 500 * MS, 2500 * MS)
+    cov = activity.gauge_coverage(np.array([2000]) * MS, 500 * MS, 2500 * MS)
     assert cov.samples == 1 and not cov.enough  # one sample is never enough
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rundir import metrics
+from rundir import activity, metrics
 from rundir.contract import REQUESTS_SCHEMA, SERVER_METRICS_SCHEMA
 
 MS = 1_000_000
@@ -58,7 +58,7 @@ def test_window_clips_chunks_and_completions() -> None:
 def test_gauge_label_sum_and_time_mean() -> None:
     t = np.array([0, 0, 10 * MS, 10 * MS, 20 * MS, 20 * MS])
     v = np.array([1.0, 1.0, 2.0, 2.0, 3.0, 1.0])  # two data-parallel ranks
-    times, sums = metrics.gauge_series(t, v)
+    times, sums = activity.gauge_series(t, v)
     assert sums.tolist() == [2.0, 4.0, 4.0]
     gauge = pa.table({"t_ns": t.tolist(), "name": ["waiting"] * 6, "source": ["x"] * 6,
                       "labels": ["rank=0", "rank=1"] * 3, "value": v.tolist()},
@@ -67,7 +67,7 @@ def test_gauge_label_sum_and_time_mean() -> None:
     # gauge, held between samples, is 2 for 5 ms and 4 for 15 ms
     c = metrics.Chunks.from_table(table([dict(send_ns=0, end_ns=200 * MS, cancelled=True,
                                               chunk_ns=[1 * MS], chunk_tokens=[1])] * 8))
-    a = metrics.window_activity_detail(c, gauge, 5 * MS, 25 * MS)
+    a = activity.window_activity_detail(c, gauge, 5 * MS, 25 * MS)
     assert a.from_server and a.max_waiting == 4.0
     assert a.avg_active == pytest.approx(8 - 3.5)
 
@@ -83,10 +83,10 @@ def test_active_is_in_flight_minus_waiting() -> None:
     t = table([dict(send_ns=0, end_ns=200 * MS, cancelled=True,
                     chunk_ns=[1 * MS, 150 * MS], chunk_tokens=[1, 2]) for _ in range(4)])
     c = metrics.Chunks.from_table(t)
-    a = metrics.window_activity_detail(c, _waiting([(0, 2.0), (50 * MS, 2.0)]), 10 * MS, 90 * MS)
+    a = activity.window_activity_detail(c, _waiting([(0, 2.0), (50 * MS, 2.0)]), 10 * MS, 90 * MS)
     assert a.avg_active == pytest.approx(2.0) and a.max_waiting == 2.0
     # without a waiting gauge only streams receiving tokens count
-    a = metrics.window_activity_detail(c, None, 10 * MS, 90 * MS)
+    a = activity.window_activity_detail(c, None, 10 * MS, 90 * MS)
     assert a.avg_active == pytest.approx(4.0) and a.max_waiting is None
 
 
@@ -96,15 +96,15 @@ def test_restart_gaps_lower_the_average() -> None:
                     chunk_ns=[5 * MS, 49 * MS], chunk_tokens=[1, 2]),
                dict(send_ns=60 * MS, end_ns=200 * MS, cancelled=True,
                     chunk_ns=[65 * MS, 150 * MS], chunk_tokens=[1, 2])])
-    a = metrics.window_activity_detail(metrics.Chunks.from_table(t), _waiting([(0, 0.0), (100 * MS, 0.0)]),
+    a = activity.window_activity_detail(metrics.Chunks.from_table(t), _waiting([(0, 0.0), (100 * MS, 0.0)]),
                                        0, 100 * MS)
     assert a.avg_active == pytest.approx(0.9)
 
 
 def test_queued_rule() -> None:
-    assert metrics.is_queued(8, 8.0, 0.0) is False
-    assert metrics.is_queued(8, 7.5, 0.0) is True  # < 0.95 × 8
-    assert metrics.is_queued(8, 8.0, 1.0) is True
+    assert activity.is_queued(8, 8.0, 0.0) is False
+    assert activity.is_queued(8, 7.5, 0.0) is True  # < 0.95 × 8
+    assert activity.is_queued(8, 8.0, 1.0) is True
 
 
 def test_prefill_metrics() -> None:

@@ -20,7 +20,7 @@ import bench.cells
 import bench.progress
 import bench.records
 import bench.store
-import rundir.metrics
+import rundir.activity
 import site_builder.aggregate
 from bench.cells import CellOutcome
 from bench.chunks import ParsedStream
@@ -29,7 +29,7 @@ from bench.progress import Progress
 from bench.records import RequestRecord, judge_decode, records_table
 from bench.store import RunStore
 from bench.stream import StreamResult
-from rundir import metrics
+from rundir import activity, metrics
 from rundir.contract import (
     COUNT_USAGE_CONTINUOUS,
     DECODE,
@@ -135,12 +135,12 @@ def test_activity_from_a_built_gauge_is_activity_from_the_table() -> None:
     records = [_record(i) for i in range(4)]
     chunks = metrics.Chunks.from_table(records_table(records))
     gauge = _waiting_table([(0, 1.0), (300 * MS, 2.0), (600 * MS, 0.0), (900 * MS, 0.0)])
-    series = metrics.summed_gauge(gauge, METRIC_WAITING)
+    series = activity.summed_gauge(gauge, METRIC_WAITING)
     for window in ((0, 1000 * MS), (100 * MS, 700 * MS)):
-        assert metrics.window_activity_from_gauge(chunks, series, *window) == \
-            metrics.window_activity_detail(chunks, gauge, *window)
-    assert metrics.summed_gauge(gauge, METRIC_RUNNING) is None
-    assert metrics.summed_gauge(None, METRIC_WAITING) is None
+        assert activity.window_activity_from_gauge(chunks, series, *window) == \
+            activity.window_activity_detail(chunks, gauge, *window)
+    assert activity.summed_gauge(gauge, METRIC_RUNNING) is None
+    assert activity.summed_gauge(None, METRIC_WAITING) is None
 
 
 def test_the_metrics_module_keeps_no_state() -> None:
@@ -155,14 +155,14 @@ def test_the_builder_builds_each_gauge_once_per_run(tmp_path, monkeypatch) -> No
                              concurrency=[1, 2])
     data = read_run(path)
     calls: list[str] = []
-    real = metrics.summed_gauge
+    real = activity.summed_gauge
 
     def counting(table, name):
         calls.append(name)
         return real(table, name)
 
     monkeypatch.setattr(site_builder.aggregate, "summed_gauge", counting)
-    monkeypatch.setattr(rundir.metrics, "summed_gauge", counting)
+    monkeypatch.setattr(rundir.activity, "summed_gauge", counting)
     cells, _ = site_builder.aggregate.measured_cells(data)
     assert sum(1 for x in cells if x.phase == DECODE and x.avg_active_source == "server") == 4
     assert sorted(calls) == sorted([METRIC_RUNNING, METRIC_WAITING])

@@ -162,3 +162,21 @@ def test_answer_messages_carry_no_credentials() -> None:
 def test_parse_metrics_never_raises(page) -> None:
     good = 'vllm:num_requests_running{engine="0"} 2\n'
     assert [s.value for s in parse_metrics(page + "\n" + good)] == [2.0]
+
+
+def test_an_import_error_inside_the_run_is_raised_once() -> None:
+    """bench/eventloop.asyncio_run: an ImportError raised by the run itself
+    (a lazily imported module missing) is the run's error. It was taken for
+    uvloop missing, and the spent coroutine run again on asyncio's loop
+    ("cannot reuse already awaited coroutine")."""
+    from bench.eventloop import asyncio_run
+
+    ran = []
+
+    async def run() -> None:
+        ran.append(1)
+        raise ImportError("no module named 'missing'")
+
+    with pytest.raises(ImportError, match="missing"):
+        asyncio_run(run())
+    assert ran == [1]

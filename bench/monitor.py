@@ -153,8 +153,18 @@ def bound_reason(delays: WindowDelays, tbt_ms: float | None,
     merged = stamp_reason(stamps) if stamps is not None else None
     if stamps is not None and kernel:
         return merged
-    reasons = [r for r in (delay_reason(delays, tbt_ms), merged) if r]
+    delay = delay_reason(delays, tbt_ms)
+    if delay and stamps is not None:
+        delay += f" ({unstamped_note(delays)})"
+    reasons = [r for r in (delay, merged) if r]
     return "; ".join(reasons) or None
+
+
+def unstamped_note(delays: WindowDelays) -> str:
+    """Why the delay rule judged a window whose stamps could have judged it
+    alone: some of its reads came without a kernel receive stamp."""
+    return (f"{delays.events - delays.kernel_events:,} of {delays.events:,} events "
+            f"read without a kernel receive stamp")
 
 
 def shards_bound_reason(delays: list[tuple[int, WindowDelays]], tbt_ms: float | None,
@@ -168,7 +178,9 @@ def shards_bound_reason(delays: list[tuple[int, WindowDelays]], tbt_ms: float | 
     merged = stamp_reason(stamps) if stamps is not None else None
     if stamps is not None and kernel:
         return merged
-    reasons = [f"shard {k}: {r}" for k, d in delays if (r := delay_reason(d, tbt_ms))]
+    reasons = [f"shard {k}: {r}" + (f" ({unstamped_note(d)})"
+                                     if stamps is not None and d.kernel_events < d.events else "")
+               for k, d in delays if (r := delay_reason(d, tbt_ms))]
     return "; ".join([*reasons, *([merged] if merged else [])]) or None
 
 

@@ -25,6 +25,7 @@ from bench.monitor import (
     bucket_range,
     delay_reason,
     gc_paused,
+    shards_bound_reason,
     total_display_step,
 )
 from bench.stream import StreamClient
@@ -217,6 +218,23 @@ def test_constructed_window_delays() -> None:
                      read_delays={bucket(MS): 1970, bucket(9 * MS): 30})
     assert bound_reason(d, 5.0) == "read delay p99 9.1 ms against 5.0 ms between tokens"
     assert bound_reason(d, 10.0) is None
+
+
+def test_the_delay_rule_says_which_reads_had_no_kernel_stamp() -> None:
+    """With the cell's stamps at hand the delay rule judges only because some
+    reads came without a kernel stamp; the reason says how many (the CI run
+    that met one gave no clue why the delay rule had spoken)."""
+    d = WindowDelays(T0, T0 + 1000 * MS, events=2000, kernel_events=1997,
+                     read_delays={bucket(MS): 1967, bucket(9 * MS): 30})
+    assert bound_reason(d, 5.0, []) == (
+        "read delay p99 9.1 ms against 5.0 ms between tokens "
+        "(3 of 2,000 events read without a kernel receive stamp)")
+    assert shards_bound_reason([(1, d)], 5.0, []) == (
+        "shard 1: read delay p99 9.1 ms against 5.0 ms between tokens "
+        "(3 of 2,000 events read without a kernel receive stamp)")
+    whole = WindowDelays(T0, T0 + 1000 * MS, events=2000, kernel_events=2000,
+                         read_delays={bucket(MS): 1970, bucket(9 * MS): 30})
+    assert bound_reason(whole, 5.0, []) is None  # every read stamped: the stamps decide
 
 
 def test_display_steps_follow_the_page_formats() -> None:

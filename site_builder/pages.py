@@ -53,6 +53,37 @@ INDEX_COLUMNS = indexpages.COLUMNS
 COMPARE_METRICS = [(m.key, m.header, m.better) for m in metrictable.COMPARED]
 
 
+def compare_groups(runs: list[RunView]) -> list[tuple[str, list[RunView]]]:
+    """The compare page's runs by model family (its pickers' groups and its
+    no-JS list), families by name; within one, a setup's runs (model,
+    hardware, engine, quantization) together, oldest first: with a thousand
+    runs a reader finds one by family, then setup, then date."""
+    by_family: dict[str, list[RunView]] = {}
+    for r in runs:
+        by_family.setdefault(r.family, []).append(r)
+    def setup(r: RunView) -> tuple[str, ...]:
+        e = r.info.engine
+        return (r.model.lower(), r.hardware.lower(), (e.name or "").lower(),
+                (e.quantization or "").lower(), r.info.measured_at or "", r.run_id)
+    return [(family, sorted(members, key=setup))
+            for family, members in sorted(by_family.items(), key=lambda x: x[0].lower())]
+
+
+def compare_default(runs: list[RunView]) -> tuple[str, str]:
+    """(A, B) the compare page opens on: the newest run that has an earlier
+    run of its setup (its series, site_builder/series.py, attached before
+    the pages are made) as B, that earlier run as A, since "what changed
+    since last time" is the comparison most readers come for; without any
+    series, the first two runs of the pickers."""
+    latest = [r for r in runs if r.series_prev and not r.series_next]
+    if latest:
+        newest = max(latest, key=lambda r: (r.info.measured_at or "", r.run_id))
+        assert newest.series_prev is not None
+        return newest.series_prev[0], newest.slug
+    ordered = [r.slug for _, members in compare_groups(runs) for r in members]
+    return (ordered[0] if ordered else "", ordered[1] if len(ordered) > 1 else "")
+
+
 def _peak_notes(runs: list[RunView]) -> list[str]:
     """The status notes for the peaks marked on the index and model pages."""
     marked = {r.peak.status for r in runs if r.peak and r.peak_note}
@@ -299,8 +330,8 @@ class Pages:
                              tail_levels=lv, matrix_notes=family_matrix_notes())
 
     def compare_page(self, runs: list[RunView]) -> str:
-        return self.r.render("compare.html", depth=0, runs=runs, metrics=COMPARE_METRICS,
-                             nav="compare")
+        return self.r.render("compare.html", depth=0, groups=compare_groups(runs),
+                             pick=compare_default(runs), metrics=COMPARE_METRICS, nav="compare")
 
     def explore_page(self, data: dict[str, Any]) -> str:
         """The explorer: its controls, and the default view's picture for readers without JS."""

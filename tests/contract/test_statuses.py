@@ -125,7 +125,7 @@ def test_pages_hand_the_scripts_the_status_rules() -> None:
     r = Renderer(globals_={"assets": {k: k for k in ("css", "favicon", "vega", "explore_js",
                                                       "compare_js", "site_js", "slo_js")},
                            "version": "0", "nav": "", "cache_note": "", "medians_note": ""})
-    for template, context in (("compare.html", {"runs": [], "metrics": []}),
+    for template, context in (("compare.html", {"groups": [], "pick": ("", ""), "metrics": []}),
                               ("explore.html", {"families": [], "view_text": "", "chart_title": "",
                                                 "chart_caption": "", "fallback_svg": "",
                                                 "cost_note": "", "slo_spec": "", "filters": [],

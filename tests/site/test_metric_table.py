@@ -81,7 +81,8 @@ def test_compare_choices_and_script_rules_come_from_the_table() -> None:
     r = Renderer(globals_={"assets": {k: k for k in ("css", "favicon", "vega", "explore_js",
                                                       "compare_js", "site_js")},
                            "version": "0", "nav": "", "cache_note": ""})
-    doc = parse_html(r.render("compare.html", depth=0, runs=[], metrics=pages.COMPARE_METRICS))
+    doc = parse_html(r.render("compare.html", depth=0, groups=[], pick=("", ""),
+                              metrics=pages.COMPARE_METRICS))
     assert json.loads(doc.find("script", id="metric-rules").text()) == rules
 
 

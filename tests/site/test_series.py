@@ -144,3 +144,32 @@ def test_series_page_and_next_link_after_a_new_run(tmp_path: Path) -> None:
     html = b_page.read_text()
     assert 'rel="next" class="series-next" href="../../runs/c/index.html"' in html
     assert "Next run: vllm 0.30.1" in html
+
+
+def test_compare_opens_on_the_newest_run_against_its_previous_run(tmp_path: Path) -> None:
+    """The compare page's pickers open on what changed last: the newest run
+    with an earlier run of its setup (B) against that run (A), not on the
+    first two runs of the site (other models at 1,000 runs); its runs are
+    grouped by family, a setup's runs together and oldest first, with and
+    without JavaScript; a run page links its comparison with its previous run."""
+    data, out = tmp_path / "data", tmp_path / "site"
+    _run(data, "a", "0.29.0", 2)
+    _run(data, "b", "0.30.1", 9)
+    _run(data, "m", "0.30.1", 25, gpus=2)  # newest run of all, but alone in its setup
+    make_imported_run(data / "o", run_id="o", cells=_cells(50.0),
+                      info=_info("0.30.1", 1) | {"model": {"name": "Llama-4-Scout",
+                                                           "served_name": "l"}})
+    assert build_site(data, out, jobs=0).errors == []
+    html = (out / "compare.html").read_text()
+    for side, chosen in (("a", "a"), ("b", "b")):
+        select = html[html.index(f'id="ab-{side}"'):html.index("</select>", html.index(f'id="ab-{side}"'))]
+        assert re.findall(r'<option value="([^"]+)" selected>', select) == [chosen], side
+        groups = re.findall(r'<optgroup label="([^"]+)">(.*?)</optgroup>', select)
+        assert [g for g, _ in groups] == ["Llama-4-Scout", "Qwen3.5-4B"]
+        assert re.findall(r'value="([^"]+)"', groups[1][1]) == ["m", "a", "b"]
+    noscript = html[html.index("<noscript>"):html.index("</noscript>")]
+    assert re.findall(r'<h2 class="run-links-family">([^<]+)<', noscript) == [
+        "Llama-4-Scout ", "Qwen3.5-4B "]
+    assert 'href="../../compare.html#a=a&amp;b=b">Compare with the previous run' in (
+        out / "runs/b/index.html").read_text()
+    assert "Compare with the previous run" not in (out / "runs/a/index.html").read_text()

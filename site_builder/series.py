@@ -49,6 +49,16 @@ class Series:
     def latest(self) -> RunView:
         return self.runs[-1]
 
+    @property
+    def latest_label(self) -> str:
+        """The latest run by engine version and date (with its time when the
+        series' names need it), whatever part its distinct name is: the list
+        of series shows every latest run the same way."""
+        run, name = self.latest, self.names[-1]
+        date = run.measured_date
+        when = name[name.index(date):] if date and date in name else date
+        return " · ".join(x for x in (_engine_version(run), when) if x) or name
+
 
 def setup_key(run: RunView) -> tuple[str, str, str, int, str]:
     """What a series shares: model, variant, GPU (or hardware) name, GPU count, engine."""

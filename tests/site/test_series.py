@@ -173,3 +173,18 @@ def test_compare_opens_on_the_newest_run_against_its_previous_run(tmp_path: Path
     assert 'href="../../compare.html#a=a&amp;b=b">Compare with the previous run' in (
         out / "runs/b/index.html").read_text()
     assert "Compare with the previous run" not in (out / "runs/a/index.html").read_text()
+
+
+def test_the_list_of_series_names_each_latest_run_by_version_and_date(tmp_path: Path) -> None:
+    """Each series' latest run reads the same way in the list (version and
+    date, its time when the series needs it), linked; its distinct name alone
+    was a version in one row and a date in the next."""
+    data, out = tmp_path / "data", tmp_path / "site"
+    _run(data, "a", "0.29.0", 2)
+    _run(data, "b", "0.30.1", 9)  # names differ by version only: "vllm 0.30.1"
+    _run(data, "c", "0.29.0", 3, gpus=4)
+    _run(data, "d", "0.29.0", 5, gpus=4)  # names differ by date only: "Sep 5, 2026"
+    assert build_site(data, out, jobs=0).errors == []
+    rows = re.findall(r'<td><a href="../runs/(\w+)/index.html">([^<]+)</a></td>',
+                      (out / "series/index.html").read_text())
+    assert rows == [("d", "vllm 0.29.0 · Sep 5, 2026"), ("b", "vllm 0.30.1 · Sep 9, 2026")]

@@ -37,7 +37,15 @@ from site_builder.glossary import (
     imported_note,
 )
 from site_builder.render import Renderer, markdown
-from site_builder.views import FamilyGroup, RunView, cell_title, family_matrix_notes, latency_notes
+from site_builder.views import (
+    FamilyGroup,
+    RunView,
+    cell_title,
+    family_matrix_notes,
+    latency_notes,
+    rank_label,
+    sample_needs,
+)
 
 TOKEN_COUNTING = {
     contract.COUNT_USAGE_CONTINUOUS: "server's cumulative usage on every chunk",
@@ -136,16 +144,10 @@ def _tail_record(metric: tails.TailMetric, phase: str) -> metrictable.Metric:
     return next(m for m in metrictable.TAILED if m.tail_metric == metric and phase in m.phases)
 
 
-def _rank_text(percent: float) -> str:
-    """A percentile rank as a reader reads it: p10, p0.1."""
-    return tails.rank_name(percent).replace("_", ".")
-
-
 def sample_rule(unit: str) -> str:
     """The rule for publishing a rank, from rundir.tails.MIN_SAMPLES (p50 needs one)."""
-    needs = [f"{lv} {formats.count(n)}" for lv, n in tails.MIN_SAMPLES.items() if n > 1]
     return (f"A percentile is shown only with enough {unit} that, on average, at least one lies "
-            f"beyond it: {', '.join(needs)}; with fewer it reads {formats.MISSING}.")
+            f"beyond it: {', '.join(sample_needs())}; with fewer it reads {formats.MISSING}.")
 
 
 def tail_table(x: CellResult) -> dict[str, Any] | None:
@@ -162,7 +164,7 @@ def tail_table(x: CellResult) -> dict[str, Any] | None:
     rows = []
     for metric in TAIL_ROWS[x.phase]:
         record = _tail_record(metric, x.phase)
-        ranks = [_rank_text(metric.rank(lv)) for lv in tails.LEVELS] if metric.higher_is_better else []
+        ranks = [rank_label(metric, lv) for lv in tails.LEVELS] if metric.higher_is_better else []
         rows.append({"header": record.header, "ranks": ranks,
                      "cells": [record.tail_text(x, lv) for lv in tails.LEVELS],
                      "n": formats.count(x.tails.get(metric.count_column()))})

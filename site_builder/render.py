@@ -199,6 +199,7 @@ class Renderer:
         # The percentile selector's choices and each figure's texts at every level
         # (site_builder/views.py; templates/_partials/tail_select.html, static/tails.js).
         self.env.globals.update(TAIL_CHOICES=views.TAIL_CHOICES, TAIL_NOTES=views.level_notes(),
+                                SAMPLE_NEEDS=views.sample_needs_text(),
                                 tail_cell=views.cell_levels, tail_header=views.header_levels,
                                 tail_ttft=views.matrix_ttft_levels)
         self.env.globals.update(globals_ or {})

@@ -123,6 +123,18 @@ def family_matrix_notes() -> list[str]:
             "context length, columns are simultaneous requests" for lv in tails.LEVELS]
 
 
+def sample_needs() -> list[str]:
+    """What each rank above the median needs (rundir.tails.MIN_SAMPLES), as the
+    pages write it: ``p90 10``, ``p95 20``, …"""
+    return [f"{lv} {formats.count(n)}" for lv, n in tails.MIN_SAMPLES.items() if n > 1]
+
+
+def sample_needs_text() -> str:
+    """``p90 needs 10, p95 20, p99 100, p99.9 1,000``: the notes' parenthesis."""
+    first, *rest = sample_needs()
+    return ", ".join([first.replace(" ", " needs ", 1), *rest])
+
+
 def level_notes() -> list[str]:
     """What the selector's choice means, at every level (empty at the median)."""
     out = [""]

@@ -175,7 +175,11 @@ def read_table(run_dir: Path, name: str, required: bool = True) -> pa.Table:
             raise ContractError(f"{path}: missing")
         return empty_table(name)
     try:
-        table = pq.read_table(path)
+        # One open file for the whole read: given a path, pyarrow opens it more than
+        # once, and a collector replacing the file in between (atomic_write) handed
+        # it the footer of one version and the pages of the next.
+        with pa.OSFile(str(path), "rb") as source:
+            table = pq.read_table(source)
     except (pa.ArrowInvalid, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ContractError(f"{path}: not a readable Parquet file ({first})") from None

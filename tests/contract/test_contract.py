@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,7 +23,8 @@ from rundir.contract import (
     ContractError,
     RunInfo,
 )
-from rundir.io import atomic_write, read_run, write_run_info, write_table
+from rundir.io import atomic_write, read_run, read_table, write_run_info, write_table
+from tests.support.synthetic_runs import make_measured_run
 
 
 def _info(**kw) -> RunInfo:
@@ -114,6 +116,37 @@ def test_not_parquet(tmp_path: Path) -> None:
     (run_dir / CELLS_FILE).write_bytes(b"PAR1 truncated")
     with pytest.raises(ContractError, match=r"cells\.parquet: not a readable Parquet file"):
         read_run(run_dir)
+
+
+def test_a_table_read_while_the_collector_replaces_it_is_one_version(tmp_path: Path) -> None:
+    """A reader (the builder, a dashboard) may read a table while the collector
+    replaces it with a longer one (atomic_write after each cell). Given the
+    path, pyarrow opened it more than once and could read the footer of one
+    version and the pages of the next: 30 of 2,000 reads here failed as 'not a
+    readable Parquet file'. Read through one open file, every read is whole:
+    the old rows or the new ones."""
+    run_dir = make_measured_run(tmp_path / "run", run_id="race", contexts=[256, 512, 1024],
+                                concurrency=[1, 2, 4])
+    full = read_table(run_dir, CELLS_FILE)
+    versions = [full, full.slice(0, 3)]
+    stop = threading.Event()
+
+    def collector() -> None:
+        i = 0
+        while not stop.is_set():
+            write_table(run_dir, CELLS_FILE, versions[i % 2])
+            i += 1
+
+    writer = threading.Thread(target=collector)
+    writer.start()
+    rows: set[int] = set()
+    try:
+        for _ in range(1000):
+            rows.add(read_table(run_dir, CELLS_FILE).num_rows)
+    finally:
+        stop.set()
+        writer.join()
+    assert rows <= {full.num_rows, 3}
 
 
 def test_atomic_write_leaves_nothing_on_failure(tmp_path: Path) -> None:

@@ -165,7 +165,9 @@ def tail_table(x: CellResult) -> dict[str, Any] | None:
     for metric in TAIL_ROWS[x.phase]:
         record = _tail_record(metric, x.phase)
         ranks = [rank_label(metric, lv) for lv in tails.LEVELS] if metric.higher_is_better else []
-        rows.append({"header": record.header, "ranks": ranks,
+        hover = (f"{record.header} of each {unit[:-1]}, at each percentile of them "
+                 "(p50: the published median).")
+        rows.append({"header": record.header, "ranks": ranks, "hover": hover,
                      "cells": [record.tail_text(x, lv) for lv in tails.LEVELS],
                      "n": formats.count(x.tails.get(metric.count_column()))})
     return {"levels": list(tails.LEVELS), "rows": rows, "missing": "",

@@ -154,12 +154,14 @@ def attr_json(value: Any) -> Markup:
     return Markup(text)
 
 
-def _term_link(name: str, root: str) -> Markup:
+def _term_link(name: str, root: str, hover: str | None = None) -> Markup:
+    """A glossary link; `hover` replaces the term's own hover text where the
+    place shows the figure otherwise (a percentile table: not its median)."""
     term = TERM_BY_NAME.get(name)
     if term is None:
         return escape(name)
     return Markup('<a class="term" href="{}methodology.html#{}" title="{}">{}</a>').format(
-        root, term.anchor, term.short, name
+        root, term.anchor, hover or term.short, name
     )
 
 

@@ -99,6 +99,11 @@ def test_too_few_samples_read_missing_with_the_rule_stated(built: Path) -> None:
     # The rate's levels are its slow side, and its row says which ranks they are.
     head = doc.find("table", "tails").find("tbody").find_all("tr")[2].find("th").text()
     assert "p50, p10, p5, p1, p0.1" in head
+    # Each row's glossary link says what the row holds, not the median its term means elsewhere.
+    for th in (tr.find("th") for tr in doc.find("table", "tails").find("tbody").find_all("tr")):
+        hover = th.find("a", "term").attrs["title"]
+        assert hover.endswith("of each request, at each percentile of them (p50: the published "
+                              "median)."), hover
 
 
 def test_prefill_table_has_ttft_only(built: Path) -> None:

@@ -361,10 +361,14 @@
     return p;
   }
 
-  /* The choice in the address; an id no run has is reported, never replaced by another run. */
+  /* The choice in the address; an id no run has is reported, never replaced by another run.
+     An address naming one side only (a run page's "Compare with another run") leaves
+     the other unpicked: the page's default pair could put the run against itself. */
   function state() {
     var params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
     var unknown = [];
+    if (params.get("a") && !params.get("b")) selB.selectedIndex = -1;
+    if (params.get("b") && !params.get("a")) selA.selectedIndex = -1;
     [["A", params.get("a"), selA], ["B", params.get("b"), selB]].forEach(function (x) {
       if (!x[1]) return;
       if (bySlug[x[1]]) x[2].value = bySlug[x[1]].slug;
@@ -388,7 +392,11 @@
     var href = "compare.html#a=" + encodeURIComponent(s.a) + "&b=" + encodeURIComponent(s.b) + "&m=" + encodeURIComponent(s.m);
     permalink.href = href;
     if (s.unknown.length) { showUnknown(s.unknown); return; }
-    if (!s.a || !s.b) { result.textContent = "Pick two runs."; return; }
+    if (!s.a || !s.b) {
+      result.textContent = !s.a && !s.b ? "Pick two runs." : "Pick run " + (s.a ? "B" : "A") +
+        " to compare with " + nameOf(s.a || s.b) + ".";
+      return;
+    }
     result.textContent = "";
     result.appendChild(el("p", "muted", "Loading\u2026"));
     Promise.all([loadRun(s.a), loadRun(s.b)]).then(function (runs) {

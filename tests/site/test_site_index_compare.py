@@ -224,6 +224,25 @@ def test_compare_names_an_unknown_run_id_and_shows_no_other_run(browser: Any, si
 
 
 @pytest.mark.browser
+def test_compare_from_a_run_page_asks_for_the_other_run(browser: Any, site: Path) -> None:
+    """A run page's "Compare with another run" names A only: B is left for the
+    reader to pick (the page's default pair could be the run against itself)."""
+    context, page, watcher = _open(browser, site, "compare.html#a=rb")
+    try:
+        page.wait_for_function("() => /Pick run B/.test(document.querySelector('#ab-result')"
+                               ".innerText)")
+        assert page.eval_on_selector("#ab-b", "s => s.selectedIndex") == -1
+        assert page.input_value("#ab-a") == "rb"
+        assert page.locator("table.ab").count() == 0
+        page.select_option("#ab-b", "ra")
+        assert _ab_table(page)
+        assert "a=rb&b=ra" in page.url
+        assert watcher.problems() == []
+    finally:
+        context.close()
+
+
+@pytest.mark.browser
 def test_compare_pairs_nearby_contexts_and_says_a_shared_status_once(
         browser: Any, site: Path) -> None:
     context, page, watcher = _open(browser, site, "compare.html#a=ra&b=rb&m=total_tok_s")

@@ -51,12 +51,20 @@ SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform == "linux
 _TIMESPEC = struct.Struct("@ll")
 _ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 _mono = time.monotonic_ns
+# A kernel stamp may lie this far outside [request sent, data read]: the realtime
+# offset's error. One further out is not this data's arrival (or the offset is stale).
+_SANE_NS = 1_000_000
 
 
 class _RealtimeOffset:
     """CLOCK_REALTIME − CLOCK_MONOTONIC, since the kernel stamps packets on the
     realtime clock: the narrowest of a few bracketed reads, re-measured every
-    second in case the system clock is stepped."""
+    second in case the system clock is stepped, and at once when a stamp
+    falls outside the time it must lie in (a step since the last measure:
+    NTP, a VM resumed), so that a step does not cost the next second's
+    stamps."""
+
+    RETRY_NS = 10_000_000  # re-measure on a bad stamp at most this often
 
     def __init__(self) -> None:
         self.offset = self.at = 0
@@ -73,6 +81,16 @@ class _RealtimeOffset:
         if now - self.at > 1_000_000_000:
             self.measure()
         return sec * 1_000_000_000 + nsec - self.offset
+
+    def retry(self, sec: int, nsec: int, sent_ns: int, now: int) -> int:
+        """A stamp `to_mono` put outside [sent_ns, now] (give or take _SANE_NS),
+        converted again with the offset measured afresh; -1 when it still
+        cannot be the arrival of data sent for at `sent_ns` and read at `now`."""
+        if now - self.at < self.RETRY_NS:
+            return -1
+        self.measure()
+        k = sec * 1_000_000_000 + nsec - self.offset
+        return k if sent_ns - _SANE_NS <= k <= now + _SANE_NS else -1
 
 
 _clock = _RealtimeOffset()
@@ -150,10 +168,13 @@ class _SocketStream(SseStream):
             stamp, delay = now, -1
             for level, kind, cdata in anc:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(cdata) >= 16:
-                    k = _clock.to_mono(*_TIMESPEC.unpack_from(cdata), now)
                     # a sane stamp lies between the request and now, give or take
                     # the offset's error; anything else keeps the read time
-                    if self.r.send_ns - 1_000_000 <= k <= now + 1_000_000:
+                    sec, nsec = _TIMESPEC.unpack_from(cdata)
+                    k = _clock.to_mono(sec, nsec, now)
+                    if not self.r.send_ns - _SANE_NS <= k <= now + _SANE_NS:
+                        k = _clock.retry(sec, nsec, self.r.send_ns, now)  # -1: still not
+                    if k >= 0:
                         stamp = max(self.r.send_ns, min(k, now))
                         delay = now - stamp
                         self.kernel_stamps += 1

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import bench.stream
 from bench.monitor import LoopLagMonitor
 from bench.sse import SseStream
 from bench.stream import StreamClient, StreamResult, _Decoder, _SocketStream
@@ -244,6 +245,27 @@ def test_events_in_order_with_kernel_stamps(refserver) -> None:
         if r.stamps == "kernel":  # monotonic-clock values, never before the server sent
             for (stamp, _), (sent, _n, _cum) in zip(r.chunks[1:], chunks, strict=False):
                 assert stamp >= sent - 1_000_000
+
+
+@pytest.mark.skipif(not LINUX, reason="kernel receive stamps")
+def test_a_step_of_the_system_clock_keeps_the_kernel_stamps(refserver, monkeypatch) -> None:
+    """The kernel stamps packets on the realtime clock, which NTP or a resumed VM
+    can step; the offset to the monotonic clock was re-measured only once a
+    second, so after a step every stamp of up to a second fell outside
+    [sent, read] and its read kept no kernel stamp (the delay rule then judged
+    the cell). Now a stamp out of range has the offset measured again at once."""
+    srv = refserver(tokens_per_s=400)
+    client = StreamClient(srv.base_url)
+    clock = bench.stream._clock
+    clock.measure()
+    # the system clock stepped 50 ms ahead after the last measure, half a second ago
+    monkeypatch.setattr(clock, "offset", clock.offset - 50_000_000)
+    monkeypatch.setattr(clock, "at", time.monotonic_ns() - 500_000_000)
+    start = time.monotonic_ns()
+    (r,) = _streams(srv.base_url, 1, client=client)
+    delays = client.monitor.delays(start, time.monotonic_ns())
+    assert r.error is None and r.done
+    assert delays.events == len(r.chunks) and delays.kernel_events == delays.events
 
 
 def test_loop_stamps_when_kernel_stamps_are_off(refserver) -> None:

@@ -37,6 +37,7 @@ from site_builder.glossary import (
     imported_note,
 )
 from site_builder.render import Renderer, markdown
+from site_builder.setups import setup_key, time_order
 from site_builder.views import (
     FamilyGroup,
     RunView,
@@ -63,17 +64,13 @@ COMPARE_METRICS = [(m.key, m.header, m.better) for m in metrictable.COMPARED]
 
 def compare_groups(runs: list[RunView]) -> list[tuple[str, list[RunView]]]:
     """The compare page's runs by model family (its pickers' groups and its
-    no-JS list), families by name; within one, a setup's runs (model,
-    hardware, engine, quantization) together, oldest first: with a thousand
-    runs a reader finds one by family, then setup, then date."""
+    no-JS list), families by name; within one, a setup's runs
+    (site_builder/setups.py) together, oldest first, as on its history page:
+    with a thousand runs a reader finds one by family, then setup, then date."""
     by_family: dict[str, list[RunView]] = {}
     for r in runs:
         by_family.setdefault(r.family, []).append(r)
-    def setup(r: RunView) -> tuple[str, ...]:
-        e = r.info.engine
-        return (r.model.lower(), r.hardware.lower(), (e.name or "").lower(),
-                (e.quantization or "").lower(), r.info.measured_at or "", r.run_id)
-    return [(family, sorted(members, key=setup))
+    return [(family, sorted(members, key=lambda r: (setup_key(r), time_order(r))))
             for family, members in sorted(by_family.items(), key=lambda x: x[0].lower())]
 
 

@@ -16,7 +16,6 @@ against the previous run (the index flags it). Pure but for `write_pages`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,7 @@ from site_builder import changes, formats, oppoint, serieschart
 from site_builder.aggregate import CellResult
 from site_builder.names import distinct_names
 from site_builder.pages import Pages
+from site_builder.setups import setup_key, time_order
 from site_builder.sitewriter import SiteWriter, digest
 from site_builder.views import RunView
 
@@ -60,22 +60,6 @@ class Series:
         return " · ".join(x for x in (_engine_version(run), when) if x) or name
 
 
-def setup_key(run: RunView) -> tuple[str, str, str, int, str]:
-    """What a series shares: model, variant, GPU (or hardware) name, GPU count, engine."""
-    h, e = run.info.hardware, run.info.engine
-    return (run.model.lower(), run.variant.lower(), (h.gpu_name or run.hardware).lower(),
-            h.gpu_count or 1, (e.name or "").lower())
-
-
-def _version_key(version: str | None) -> list[tuple[int, Any]]:
-    """Natural order of versions: 0.29.0 < 0.30.1 < 0.31.0rc1 (numbers compared as numbers)."""
-    return [(0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", version or "") if p]
-
-
-def _order(run: RunView) -> tuple[Any, ...]:
-    return (run.info.measured_at or "", _version_key(run.info.engine.version), run.run_id)
-
-
 def series_title(run: RunView) -> str:
     """``Qwen3.5-4B NVFP4 on H200 SXM 141GB ×8 · vllm``."""
     model = " ".join(x for x in (run.model, run.info.engine.quantization) if x)
@@ -87,7 +71,7 @@ def series_groups(views: list[RunView]) -> list[Series]:
     groups: dict[tuple[str, str, str, int, str], list[RunView]] = {}
     for r in views:
         groups.setdefault(setup_key(r), []).append(r)
-    found = sorted((sorted(g, key=_order) for g in groups.values() if len(g) > 1),
+    found = sorted((sorted(g, key=time_order) for g in groups.values() if len(g) > 1),
                    key=lambda g: (series_title(g[0]).lower(), g[0].run_id))
     slugs = unique_slugs([series_title(g[0]) for g in found], "series")
     return [Series(series_title(g[0]), slug, g, distinct_names(g, with_model=False))

@@ -24,8 +24,6 @@ import asyncio
 import json
 import socket
 import ssl
-import struct
-import sys
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -33,6 +31,11 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from bench.auth import bearer_header_line
+from bench.kernelstamps import ANC_SIZE as _ANC_SIZE
+from bench.kernelstamps import CLOCK as _clock
+from bench.kernelstamps import SANE_NS as _SANE_NS
+from bench.kernelstamps import SO_TIMESTAMPNS
+from bench.kernelstamps import TIMESPEC as _TIMESPEC
 from bench.monitor import ClientLoad, LoopLagMonitor
 from bench.sources import IP_BIND_ADDRESS_NO_PORT, OUT_OF_PORTS, out_of_ports, port_range
 from bench.sse import SseStream, StreamResult
@@ -45,55 +48,7 @@ _TLS_READ = 16384  # a TLS record's plaintext is at most 16 KiB
 # Reads this large mean the client is behind anyway (a flood): decoding them at
 # once keeps them in cache, which deferring megabytes over 128 sockets did not.
 _DECODE_NOW = 32768
-# SO_TIMESTAMPNS (== SCM_TIMESTAMPNS) is 35 in Linux's generic ABI; Python 3.11
-# does not export it. A wrong value only means that no stamps come back.
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform == "linux" else None
-_TIMESPEC = struct.Struct("@ll")
-_ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 _mono = time.monotonic_ns
-# A kernel stamp may lie this far outside [request sent, data read]: the realtime
-# offset's error. One further out is not this data's arrival (or the offset is stale).
-_SANE_NS = 1_000_000
-
-
-class _RealtimeOffset:
-    """CLOCK_REALTIME − CLOCK_MONOTONIC, since the kernel stamps packets on the
-    realtime clock: the narrowest of a few bracketed reads, re-measured every
-    second in case the system clock is stepped, and at once when a stamp
-    falls outside the time it must lie in (a step since the last measure:
-    NTP, a VM resumed), so that a step does not cost the next second's
-    stamps."""
-
-    RETRY_NS = 10_000_000  # re-measure on a bad stamp at most this often
-
-    def __init__(self) -> None:
-        self.offset = self.at = 0
-        self.measure()
-
-    def measure(self) -> None:
-        best = (1 << 62, 0)
-        for _ in range(5):
-            a, r, b = _mono(), time.time_ns(), _mono()
-            best = min(best, (b - a, r - (a + b) // 2))
-        self.offset, self.at = best[1], _mono()
-
-    def to_mono(self, sec: int, nsec: int, now: int) -> int:
-        if now - self.at > 1_000_000_000:
-            self.measure()
-        return sec * 1_000_000_000 + nsec - self.offset
-
-    def retry(self, sec: int, nsec: int, sent_ns: int, now: int) -> int:
-        """A stamp `to_mono` put outside [sent_ns, now] (give or take _SANE_NS),
-        converted again with the offset measured afresh; -1 when it still
-        cannot be the arrival of data sent for at `sent_ns` and read at `now`."""
-        if now - self.at < self.RETRY_NS:
-            return -1
-        self.measure()
-        k = sec * 1_000_000_000 + nsec - self.offset
-        return k if sent_ns - _SANE_NS <= k <= now + _SANE_NS else -1
-
-
-_clock = _RealtimeOffset()
 
 
 class _Decoder:

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.stream import SO_TIMESTAMPNS, StreamClient, _clock
+from bench.kernelstamps import CLOCK as _clock
+from bench.kernelstamps import SO_TIMESTAMPNS
+from bench.stream import StreamClient
 
 REPO = Path(__file__).resolve().parents[1]
 SETUP_VLLM = REPO / "scripts/engines/setup_vllm_cpu.sh"

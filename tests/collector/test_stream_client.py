@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-import bench.stream
+import bench.kernelstamps
 from bench.monitor import LoopLagMonitor
 from bench.sse import SseStream
 from bench.stream import StreamClient, StreamResult, _Decoder, _SocketStream
@@ -256,7 +256,7 @@ def test_a_step_of_the_system_clock_keeps_the_kernel_stamps(refserver, monkeypat
     the cell). Now a stamp out of range has the offset measured again at once."""
     srv = refserver(tokens_per_s=400)
     client = StreamClient(srv.base_url)
-    clock = bench.stream._clock
+    clock = bench.kernelstamps.CLOCK
     clock.measure()
     # the system clock stepped 50 ms ahead after the last measure, half a second ago
     monkeypatch.setattr(clock, "offset", clock.offset - 50_000_000)

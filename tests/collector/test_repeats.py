@@ -93,7 +93,14 @@ def test_three_windows_per_decode_cell(refserver, tmp_path) -> None:
         rows = [r for r in run.requests.to_pylist() if r["purpose"] == PURPOSE_MEASURE
                 and (r["phase"], r["context"], r["concurrency"]) == key]
         per_window = window_figures(rows, bounds)
-        assert agg.details[cell.key]["windows"] == pytest.approx(per_window)
+        # Each figure of each window to float precision (pytest 9's approx refuses
+        # a list of dicts; pytest 8 compared them exactly, never approximately).
+        stored = agg.details[cell.key]["windows"]
+        assert [w.keys() for w in stored] == [w.keys() for w in per_window]
+        for k, (got, want) in enumerate(zip(stored, per_window, strict=True)):
+            for name, value in want.items():
+                expected = value if value is None else pytest.approx(value, rel=1e-9)
+                assert got[name] == expected, (k, name, got[name], value)
         for name in ("total_tok_s", "per_request_tok_s", "tbt_ms", "ttft_ms"):
             values = [w[name] for w in per_window if w[name] is not None]
             assert getattr(cell, name) == pytest.approx(statistics.median(values)), name

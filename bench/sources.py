@@ -54,6 +54,28 @@ def check_address(text: str) -> str:
     return str(addr)
 
 
+def check_families(host: str, port: int, given: tuple[str, ...]) -> None:
+    """ValueError (one line) when a given source address cannot reach the
+    server: an IPv6 source for a server with IPv4 addresses only, or the
+    other way round. Such a socket cannot be bound to it, and silently
+    letting the kernel choose instead would not be what the flag asked."""
+    if not given:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return  # the server's own probe says it cannot be reached
+    families = {info[0] for info in infos}
+    for source in given:
+        family = socket.AF_INET6 if ":" in source else socket.AF_INET
+        if family not in families:
+            mine = "IPv6" if family == socket.AF_INET6 else "IPv4"
+            theirs = "IPv6" if socket.AF_INET6 in families else "IPv4"
+            raise ValueError(f"--source-address {source}: an {mine} address, but the server "
+                             f"{host} has {theirs} addresses only; give an {theirs} address "
+                             "of this host")
+
+
 def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback and ipaddress.ip_address(host).version == 4

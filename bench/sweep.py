@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import math
 import signal
 import time
 from urllib.parse import urlsplit
@@ -22,6 +23,7 @@ from bench.cells import CellOutcome, CellRunner
 from bench.coordinator import Coordinator, MultiHostCellRunner
 from bench.engines import ServerError, ServerInfo, probe_server
 from bench.errors import RunError, io_reason
+from bench.fdlimit import ensure_open_files
 from bench.plan import Cell, Plan
 from bench.progress import Progress
 from bench.prompts import PromptFactory
@@ -29,7 +31,7 @@ from bench.redact import redact_url
 from bench.sampler import MetricsSampler
 from bench.shard_worker import ShardSetup
 from bench.shards import ShardedCellRunner, ShardPool
-from bench.sources import plan_sources, port_range
+from bench.sources import check_families, plan_sources, port_range
 from bench.store import RunStore
 from bench.stream import StreamClient
 from bench.telemetry import start_telemetry
@@ -38,6 +40,18 @@ from rundir.contract import DECODE, ERROR, PENDING, ContractError
 from rundir.words import context_label
 
 AUTH_DENIED = (401, 403)
+
+
+def _streams_here(plan: Plan, todo: list[Cell], hosts: int) -> int:
+    """The most streams one process of this host holds at once: a decode
+    cell's share (shard processes inherit this process's limit; `hosts`
+    share a cell of --shard i/N), a prefill cell's one."""
+    most = 1
+    for cell in todo:
+        if cell.phase == DECODE:
+            share = hosts if hosts > 1 else cell_shards(plan.workers, cell.concurrency)
+            most = max(most, math.ceil(cell.concurrency / share))
+    return most
 
 
 def label(cell: Cell) -> str:
@@ -51,7 +65,14 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     session's request-id prefix)."""
     s = opts.settings
     url = redact_url(info.base_url)
-    sources, why = plan_sources(urlsplit(info.base_url).hostname or "", opts.source_addresses,
+    where = urlsplit(info.base_url)
+    try:
+        check_families(where.hostname or "", where.port or 80, opts.source_addresses)
+        hosts_n = opts.shard[1] if opts.shard is not None else 1
+        raised = ensure_open_files(_streams_here(plan, todo, hosts_n), "the largest cell")
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+    sources, why = plan_sources(where.hostname or "", opts.source_addresses,
                                 max((c.concurrency for c in todo), default=1), port_range())
     client = StreamClient(info.base_url, opts.api_key, s.stall_timeout_s,
                           ttft_timeout_s=s.ttft_timeout_s, source_addresses=sources)
@@ -89,8 +110,9 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     sampler.start()
     telemetry.start()
     progress.start(plan, store, telemetry)
-    if why:
-        progress.note(why)
+    for line in (why, raised):
+        if line:
+            progress.note(line)
     try:
         for cell in todo:
             progress.begin(cell)

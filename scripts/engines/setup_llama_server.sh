@@ -3,7 +3,7 @@
 #
 # Why the sdist: Debian has no llama.cpp package and only PyPI is reachable;
 # llama-cpp-python's sdist vendors a pinned llama.cpp. Only the llama-server
-# target is built (about 5 min on 2 cores), cached outside the clone and keyed
+# target is built (about 8 min on 2 idle cores), cached outside the clone and keyed
 # by the llama.cpp commit so reruns and later CI jobs reuse it.
 # Also writes the tiny test model to $CACHE/models/tiny.gguf if missing.
 # Progress goes to stderr; the last line of stdout is the binary path.

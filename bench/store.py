@@ -16,7 +16,11 @@ mixed into the new attempt's figures.
 Files are written in the order superseded, requests, metrics, cells,
 windows, run.yaml: a write that fails part-way (a full disk) leaves at worst rows of
 an attempt that cells.parquet does not claim yet, never a cell claimed
-without its rows.
+without its rows. Around them, manifest.json (rundir/manifest.py) is removed
+first and written last, with the sha256 of every file: a flush cut short
+leaves no manifest (the run reads as one from before manifests), never one
+that disagrees with the collector's own files; a run edited by hand and then
+resumed stays marked as edited (the resumed store carries what it found).
 
 This is also where the run's secrets are removed from what it writes, once
 for every path a string takes (a served model name holding the key, a
@@ -60,11 +64,12 @@ from rundir.contract import (
     empty_table,
 )
 from rundir.io import read_table, write_run_info, write_table
+from rundir.manifest import MANIFEST_FILE, Edit, carry, check, seal, unseal
 from rundir.windows import by_cell
 
 Key = tuple[str, int, int]
 _OUR_FILES = (RUN_YAML, CELLS_FILE, REQUESTS_FILE, SERVER_METRICS_FILE, SUPERSEDED_REQUESTS_FILE,
-              GPU_METRICS_FILE, WINDOWS_FILE, CLOCK_OFFSETS_FILE)
+              GPU_METRICS_FILE, WINDOWS_FILE, CLOCK_OFFSETS_FILE, MANIFEST_FILE)
 _ANSWER_TEXT = frozenset({"content_tail", "reasoning_tail"})  # literal secrets only
 # rundir.io.atomic_write's temporary names: ".<name>.<random>.tmp"
 _STALE_TMP = re.compile(r"^\.(?:" + "|".join(re.escape(n) for n in _OUR_FILES) + r")\..+\.tmp$")
@@ -91,6 +96,8 @@ class RunStore:
         self.resumed_gpu: pa.Table = empty_table(GPU_METRICS_FILE)  # earlier sessions' telemetry
         self.windows: dict[Key, list[tuple[int, int]]] = {}  # cells measured with --repeats k > 1
         self.clocks: dict[Key, list[dict]] = {}  # cells measured on many hosts (--shard i/N)
+        # Files found edited when the run was resumed: every manifest written keeps them
+        self.edited: tuple[Edit, ...] = ()
 
     @classmethod
     def resume(cls, run_dir: Path, info: RunInfo, secrets: Iterable[str] = ()) -> RunStore:
@@ -98,6 +105,7 @@ class RunStore:
         read (raw rows redacted with this session's secrets too); ContractError
         names a file that does not meet the contract."""
         store = cls(run_dir, info, [], secrets)
+        store.edited = carry(check(store.run_dir))  # before anything is rewritten
         for row in read_table(store.run_dir, CELLS_FILE).to_pylist():
             store.rows[(row["phase"], row["context"], row["concurrency"])] = row
         store.requests = store._redacted(read_table(store.run_dir, REQUESTS_FILE, required=False))
@@ -162,6 +170,8 @@ class RunStore:
             self.server_metrics = pa.concat_tables([self.resumed_metrics, sampled])
         with _naming(self.run_dir):
             self.run_dir.mkdir(parents=True, exist_ok=True)
+        with _naming(self.run_dir / MANIFEST_FILE):
+            unseal(self.run_dir)  # first: a flush cut short leaves no stale manifest
         if self._superseded_dirty:
             with _naming(self.run_dir / SUPERSEDED_REQUESTS_FILE):
                 write_table(self.run_dir, SUPERSEDED_REQUESTS_FILE, self.superseded)
@@ -181,7 +191,9 @@ class RunStore:
         self._flush_clocks()
         info = redact_tree(self.info, self.secrets)  # every string field, the served name too
         with _naming(self.run_dir / RUN_YAML):
-            write_run_info(self.run_dir, info)  # last: run.yaml marks a run directory
+            write_run_info(self.run_dir, info)  # run.yaml marks a run directory
+        with _naming(self.run_dir / MANIFEST_FILE):
+            seal(self.run_dir, self.edited)  # last: the sha256 of every file above
 
     def _flush_windows(self) -> None:
         """windows.parquet after cells.parquet (a cut write leaves a cell read as one

@@ -223,14 +223,17 @@ def read_run(run_dir: Path) -> RunData:
             "(each request belongs to a cell of the run)")
     metrics = read_table(run_dir, SERVER_METRICS_FILE, required=False)
     gpu = read_table(run_dir, GPU_METRICS_FILE, required=False)
-    return RunData(run_dir, info, cells, requests, metrics, gpu, read_windows(run_dir, cells),
-                   read_clock_offsets(run_dir, cells))
+    return RunData(run_dir, info, cells, requests, metrics, gpu,
+                   read_windows(run_dir, cells, info), read_clock_offsets(run_dir, cells))
 
 
-def read_windows(run_dir: Path, cells: pa.Table) -> pa.Table:
-    """windows.parquet (empty if absent), its window ids checked against cells.parquet."""
+def read_windows(run_dir: Path, cells: pa.Table, info: RunInfo | None = None) -> pa.Table:
+    """windows.parquet (empty if absent), checked against cells.parquet: window ids,
+    and with run.yaml's `info` each cell's windows as the collector cuts them."""
     table = read_table(run_dir, WINDOWS_FILE, required=False)
-    if len(table) and (problem := cell_windows.problem(table, cells)):
+    p = info.parameters if info is not None else None
+    repeats, duration = (p.repeats or 1, p.duration_s) if p is not None else (None, None)
+    if len(table) and (problem := cell_windows.problem(table, cells, repeats, duration)):
         raise ContractError(f"{Path(run_dir) / WINDOWS_FILE}: {problem}")
     return table
 

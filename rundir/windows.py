@@ -37,8 +37,19 @@ def by_cell(windows: pa.Table) -> dict[Key, Bounds]:
     return {k: [(s, e) for _, s, e in sorted(v)] for k, v in out.items()}
 
 
-def problem(windows: pa.Table, cells: pa.Table) -> str | None:
-    """The first rule windows.parquet breaks, as one line naming the cell; None if none."""
+def problem(windows: pa.Table, cells: pa.Table, repeats: int | None = None,
+            duration_s: float | None = None) -> str | None:
+    """The first rule windows.parquet breaks, as one line naming the cell; None if none.
+
+    Beyond each window's own shape, a cell's windows must be the ones the
+    collector cuts (split_span): `repeats` windows of `duration_s` (run.yaml's
+    parameters) back to back from the cell's window_start_ns, the last one
+    ending at its window_end_ns. Why: the published median and interval are
+    taken over these windows, so a window deleted or shrunk by hand would
+    move them without a word (issue 30). Without a duration (a hand-made
+    run.yaml) every window but the last must be as long as window 0; without
+    `repeats` (no run.yaml to compare with) only the windows' own shape is checked.
+    """
     spans = {(r["phase"], r["context"], r["concurrency"]): r for r in cells.to_pylist()}
     grouped: dict[Key, list[tuple[int, int, int]]] = {}
     for row in windows.to_pylist():
@@ -52,6 +63,9 @@ def problem(windows: pa.Table, cells: pa.Table) -> str | None:
             return f"column phase: {name}: only decode cells have windows"
         if why := _rows_problem(sorted(rows), spans[key]):
             return f"{why} in {name}"
+        if repeats is not None and (
+                why := _tiling_problem(sorted(rows), spans[key], repeats, duration_s, name)):
+            return why
     return None
 
 
@@ -71,6 +85,39 @@ def _rows_problem(rows: list[tuple[int, int, int]], cell: dict) -> str | None:
     if rows[0][1] < lo or rows[-1][2] > hi:
         return "column start_ns/end_ns: a window outside the cell's window_start_ns..window_end_ns"
     return None
+
+
+def _tiling_problem(rows: list[tuple[int, int, int]], cell: dict, k: int,
+                    duration_s: float | None, name: str) -> str | None:
+    """How the windows differ from those the collector cuts from the cell's span
+    (rundir.windows.split_span), or None. Called once _rows_problem passed."""
+    lo, hi = int(cell["window_start_ns"]), int(cell["window_end_ns"])
+    got = [(s, e) for _, s, e in rows]
+    if duration_s is not None:
+        step = int(duration_s * 1e9)  # as the collector computes it (bench/cells.py)
+        plan = f"{k} × {duration_s:g} s (run.yaml parameters.repeats × duration_s)"
+    else:
+        step = got[0][1] - got[0][0]
+        plan = f"{k} windows as long as window 0 (run.yaml has no parameters.duration_s)"
+    plan += (" back to back from its window_start_ns, the last cut at its window_end_ns, "
+             "as the collector cuts them")
+    want = split_span(lo, hi, k, step)
+    if len(got) != len(want):
+        return f"column window: {name} has {len(got)} windows, expected {len(want)}: {plan}"
+    for w, (have, should) in enumerate(zip(got, want, strict=True)):
+        if have != should:
+            return (f"columns start_ns, end_ns: {name} window {w} spans {_span(have, lo)} of "
+                    f"the cell's window, expected {_span(should, lo)}: {plan}")
+    return None
+
+
+def _span(bounds: tuple[int, int], origin: int) -> str:
+    """A window as seconds from the cell's window_start_ns, to the nanosecond."""
+    def at(ns: int) -> str:
+        whole, frac = divmod(abs(ns - origin), 1_000_000_000)
+        text = f"{'-' if ns < origin else ''}{whole}.{frac:09d}".rstrip("0")
+        return text + "0" if text.endswith(".") else text
+    return f"{at(bounds[0])}–{at(bounds[1])} s"
 
 
 def first_token_window(first_token_ns: np.ndarray, bounds: Bounds) -> np.ndarray:

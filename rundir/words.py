@@ -25,9 +25,9 @@ STATUS_LABELS: dict[str, str] = {s.code: s.label for s in statuses.TABLE}
 STATUS_NOTES: dict[str, str] = {s.code: s.note for s in statuses.TABLE if s.note}
 
 # What went wrong, by the words an Error cell's reason uses: the checks' own
-# messages (rundir/decode_checks.py, bench/records.py, bench/chunks.py,
-# bench/cells.py). A reason is several parts joined by "; "; a first part that
-# names none of these is the error the collector kept of a failed request
+# messages (rundir/decode_checks.py, rundir/crosscheck.py, bench/records.py,
+# bench/chunks.py, bench/cells.py). A reason is several parts joined by "; ";
+# a first part that names none of these is the error the collector kept of a failed request
 # (HTTP status, lost connection, malformed event, stalled stream), and any
 # later one a note (client-bound, gauge coverage, readiness).
 ERROR_CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -39,6 +39,9 @@ ERROR_CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("no tokens arrived", "no stream received a second token"),
      "no decode rate was measured inside the window"),
     (("cold samples",), "too few prefill samples missed the prefix cache"),
+    (("requests missing for stream",), "a stream's requests are missing from the raw data"),
+    (("more requests ran at once than the cell sent", "column stream_index: stream"),
+     "the raw data holds requests the cell did not send"),
 )
 FAILED_REQUEST = "a request failed"
 LEAD_CHARS = 60  # of a failed request's error, in the legend

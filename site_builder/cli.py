@@ -1,7 +1,7 @@
 """`build-site`: build the static site from run directories, or preview it.
 
     build-site --data data --out site [--skip-invalid] [--cache DIR] [--prices prices.yaml]
-               [--slo ttft_p99=2000,tbt_p99=50]
+               [--slo ttft_p99=2000,tbt_p99=50] [--allow-edited]
     build-site [--out site] serve [--port 8000]
 
 Exit status: 0 when every run was published (or bad ones were skipped with
@@ -69,12 +69,16 @@ def _err(message: str) -> None:
               help="Latency limits the pages judge cells by, METRIC_LEVEL=MS with METRIC ttft "
                    "or tbt and LEVEL p50, p90, p95, p99 or p99.9 (p99_9), comma-separated "
                    f"[default: {slo.DEFAULT_SPEC}; readers can change them on the page].")
+@click.option("--allow-edited", is_flag=True,
+              help="Publish runs whose files differ from the sha256 checksums their collector "
+                   "recorded (manifest.json), each page saying it was edited after measurement; "
+                   "without it such a run is refused in one line.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress display and no summary.")
 @click.version_option(publish.version(), prog_name="build-site")
 @click.pass_context
 def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
          methodology: Path | None, cache_dir: Path | None, prices_file: Path | None,
-         limits: slo.Slo | None, quiet: bool) -> None:
+         limits: slo.Slo | None, allow_edited: bool, quiet: bool) -> None:
     """Build the Speed test matrix site from the run directories under --data."""
     if ctx.invoked_subcommand is not None:
         return
@@ -83,9 +87,10 @@ def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
     except prices.PriceError as exc:
         fail(f"--prices: {exc}", EXIT_USAGE)
     try:
-        report = publish.build_site(data_dir, out_dir, methodology=methodology,
-                                    progress=not quiet and sys.stderr.isatty(),
-                                    cache_dir=cache_dir, prices=table, slo=limits)
+        with load.allowing_edited(allow_edited):
+            report = publish.build_site(data_dir, out_dir, methodology=methodology,
+                                        progress=not quiet and sys.stderr.isatty(),
+                                        cache_dir=cache_dir, prices=table, slo=limits)
     except (load.LoadError, SiteError) as exc:
         _err(" ".join(str(exc).split()))
         ctx.exit(1)

@@ -5,20 +5,36 @@ times and inode are those of the last build); validating reads every
 Parquet file, so it happens only for runs whose aggregates are not cached yet. A broken run is
 reported as one line naming the file and the field; it never stops the
 good runs from being published.
+
+Two checks guard the published figures against a run changed after it was
+measured (issue 30). Finding compares the files with the sha256 the
+collector sealed them with (rundir/manifest.py), in the same pass that
+hashes them for the cache: a run that differs is refused in one line unless
+the build allows edited runs (`build-site --allow-edited`), and then its page
+says it was edited after measurement. Loading cross-checks each measured
+decode cell's stored status against its own rows (rundir/crosscheck.py) and
+publishes the status the rows support, saying so in the cell's reason.
 """
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import hashlib
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rundir import contract, identity
+import pyarrow as pa
+
+from rundir import contract, crosscheck, identity, manifest
 from rundir.contract import ContractError, RunInfo
 from rundir.io import RunData, read_run, read_run_info, read_table
+from site_builder.aggregate import recheck_reason  # the builder's re-check: one wording
 
 RUN_FILES = (
     contract.RUN_YAML,
@@ -28,6 +44,24 @@ RUN_FILES = (
     contract.GPU_METRICS_FILE,  # optional; part of the digest, so new telemetry re-aggregates
     contract.WINDOWS_FILE,  # optional (--repeats k > 1); absent: the digest is as before
 )
+# The files whose bytes key the cache and that are checked against the run's
+# manifest: those published (RUN_FILES), the clock offsets read_run validates,
+# and the manifest itself (a run's verdict changes with it).
+CHECKED_FILES = (*RUN_FILES, contract.CLOCK_OFFSETS_FILE, manifest.MANIFEST_FILE)
+ALLOW_EDITED_FLAG = "--allow-edited"
+# Whether this build publishes runs edited after measurement (build-site --allow-edited).
+_ALLOW_EDITED: contextvars.ContextVar[bool] = contextvars.ContextVar("allow_edited", default=False)
+
+
+@contextmanager
+def allowing_edited(allow: bool = True) -> Iterator[None]:
+    """Within the block, discover() lets runs edited after measurement through
+    (their pages say so) instead of refusing them: build-site --allow-edited."""
+    token = _ALLOW_EDITED.set(allow)
+    try:
+        yield
+    finally:
+        _ALLOW_EDITED.reset(token)
 
 
 class LoadError(Exception):
@@ -41,6 +75,8 @@ class RunSource:
     path: Path  # as reachable from the current directory (kept relative for messages)
     digest: str  # sha256 over the run's contract files: the cache key
     problem: str | None = None  # set when the run must not even be read (one line)
+    # Files that differ from the run's manifest, let through by --allow-edited
+    edited: tuple[manifest.Edit, ...] = ()
 
     def files(self) -> list[Path]:
         """The contract files present in the run directory."""
@@ -125,25 +161,40 @@ def _outside(path: Path, root: Path, what: str) -> str | None:
 
 
 def content_digest(run_dir: Path, salt: str = "") -> str:
-    """sha256 over the names and bytes of the run's contract files (plus a salt)."""
+    """sha256 over the names and sha256 of the run's checked files (plus a salt)."""
+    return _digest(manifest.hash_files(run_dir, CHECKED_FILES), salt)
+
+
+def _digest(hashes: dict[str, manifest.Hash], salt: str) -> str:
+    """The cache key from each file's own sha256 (one read of each file serves both
+    the key and the manifest check)."""
     h = hashlib.sha256(salt.encode())
-    for name in RUN_FILES:
-        path = Path(run_dir) / name
-        if not path.is_file():
-            continue
-        h.update(name.encode() + b"\0")
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        h.update(b"\0")
+    for name in CHECKED_FILES:
+        if name in hashes:
+            h.update(f"{name}\0{hashes[name][0]}\0".encode())
     return h.hexdigest()
+
+
+def _survey(run_dir: Path, salt: str) -> tuple[str, list[manifest.Edit]]:
+    """(cache key, files that differ from the run's manifest), from one read of each."""
+    scope = [*CHECKED_FILES[:-1]]  # the manifest is not a file it lists
+    edits, hashes = manifest.survey(run_dir, CHECKED_FILES, scope)
+    return _digest(hashes, salt), edits
+
+
+def edited_line(run_dir: Path, edits: tuple[manifest.Edit, ...] | list[manifest.Edit]) -> str:
+    """The one line refusing a run edited after measurement."""
+    more = f" (and {len(edits) - 1} more file{'s' if len(edits) > 2 else ''})" \
+        if len(edits) > 1 else ""
+    return (f"{edits[0].line(run_dir)}{more}; {ALLOW_EDITED_FLAG} publishes it marked "
+            "as edited after measurement")
 
 
 def file_signature(run_dir: Path, salt: str = "") -> list[Any]:
     """What identifies the run's files without reading them: name, size, mtime,
     ctime and inode of each (an atomic rewrite or an in-place edit changes one)."""
     sig: list[Any] = [salt]
-    for name in RUN_FILES:
+    for name in CHECKED_FILES:
         try:
             st = os.stat(Path(run_dir) / name)
         except FileNotFoundError:
@@ -159,7 +210,7 @@ def escaping_file(run_dir: Path, root: Path) -> str | None:
     """A one-line problem when one of the run's contract files is a symlink whose
     target lies outside the data folder (a shared data folder must not make the
     builder read, and publish as raw download, a file from elsewhere)."""
-    for name in RUN_FILES:
+    for name in CHECKED_FILES:
         path = Path(run_dir) / name
         if path.is_symlink() and (problem := _outside(path, root, "a symlink")) is not None:
             return problem
@@ -173,10 +224,15 @@ def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
     A symlink the search refuses comes back as a source with its problem
     set, so the build reports it in one line like any run it cannot read.
 
-    `known` maps a run path to [file_signature, digest] from an earlier build:
-    a run whose signature is unchanged keeps its digest without re-reading
-    its files (hashing gigabytes of raw data would dominate a rebuild). It
-    is updated in place to the runs found now.
+    `known` maps a run path to [file_signature, digest, edits] from an earlier
+    build: a run whose signature is unchanged keeps its digest and its files'
+    verdict against the manifest without re-reading its files (hashing
+    gigabytes of raw data would dominate a rebuild). It is updated in place
+    to the runs found now.
+
+    A run whose files differ from its manifest comes back with its problem set
+    (one line naming the file), or, inside `allowing_edited()`, with `edited`
+    set and published marked as edited.
     """
     data_dir = Path(data_dir)
     if not data_dir.exists():
@@ -196,34 +252,99 @@ def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
         if problem is not None:
             out.append(RunSource(d, "", problem))
             continue
-        if known is None:
-            out.append(RunSource(d, content_digest(d, salt)))
-            continue
-        sig = file_signature(d, salt)
-        hit = known.get(str(d))
-        digest = hit[1] if isinstance(hit, list) and len(hit) == 2 and hit[0] == sig else None
-        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):  # names cache files
-            digest = content_digest(d, salt)
-        fresh[str(d)] = [sig, digest]
-        out.append(RunSource(d, digest))
+        sig = file_signature(d, salt) if known is not None else None
+        hit = _known(known.get(str(d)) if known is not None else None, sig)
+        digest, edits = hit if hit is not None else _survey(d, salt)
+        if known is not None:
+            fresh[str(d)] = [sig, digest, [[e.name, e.what] for e in edits]]
+        out.append(_source(d, digest, edits))
     if known is not None:
         known.clear()
         known.update(fresh)
     return sorted(out, key=lambda s: s.path.as_posix())
 
 
+def _known(hit: Any, sig: list[Any] | None) -> tuple[str, list[manifest.Edit]] | None:
+    """(digest, edits) an earlier build filed for files with this signature, or None
+    (the entry is checked before it is trusted: its digest names cache files)."""
+    if sig is None or not isinstance(hit, list) or len(hit) != 3 or hit[0] != sig:
+        return None
+    digest, edits = hit[1], hit[2]
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest) or not isinstance(edits, list):
+        return None
+    if not all(isinstance(e, list) and len(e) == 2 and all(isinstance(x, str) for x in e)
+               for e in edits):
+        return None
+    return digest, [manifest.Edit(name, what) for name, what in edits]
+
+
+def _source(run_dir: Path, digest: str, edits: list[manifest.Edit]) -> RunSource:
+    """The run as found: refused in one line when edited after measurement, unless
+    this build allows it (build-site --allow-edited)."""
+    if not edits:
+        return RunSource(run_dir, digest)
+    if not _ALLOW_EDITED.get():
+        return RunSource(run_dir, "", edited_line(run_dir, edits))
+    return RunSource(run_dir, digest, edited=tuple(edits))
+
+
 def load_run(source: RunSource) -> RunData:
-    """Read and validate the whole run; ContractError names the file and field."""
+    """Read and validate the whole run; ContractError names the file and field.
+
+    The run as the builder publishes it: marked as edited when its files differ
+    from its manifest (checked here again: a worker process gets only the path,
+    and discover() has already refused such a run unless the build allows it),
+    and each measured decode cell with the status its own rows support
+    (rundir/crosscheck.py)."""
     if source.problem:
         raise ContractError(source.problem)
-    return read_run(source.path)
+    data = read_run(source.path)
+    edits = source.edited or tuple(manifest.check(source.path, CHECKED_FILES[:-1]))
+    if edits:
+        data.info = marked_edited(data.info, edits)
+    if not data.imported:
+        data.cells = rechecked_cells(data)
+    return data
 
 
 def load_info(source: RunSource) -> RunInfo:
     """Read and validate only run.yaml (cheap), for runs whose aggregates are cached."""
     if source.problem:
         raise ContractError(source.problem)
-    return read_run_info(source.path)
+    info = read_run_info(source.path)
+    return marked_edited(info, source.edited) if source.edited else info
+
+
+EDITED_NOTE = "**Edited after measurement.**"
+
+
+def marked_edited(info: RunInfo, edits: tuple[manifest.Edit, ...] | list[manifest.Edit],
+                  ) -> RunInfo:
+    """run.yaml as published for a run edited after measurement: its notes (shown on
+    the run page and in cells.json) open by saying so, file by file."""
+    files = "; ".join(f"`{e.name}`: {e.what}" for e in edits)
+    note = (f"{EDITED_NOTE} Files of this run differ from the sha256 checksums its writer "
+            f"recorded in `{manifest.MANIFEST_FILE}` ({files}). The figures on this page "
+            "come from the files as they are now, not as they were measured; the build "
+            f"published them only because it was asked to ({ALLOW_EDITED_FLAG}).")
+    notes = f"{note}\n\n{info.notes}" if info.notes else note
+    return dataclasses.replace(info, notes=notes)
+
+
+def rechecked_cells(data: RunData) -> pa.Table:
+    """cells.parquet with each measured decode cell whose rows contradict its stored
+    status given the status they support, the reason saying what the re-check
+    found and what the collector had stored (the Error legend reads the cause)."""
+    found = crosscheck.run_findings(data.cells, data.requests, data.server_metrics)
+    if not found:
+        return data.cells
+    rows = data.cells.to_pylist()
+    for row in rows:
+        hit = found.get((row["phase"], row["context"], row["concurrency"]))
+        if hit is not None:
+            row["reason"] = recheck_reason(row["status"], [hit.problem], row.get("reason"))
+            row["status"] = hit.status
+    return pa.Table.from_pylist(rows, schema=data.cells.schema)
 
 
 def one_line(exc: BaseException, where: Path) -> str:

@@ -34,6 +34,7 @@ from rundir.contract import (
 )
 from rundir.identity import source_key, source_key_of
 from rundir.io import atomic_write_bytes, is_run_dir, read_run, write_run_info, write_table
+from rundir.manifest import seal
 from rundir.slugs import slugify
 
 NOTES = (
@@ -190,6 +191,7 @@ def write_run_dir(
             dest = tmp / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(dest, data)
+        seal(tmp)  # last: the sha256 of every file written (rundir/manifest.py)
         read_run(tmp)  # the contract's own check, before anything has a real name
         try:
             tmp.rename(target)  # atomic; fails if target appeared meanwhile and is not empty

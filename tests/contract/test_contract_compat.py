@@ -42,7 +42,7 @@ def test_a_repeated_cell_without_its_windows_file_reads_as_one_window(tmp_path: 
     repeated cell as one window over the union of its windows: the figures of that span."""
     run = make_measured_run(tmp_path / "r", run_id="r", contexts=[1024], concurrency=[2],
                             duration_s=3.0, prefill_contexts=[],
-                            info={"parameters": {"repeats": 3}})
+                            info={"parameters": {"repeats": 3, "duration_s": 1.0}})
     whole = aggregate_run(read_run(run)).decode()[0]
     with_windows(run)
     repeated = aggregate_run(read_run(run)).decode()[0]

@@ -518,7 +518,7 @@ def test_out_must_not_be_a_run_directory(tmp_path: Path) -> None:
     result = CliRunner().invoke(import_cmd, [str(seed_path(QWEN)), "--out", str(first.path)])
     assert result.exit_code == 1
     assert "is a run directory" in result.stderr
-    assert set(os.listdir(first.path)) == {"cells.parquet", "run.yaml"}
+    assert set(os.listdir(first.path)) == {"cells.parquet", "run.yaml", "manifest.json"}
 
 
 def test_run_yaml_is_plain_and_complete(tmp_path: Path) -> None:

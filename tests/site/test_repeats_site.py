@@ -42,7 +42,8 @@ def with_windows(path: Path, k: int = 3) -> Path:
 def run(data: Path, name: str, rate: float, seed: int, k: int = 3) -> Path:
     path = make_measured_run(data / name, run_id=name, contexts=[1024], concurrency=[1, 2],
                              duration_s=3.0, tokens_per_s=rate, seed=seed, prefill_contexts=[],
-                             info={"parameters": {"repeats": k}} if k > 1 else None)
+                             info={"parameters": {"repeats": k, "duration_s": 3.0 / k}}
+                             if k > 1 else None)
     return with_windows(path, k) if k > 1 else path
 
 

@@ -458,7 +458,7 @@ def test_crafted_digest_cannot_write_outside_the_cache(tmp_path: Path) -> None:
     victim.write_text("precious")
     digests = json.loads((cache / "digests.json").read_text())
     run0 = str(data / "r0")
-    digests[run0] = [load.file_signature(data / "r0", code_salt()), "../../victim"]
+    digests[run0] = [load.file_signature(data / "r0", code_salt()), "../../victim", []]
     (cache / "digests.json").write_text(json.dumps(digests))
     _run(data, "r0", seed=5)  # force re-aggregation of r0 under the crafted digest
     digests[run0][0] = load.file_signature(data / "r0", code_salt())

@@ -3,7 +3,7 @@
     python benchmarks/builder_scale.py [--quick] [--runs N] [--workdir DIR] [--keep]
                                        [--baseline REV|DIR] [--aggregate-only]
     python benchmarks/builder_scale.py --site-runs N [--quick] [--workdir DIR]
-                                       [--baseline REV|DIR]
+                                       [--baseline REV|DIR] [--prices [FILE]]
 
 Synthetic measured runs the size of a real sweep (60 cells, ~3 million
 chunks each; benchmarks/_synthetic.py) are generated with numpy, then:
@@ -39,7 +39,10 @@ chunks each; benchmarks/_synthetic.py) are generated with numpy, then:
 5. --site-runs N: the builder at site size instead (benchmarks/_site_scale.py):
    N light measured runs with raw data and varied identities, cold, no-op,
    add-one and remove-one builds, peak memory and the index's first screen,
-   by this tree and (with --baseline) the baseline, alternated build by build.
+   by this tree and (with --baseline) the baseline, alternated build by build;
+   with --prices, each also builds a site priced by a table (build-site
+   --prices), side by side with its plain one (issue 30 item 13: one run
+   added to a priced site re-rendered every page).
 
 The machine is shared: every figure is a median of repeats where repeats
 are affordable; the last stdout line is one JSON object.
@@ -83,7 +86,11 @@ BUILD = """
 import json, sys, time
 from site_builder.publish import build_site
 t = time.perf_counter()
-r = build_site(sys.argv[1], sys.argv[2])
+prices = None
+if len(sys.argv) > 3:  # build-site --prices FILE
+    from site_builder.prices import load_prices
+    prices = load_prices(sys.argv[3])
+r = build_site(sys.argv[1], sys.argv[2], prices=prices)
 print(json.dumps({"inner_s": time.perf_counter() - t, "published": len(r.published),
                   "aggregated": r.aggregated, "reused": len(r.reused), "errors": r.errors,
                   "written": r.written}))
@@ -223,15 +230,17 @@ def _tree_rss(proc: psutil.Process) -> int:
     return total
 
 
-def build(data: Path, out: Path, repo: Path = REPO) -> dict[str, Any]:
-    """One build_site (of the builder in repo) in a fresh interpreter: wall time,
-    its report, peak memory."""
+def build(data: Path, out: Path, repo: Path = REPO, prices: Path | None = None,
+          ) -> dict[str, Any]:
+    """One build_site (of the builder in repo; with `prices`, as build-site --prices
+    FILE) in a fresh interpreter: wall time, its report, peak memory."""
     env = {**os.environ, "PYTHONPATH": str(repo)}
     t = time.perf_counter()
+    table = [str(Path(prices).resolve())] if prices is not None else []
     # cwd=repo: `python -c` puts the current folder first on sys.path, so started from
     # this checkout a baseline's build would import this tree's builder instead.
     child = subprocess.Popen([sys.executable, "-c", LAUNCH, BUILD, str(Path(data).resolve()),
-                              str(Path(out).resolve())], env=env, cwd=repo,
+                              str(Path(out).resolve()), *table], env=env, cwd=repo,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0]
     done = threading.Event()
@@ -353,6 +362,11 @@ def main() -> None:
     ap.add_argument("--site-runs", type=int, metavar="N",
                     help="site size instead: N light measured runs; cold, no-op, add-one "
                          "builds (with --baseline: side by side); --quick: one repeat")
+    ap.add_argument("--prices", nargs="?", const="every-gpu", metavar="FILE",
+                    help="with --site-runs: each tree also builds a site with this price "
+                         "table (build-site --prices), side by side with the plain one; "
+                         "without FILE, a table pricing every GPU of the generated runs, "
+                         "so the run added is on a priced GPU")
     args = ap.parse_args()
     if args.site_runs:
         site_main(args)
@@ -393,8 +407,12 @@ def site_main(args: argparse.Namespace) -> None:
     root.mkdir(parents=True, exist_ok=True)
     try:
         base = export_tree(args.baseline, root / "baseline-tree") if args.baseline else None
+        table = None
+        if args.prices is not None:
+            table = (_site_scale.every_gpu_prices(root / "prices.yaml")
+                     if args.prices == "every-gpu" else Path(args.prices))
         result = _site_scale.site_scale(root, args.site_runs, build, base,
-                                        repeats=1 if args.quick else 3)
+                                        repeats=1 if args.quick else 3, prices=table)
         result["baseline_rev"] = args.baseline
     finally:
         if args.workdir is None and not args.keep:

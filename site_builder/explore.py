@@ -21,7 +21,10 @@ When the build has a price table (build-site --prices), each point also carries
 its $ per 1M output tokens (site_builder/prices.py's formula and $ format) and
 the data the prices used; without one, no point has a cost field at all.
 
-Pure: RunViews in, plain dicts and lists out (written as data/explore.js).
+Pure: RunViews in, plain dicts and lists out (written as data/explore.js, and split
+by site_builder/exploredata.py into an index and a file per family and context, what
+the explorer loads). The points are grouped by family, then context, so that each
+such file is one slice of them and the indices here (the frontiers') hold for both.
 """
 
 from __future__ import annotations
@@ -226,6 +229,10 @@ def explore_data(views: list[RunView]) -> dict[str, Any]:
                                                      key=lambda x: (x.context, x.concurrency))
                    if _plotted(x)]
     fams = sorted(families.values(), key=lambda f: f["name"].lower())
+    # Grouped by family, then context (stable: each run's points stay in its order), so
+    # each (family, context) is one slice, loaded on its own (site_builder/exploredata.py).
+    rank = {i: k for k, f in enumerate(fams) for i in f["runs"]}
+    points.sort(key=lambda p: (rank[p[0]], p[1]))
     scopes = {ALL: list(range(len(runs))), **{f["slug"]: f["runs"] for f in fams}}
     contexts = {s: sorted({p[1] for p in points if p[0] in chosen})
                 for s, members in scopes.items() if (chosen := set(members)) is not None}

@@ -109,13 +109,16 @@ def explore_fallback(title: str, series: list[tuple[str, list[tuple[float, float
 
 
 def default_picture(data: dict[str, Any]) -> dict[str, str]:
-    """Title, caption, words and no-JS SVG of the explorer's default view."""
+    """Title, caption, words and no-JS SVG of the explorer's default view, and the
+    index of its data (`explore_index`, exploredata.split's) when the build gives one:
+    the page holds it (without it, the page loads the whole data/explore.js)."""
     view = data["default"]
     ctx = view["context"]
+    src = {"explore_index": data["explore_index"]} if "explore_index" in data else {}
     if ctx is None:
         return {"chart_title": "No run has decode numbers", "chart_caption": "",
                 "fallback_svg": "", "view_text": "no run has decode numbers yet",
-                "cost_note": ""}
+                "cost_note": "", **src}
     gpu = view["y"] == "gpu"
     label = data["context_labels"][str(ctx)]
     scope = next((f["name"] for f in data["families"] if f["slug"] == view["family"]), "all runs")
@@ -127,7 +130,7 @@ def default_picture(data: dict[str, Any]) -> dict[str, str]:
             "chart_caption": "One line per run through its concurrency levels; dark line: the "
                              "Pareto frontier over Valid points; up and right is better.",
             "fallback_svg": "" if fallback.UNSAFE.search(svg) else svg,
-            "view_text": f"{scope} at {label}", "cost_note": cost_note(data)}
+            "view_text": f"{scope} at {label}", "cost_note": cost_note(data), **src}
 
 
 def cost_note(data: dict[str, Any]) -> str:

@@ -59,6 +59,14 @@ class Price:
                 f"{self.date}, source: {self.source}")
 
 
+def page_key(price: Price | None) -> str:
+    """A run's price as the keys of the pages that show it hold it: every field as the
+    table gives it (a cost is computed from the unrounded price, so "$3.50" may stand
+    for 3.504); "" without one. Only the pages showing a run's price hold it, so a run
+    added on a priced GPU re-renders its own pages, not every priced run's."""
+    return "" if price is None else repr(price)
+
+
 def gpu_key(name: str | None) -> str:
     """How GPU names are matched: case-insensitive, runs of spaces folded."""
     return " ".join((name or "").split()).lower()

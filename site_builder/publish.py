@@ -40,6 +40,7 @@ from site_builder import (
     charts,
     explore,
     explorecharts,
+    exploredata,
     load,
     rankings,
     runpages,
@@ -53,7 +54,7 @@ from site_builder.fingerprint import code_files, fingerprint
 from site_builder.glossary import body_without_glossary, methodology_path
 from site_builder.names import distinct_names
 from site_builder.pages import Pages
-from site_builder.prices import PriceTable
+from site_builder.prices import PriceTable, page_key
 from site_builder.render import Renderer, json_script
 from site_builder.sitewriter import (
     AGGREGATES,
@@ -130,13 +131,13 @@ def page_fingerprint(renderer: Renderer, assets: dict[str, str], methodology: st
                      views: list[RunView]) -> str:
     """What every cached page depends on, by site_builder.fingerprint's rule: the code
     (rundir/, site_builder/), the templates and static files, the asset names, the
-    methodology text, each run's price as the table gives it (every field: a cost
-    is computed from the unrounded price, so "$3.50" may stand for 3.504) and the
-    SLO's limits (run pages print meets/misses and goodput under them)."""
-    priced = "|".join(f"{v.slug}={v.price!r}" for v in views if v.price is not None)
+    methodology text and the SLO's limits (run pages print meets/misses under them).
+    Not the prices: a page keys on those it shows (`prices.page_key`: a run page and
+    its downloads on its run's, a family page and its ranking data on their runs'); in
+    here, one run added on a priced GPU re-rendered every page (issue 30 item 13)."""
     limits = next((f"slo={v.slo.slo.spec}" for v in views if v.slo is not None), "")
     return fingerprint([*code_files(), *renderer.fingerprint_files()], version(),
-                       json.dumps(assets, sort_keys=True), methodology, priced, limits)
+                       json.dumps(assets, sort_keys=True), methodology, limits)
 
 
 def methodology_text(path: Path | None = None) -> str:
@@ -340,8 +341,8 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
     task = bar.add_task("Site pages", total=len(models) + 8)
     for m in models:
         rel = f"models/{m.slug}.html"
-        key = digest("|".join([fp, m.slug, *(f"{r.agg.digest}:{r.slug}" for r in m.runs)])
-                     .encode())
+        key = digest("|".join([fp, m.slug, *(f"{r.agg.digest}:{r.slug}:{page_key(r.price)}"
+                                             for r in m.runs)]).encode())  # its rankings' costs
         if not writer.is_current(rel, key):
             writer.write(rel, pages.model_page(m), key)
         bar.advance(task)
@@ -361,8 +362,10 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
     data = explore.explore_data(views)
     data |= {"templates": _explore_templates(writer, fp, cost=bool(data["prices"])),
              "colors": chartkit.LINE_COLORS, "rest_color": chartkit.REST_COLOR}
-    writer.write("explore.html", pages.explore_page(data))
-    writer.write("data/explore.js", f"window.SPEED_MATRIX_EXPLORE = {json_script(data)};\n")
+    index, scripts = exploredata.scripts(data)  # an index, the points by family and context
+    writer.write("explore.html", pages.explore_page(data | {"explore_index": index}))
+    for rel, text in scripts:
+        writer.write(rel, text)
     bar.advance(task, 8)
 
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from site_builder import curves, load, runrows, slo
+from site_builder import curves, load, prices, runrows, slo
 from site_builder.aggregate import AggregateCache, aggregate_run
 from site_builder.pages import Pages
 from site_builder.render import json_script
@@ -77,7 +77,8 @@ def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
     base = f"runs/{run.slug}"
     key = digest(f"{fp}|{run.agg.digest}|{run.slug}|{run.family_slug}".encode())
     page_key = digest(f"{key}|{run.series_slug}|{run.series_prev}|{run.series_next}|"
-                      f"{run.regression}".encode())  # the run page links its series' neighbours
+                      f"{run.regression}|{prices.page_key(run.price)}"  # and shows its cost
+                      .encode())  # the run page links its series' neighbours
     slo.attach(run, cache.folder if cache is not None else None,  # goodput: page, downloads
                lambda: run.agg.details or (_details(cache, run, src_dir) if cache else {}))
     if not writer.is_current(f"{base}/index.html", page_key):

@@ -7,17 +7,24 @@
    Runs are keyed by slug and named by their distinct name (site_builder/names.py);
    a view's runs are ranked by its measure, the best ten coloured, the rest grey, and
    listed under the plot (site.js SpeedMatrixLegend: search, click to highlight).
-   Everything comes from data/explore.js, written by the build (site_builder/explore.py):
-   the points with their texts already formatted, the frontier of every view, and the
-   chart templates compiled from Altair (site_builder/explorecharts.py), whose holes are
-   filled here as chartkit.Template.fill does. The A/B page uses `curves` and `summary`.
+   Everything comes from the build (site_builder/explore.py): the points with their
+   texts already formatted, the frontier of every view, and the chart templates
+   compiled from Altair (site_builder/explorecharts.py), whose holes are filled here as
+   chartkit.Template.fill does. The explorer has the index in its page (runs,
+   families, frontiers, templates, where each file of points lies) and loads only
+   the files of points its view draws, one per family and context, with <script> tags
+   (file:// pages cannot fetch(); site_builder/exploredata.py); the A/B page loads the
+   whole data/explore.js and uses `curves`, `spec`, `draw` and `summary`.
    The percentile (pct=p99, event sm-tail) takes per-request tok/s and TTFT at that
    level; "under latency limits" (under=1; the limits: slo.js, slo=, event sm-slo)
    draws the cells missing them faint and the frontier through the Valid cells meeting
    them, by explore.pareto_front's rule (repeated here: the reader picks the limits). */
 (function () {
   "use strict";
-  var DATA = window.SPEED_MATRIX_EXPLORE;
+  /* The whole data (data/explore.js: the A/B page), else the explorer's index, in its
+     page (site_builder/exploredata.py), whose points are loaded as views need them. */
+  var INDEX = document.getElementById("explore-index");
+  var DATA = window.SPEED_MATRIX_EXPLORE || (INDEX ? JSON.parse(INDEX.textContent) : null);
   var ALL = "*";
   var FRONTIER_COLOR = "#1f2328";
   var COST = "Cost per 1M output tokens";  /* site_builder/explore.py COST_FIELDS */
@@ -37,6 +44,70 @@
   }
 
   function field(name) { return DATA.fields.indexOf(name); }
+
+  /* ---- the points, by family and context, as views need them -------------- */
+  /* The site's root, from this script's own address (static/explore.<hash>.js). */
+  var ROOT = document.currentScript ? document.currentScript.src.replace(/static\/[^\/]*$/, "") : "";
+  var CHUNKS = "SPEED_MATRIX_EXPLORE_CHUNKS";  /* exploredata.CHUNKS */
+  var loaded = {}, waiting = {}, familyOf = {}, runsOf = {};
+  if (DATA && DATA.chunks) {
+    DATA.points = DATA.points || new Array(DATA.total);  /* filled file by file */
+    DATA.families.forEach(function (f) {
+      runsOf[f.slug] = f.runs;
+      f.runs.forEach(function (i) { familyOf[i] = f.slug; });
+    });
+  }
+
+  /* A loaded file's points into DATA.points at its place, each point's run made the
+     site's (the file names it by its place in the family). False when unreadable. */
+  function take(c) {
+    var rows = (window[CHUNKS] || {})[c.id];
+    if (!rows || rows.length !== c.count) return false;
+    var runs = runsOf[c.family];
+    rows.forEach(function (p, k) {
+      p[0] = runs[p[0]];
+      DATA.points[c.start + k] = p;
+    });
+    delete window[CHUNKS][c.id];
+    loaded[c.id] = true;
+    return true;
+  }
+
+  function loadChunk(c, done) {
+    if (loaded[c.id]) { done(null); return; }
+    if (waiting[c.id]) { waiting[c.id].push(done); return; }
+    waiting[c.id] = [done];
+    var s = document.createElement("script");
+    s.src = ROOT + c.src;
+    function end(err) {
+      var calls = waiting[c.id];
+      delete waiting[c.id];
+      calls.forEach(function (f) { f(err); });
+    }
+    s.onload = function () { end(take(c) ? null : c.src + ": not the points named"); };
+    s.onerror = function () { end(c.src); };
+    document.head.appendChild(s);
+  }
+
+  /* Make sure the points of these runs at one context are here: true when they are
+     (nothing to wait for), else false, and done(error or null) once they are. */
+  function need(runIdx, ctx, done) {
+    if (!DATA.chunks) return true;  /* the whole data: every point is here */
+    var fams = {};
+    runIdx.forEach(function (i) { fams[familyOf[i]] = 1; });
+    var todo = DATA.chunks.filter(function (c) {
+      return fams[c.family] && c.context === ctx && !loaded[c.id];
+    });
+    if (!todo.length) return true;
+    var left = todo.length, failed = null;
+    todo.forEach(function (c) {
+      loadChunk(c, function (err) {
+        failed = failed || err;
+        if (--left === 0) done(failed);
+      });
+    });
+    return false;
+  }
 
   /* The percentile (index in DATA.levels; 0: the median) and the limits kept to
      (null: not under limits), as the page's address says. */
@@ -197,7 +268,7 @@
   }
 
   window.SpeedMatrixExplore = DATA ? { curves: curves, spec: spec, draw: draw, summary: summary,
-                                       data: DATA } : { summary: summary };
+                                       need: need, data: DATA } : { summary: summary };
 
   /* ---- the explorer page ------------------------------------------------ */
   var form = document.getElementById("explore-form");
@@ -338,6 +409,23 @@
     var ctx = Number(selCtx.value);
     var scoped = members(selFamily.value);
     var runs = scoped.filter(function (i) { return passes(DATA.runs[i], s.filters); });
+    /* the view's points: its runs' files at this context, loaded once, then drawn */
+    var asked = window.location.hash;
+    var here = need(runs, ctx, function (err) {
+      if (err) { note.textContent = "Could not load this view's points (" + err + ")."; return; }
+      if (window.location.hash === asked) render();
+    });
+    var texts = [];
+    if (s.problems.length) texts.push("No run of this site has the " + s.problems.join(" or the ") +
+      " in the address; showing the nearest view instead.");
+    if (!here) {  /* the chart is not this view's until they come: not live meanwhile */
+      fig.classList.remove("is-live");
+      fig.setAttribute("aria-busy", "true");
+      note.textContent = texts.concat(["Loading the points of " + runs.length + " run" +
+        (runs.length === 1 ? "" : "s") + "\u2026"]).join(" ");
+      return;
+    }
+    fig.removeAttribute("aria-busy");
     var gpuMode = s.view === "tradeoff" && selY.value === "gpu";
     var usable = gpuMode ? runs.filter(function (i) { return DATA.runs[i].gpus; }) : runs;
     var drawn = curves(usable, ctx, s.view, selY.value);
@@ -345,9 +433,6 @@
       .map(function (i) { return DATA.runs[i].name; });
     var absent = usable.filter(function (i) { return drawn.runs.indexOf(i) < 0; })
       .map(function (i) { return DATA.runs[i].name; });
-    var texts = [];
-    if (s.problems.length) texts.push("No run of this site has the " + s.problems.join(" or the ") +
-      " in the address; showing the nearest view instead.");
     if (filtered) texts.push("Filters: " + runs.length + " of the " + scoped.length + " runs" +
       (selFamily.value === ALL ? "" : " of this family") + ".");
     if (left.length) texts.push("Left out of the per-GPU view (no GPU count): " + some(left) + ".");

@@ -160,12 +160,36 @@ def run_colors(n: int) -> list[str]:
     return LINE_COLORS[:min(n, TOP_LINES)] + [REST_COLOR] * max(0, n - TOP_LINES)
 
 
+@dataclass(frozen=True)
+class Palette:
+    """One run -> colour assignment shared by every chart of a page, so a run reads
+    the same colour in each of them (a chart ranking its own runs made the H200 run
+    blue in two charts of a family page and orange in the other two). `rule` says
+    which runs got the palette's colours (the rest are grey)."""
+
+    colors: dict[str, str]
+    rule: str
+
+    def of(self, key: str) -> str:
+        return self.colors.get(key, REST_COLOR)
+
+
+def page_palette(ranked: list[str], measure: str) -> Palette:
+    """The page's colours: the palette for its first TOP_LINES runs (`ranked`, best
+    first by `measure`), grey after."""
+    rule = (f"the {min(len(ranked), TOP_LINES)} runs with the highest {measure} in colour, "
+            "the same in every chart of this page")
+    return Palette(dict(zip(ranked, run_colors(len(ranked)), strict=True)), rule)
+
+
 def legend_meta(title: str, keys: list[str], names: list[str],
-                colors: list[str]) -> dict[str, Any]:
-    """What site.js draws a chart's run list from (spec usermeta `legend`): its title
-    and [key, name, colour] per line, best first."""
+                colors: list[str], rule: str = "") -> dict[str, Any]:
+    """What site.js draws a chart's run list from (spec usermeta `legend`): its title,
+    [key, name, colour] per line (the coloured first, each part best first), how many
+    are grey, and which runs are coloured (`rule`; without it, the chart's best)."""
+    rest = sum(c == REST_COLOR for c in colors)
     return {"title": title, "items": [list(x) for x in zip(keys, names, colors, strict=True)],
-            "rest": max(0, len(keys) - TOP_LINES)}
+            "rest": rest, **({"rule": rule} if rule and rest else {})}
 
 
 def faded(others: list[dict[str, Any]] | None = None) -> dict[str, Any]:

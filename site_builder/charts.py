@@ -26,7 +26,7 @@ from typing import Any
 import altair as alt
 
 from rundir import contract, words
-from site_builder import chartkit, fallback
+from site_builder import chartkit, fallback, runbars
 from site_builder.aggregate import CellResult
 from site_builder.chartkit import (
     HEIGHT,
@@ -149,22 +149,44 @@ def _line_template(kind: str, queued: bool) -> Template:
     return template(chart)
 
 
+def _run_colors(lines: list[str], palette: chartkit.Palette | None) -> tuple[list[str], list[str]]:
+    """(lines, colours) of a chart of runs, `lines` ranked best first by the chart's
+    measure: without a palette the chart's best TOP_LINES are coloured; with the
+    page's, each run has its page colour and the coloured runs come first."""
+    if palette is None:
+        return lines, chartkit.run_colors(len(lines))
+    grey = [key for key in lines if palette.of(key) == chartkit.REST_COLOR]
+    lines = [key for key in lines if key not in set(grey)] + grey
+    return lines, [palette.of(key) for key in lines]
+
+
+def _rest_caption(colors: list[str], palette: chartkit.Palette | None) -> str:
+    """The caption's note on grey runs, when a chart has any."""
+    if chartkit.REST_COLOR not in colors:
+        return ""
+    which = palette.rule if palette else f"the best {chartkit.TOP_LINES} in colour"
+    return f"; {which}, {chartkit.REST_NOTE}"
+
+
 def _line_chart(kind: str, chart_id: str, title: str, caption: str, rows: list[dict[str, Any]],
-                keys: tuple[str, ...], lines: list[str], **holes: Any) -> Chart:
+                keys: tuple[str, ...], lines: list[str], palette: chartkit.Palette | None = None,
+                **holes: Any) -> Chart:
     """A line chart of `kind` over rows: its spec from the kind's template, its
     fallback from the same kind, rows, lines and holes (the x ticks are the
     page's levels, or its context labels, as on the live axis). Lines by run
-    come ranked best first (`lines`: their keys), coloured by `chartkit.run_colors`."""
+    come ranked best first (`lines`: their keys), coloured by the page's `palette`
+    or, without one, by `chartkit.run_colors`."""
     k = LINE_KINDS[kind]
     queued = chartkit.any_queued(rows)
+    colors = chartkit.line_colors(len(lines))
     if k.by_run:  # the worst first in the data: the best are drawn on top
+        lines, colors = _run_colors(lines, palette)
         rank = {key: i for i, key in enumerate(lines)}
         rows = sorted(rows, key=lambda r: -rank[r["key"]])
         for r in rows:
-            r["top"] = rank[r["key"]] < chartkit.TOP_LINES
+            r["top"] = colors[rank[r["key"]]] != chartkit.REST_COLOR
         keys = (*keys, "top")
     data = chartkit.slim(rows, (*keys, "point") if queued else keys)
-    colors = chartkit.run_colors(len(lines)) if k.by_run else chartkit.line_colors(len(lines))
     spec = _line_template(kind, queued).fill({"cells": data}, lines=lines, colors=colors, **holes)
     x_field, x_domain = k.x, None
     x_ticks = [(float(v), str(v)) for v in holes.get("x_values") or []]
@@ -182,10 +204,10 @@ def _line_chart(kind: str, chart_id: str, title: str, caption: str, rows: list[d
         names = {r["key"]: r["run"] for r in rows}
         series = [(names[key], pts) for key, pts in series]
         spec["usermeta"] = {"legend": chartkit.legend_meta(
-            k.look.legend or "Run", lines, [names[key] for key in lines], colors)}
-        legend_max = chartkit.TOP_LINES
-        if len(lines) > chartkit.TOP_LINES:
-            caption += f"; the best {chartkit.TOP_LINES} in colour, {chartkit.REST_NOTE}"
+            k.look.legend or "Run", lines, [names[key] for key in lines], colors,
+            palette.rule if palette else "")}
+        legend_max = len(lines) - colors.count(chartkit.REST_COLOR)
+        caption += _rest_caption(colors, palette)
     return _make(chart_id, title, caption + chartkit.queued_note(rows), spec, lambda: fallback.lines(
         title, series, series_colors, k.look, x_ticks=x_ticks,
         x_log2=k.x == "log2", legend_below=k.by_run, x_domain=x_domain,
@@ -244,10 +266,11 @@ def _ranked(rows: list[dict[str, Any]]) -> list[str]:
     return chartkit.rank_lines(best)
 
 
-def runs_decode_chart(series: list[RunLine], context: int,
-                      chart_id: str, *, levels: bool = False) -> Chart | None:
+def runs_decode_chart(series: list[RunLine], context: int, chart_id: str, *,
+                      levels: bool = False, palette: chartkit.Palette | None = None) -> Chart | None:
     """Total tok/s against concurrency at one context, one line per run (broken
-    where a run's cell has no numbers)."""
+    where a run's cell has no numbers); a bar per run when only one level has numbers
+    (a line through one x is a lone dot). `palette`: the page's run colours."""
     rows = []
     for key, name, cells in series:
         rows += chartkit.cell_rows(_plotted([x for x in cells if x.phase == contract.DECODE
@@ -256,14 +279,23 @@ def runs_decode_chart(series: list[RunLine], context: int,
         return None
     concurrency = sorted({r["concurrency"] for r in rows if r["total"] is not None})
     ctx = words.context_label(context)
-    return _line_chart("runs_decode", chart_id, f"Throughput at {ctx} context",
+    title = f"Throughput at {ctx} context"
+    if len(concurrency) == 1:
+        n = concurrency[0]
+        return runbars.chart(chartkit.RUNS_DECODE, ("run", *DECODE_TIP), chart_id, title,
+                             f"Total tok/s of each run at {ctx} × {n} request{'' if n == 1 else 's'} "
+                             "at once, the only level with numbers at this context",
+                             rows, _ranked(rows), palette)
+    return _line_chart("runs_decode", chart_id, title,
                        f"Total tok/s against requests at once at {ctx}, one line per run", rows,
-                       ("key", "run", *_DECODE_KEYS), _ranked(rows), **_log2_holes(concurrency))
+                       ("key", "run", *_DECODE_KEYS), _ranked(rows), palette,
+                       **_log2_holes(concurrency))
 
 
-def runs_context_chart(series: list[RunLine], phase: str,
-                       chart_id: str, *, levels: bool = False) -> Chart | None:
-    """Prefill tok/s, or single-stream decode tok/s, by context, one line per run."""
+def runs_context_chart(series: list[RunLine], phase: str, chart_id: str, *,
+                       levels: bool = False, palette: chartkit.Palette | None = None) -> Chart | None:
+    """Prefill tok/s, or single-stream decode tok/s, by context, one line per run; a bar
+    per run when only one context has numbers. `palette`: the page's run colours."""
     rows = []
     for key, name, cells in series:
         pick = [x for x in cells if x.phase == phase and (phase == contract.PREFILL or x.concurrency == 1)]
@@ -280,11 +312,16 @@ def runs_context_chart(series: list[RunLine], phase: str,
     else:
         title = "Single-stream decode by run"
         caption = "Decode tok/s of one request at a time by context, one line per run"
+    keys = ("key", "run", "Context", "total", "Total tok/s", "TTFT")
+    if len(labels) == 1:
+        what = "Prompt tok/s" if phase == contract.PREFILL else "Single-stream decode tok/s"
+        return runbars.chart(LINE_KINDS[kind].look, ("run", "Context", "Total tok/s", "TTFT"),
+                             chart_id, title, f"{what} of each run at {labels[0]}, the only "
+                             "context with numbers", rows, _ranked(rows), palette)
     for r in rows:
         r["concurrency"] = r["context"]  # line_series orders a line's points by this
-    return _line_chart(kind, chart_id, title, caption, rows,
-                       ("key", "run", "Context", "total", "Total tok/s", "TTFT", "context"),
-                       _ranked(rows), labels=labels)
+    return _line_chart(kind, chart_id, title, caption, rows, (*keys, "context"),
+                       _ranked(rows), palette, labels=labels)
 
 
 # --------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 from rundir import contract, tails, words
 from site_builder import (
+    chartkit,
     charts,
     drillcharts,
     explore,
@@ -37,7 +38,7 @@ from site_builder.glossary import (
     imported_note,
 )
 from site_builder.render import Renderer, markdown
-from site_builder.setups import setup_key, time_order
+from site_builder.setups import order_runs, setup_key
 from site_builder.views import (
     FamilyGroup,
     RunView,
@@ -65,28 +66,48 @@ COMPARE_METRICS = [(m.key, m.header, m.better) for m in metrictable.COMPARED]
 def compare_groups(runs: list[RunView]) -> list[tuple[str, list[RunView]]]:
     """The compare page's runs by model family (its pickers' groups and its
     no-JS list), families by name; within one, a setup's runs
-    (site_builder/setups.py) together, oldest first, as on its history page:
+    (site_builder/setups.py) together in their history page's order (engine
+    version where versions differ, else date):
     with a thousand runs a reader finds one by family, then setup, then date."""
-    by_family: dict[str, list[RunView]] = {}
+    by_family: dict[str, dict[tuple[str, str, str, int, str], list[RunView]]] = {}
     for r in runs:
-        by_family.setdefault(r.family, []).append(r)
-    return [(family, sorted(members, key=lambda r: (setup_key(r), time_order(r))))
-            for family, members in sorted(by_family.items(), key=lambda x: x[0].lower())]
+        by_family.setdefault(r.family, {}).setdefault(setup_key(r), []).append(r)
+    return [(family, [r for key in sorted(setups) for r in order_runs(setups[key])])
+            for family, setups in sorted(by_family.items(), key=lambda x: x[0].lower())]
 
 
 def compare_default(runs: list[RunView]) -> tuple[str, str]:
     """(A, B) the compare page opens on: the newest run that has an earlier
     run of its setup (its series, site_builder/series.py, attached before
     the pages are made) as B, that earlier run as A, since "what changed
-    since last time" is the comparison most readers come for; without any
-    series, the first two runs of the pickers."""
+    since last time" is the comparison most readers come for. Without any
+    series, two runs of one model family (different models are not comparable
+    on speed alone): the newest run of a family with two or more runs as B, the
+    family's next newest as A. With no such family, ("", ""): the page asks the
+    reader to pick (its first two runs were two different models)."""
+    def newest(rs: list[RunView]) -> RunView:
+        return max(rs, key=lambda r: (r.info.measured_at or "", r.run_id))
+
     latest = [r for r in runs if r.series_prev and not r.series_next]
     if latest:
-        newest = max(latest, key=lambda r: (r.info.measured_at or "", r.run_id))
-        assert newest.series_prev is not None
-        return newest.series_prev[0], newest.slug
-    ordered = [r.slug for _, members in compare_groups(runs) for r in members]
-    return (ordered[0] if ordered else "", ordered[1] if len(ordered) > 1 else "")
+        b = newest(latest)
+        assert b.series_prev is not None
+        return b.series_prev[0], b.slug
+    families: dict[str, list[RunView]] = {}
+    for r in runs:
+        families.setdefault(r.family_slug, []).append(r)
+    pool = [r for members in families.values() if len(members) > 1 for r in members]
+    if not pool:
+        return "", ""
+    b = newest(pool)
+    return newest([r for r in families[b.family_slug] if r is not b]).slug, b.slug
+
+
+def family_palette(runs: list[RunView]) -> chartkit.Palette:
+    """The family page's run colours, shared by all its charts: the palette for the
+    runs with the highest peak total tok/s (the family's headline figure), grey after."""
+    best = {r.slug: (r.peak.total_tok_s if r.peak else None) for r in runs}
+    return chartkit.page_palette(chartkit.rank_lines(best), "peak total tok/s")
 
 
 def _peak_notes(runs: list[RunView]) -> list[str]:
@@ -314,11 +335,13 @@ class Pages:
         smallest = min((min(s) for s in ctx_sets), default=None)
         wanted = [x for x in dict.fromkeys([smallest, shared]) if x is not None]
         lv = model.has_tails  # percentiles: the selector and its data
-        page_charts = [charts.runs_decode_chart(series, x, f"chart-decode-{x}", levels=lv)
-                       for x in wanted]
-        page_charts += [charts.runs_context_chart(series, contract.DECODE, "chart-single", levels=lv),
-                        charts.runs_context_chart(series, contract.PREFILL, "chart-prefill",
-                                                  levels=lv)]
+        palette = family_palette(model.runs)  # one colour per run in every chart
+        page_charts = [charts.runs_decode_chart(series, x, f"chart-decode-{x}", levels=lv,
+                                                palette=palette) for x in wanted]
+        page_charts += [charts.runs_context_chart(series, phase, chart_id, levels=lv,
+                                                  palette=palette)
+                        for phase, chart_id in ((contract.DECODE, "chart-single"),
+                                                (contract.PREFILL, "chart-prefill"))]
         # A matrix's heading: the run's label (hardware, engine, variant), or its name
         # where the family has another run of that label (the same setup on another date).
         labels = [r.short_label for r in model.runs]

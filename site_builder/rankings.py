@@ -27,6 +27,7 @@ import json
 from typing import Any
 
 from rundir import contract, tails, words
+from site_builder import slo
 from site_builder.aggregate import CellResult
 from site_builder.oppoint import (
     COST_METRIC,
@@ -47,6 +48,7 @@ from site_builder.oppoint import (
     summary,
     text_of,
 )
+from site_builder.prices import page_key
 from site_builder.render import json_script
 from site_builder.sitewriter import SiteWriter, digest
 from site_builder.views import FamilyGroup, RunView
@@ -117,7 +119,7 @@ def client_data(runs: list[RunView], points: list[Point] | None = None,
         out_runs.append({"slug": run.slug, "name": run.name, "title": run.title,
                          "family": run.family, "family_slug": run.family_slug,
                          "page": run.page, "price": price.note if price else "",
-                         "cells": rows})
+                         "cells": rows, **({"medians": True} if slo.medians_only(cells) else {})})
     choices = {}
     for point in points:
         row = []
@@ -141,15 +143,17 @@ def data_script(slug: str, data: dict[str, Any]) -> str:
 def write_data(writer: SiteWriter, runs: list[RunView], models: list[FamilyGroup],
                fp: str) -> None:
     """Write every family's ranking data (publish._site_pages' hook). A file is keyed
-    by the page fingerprint (code, prices, limits), the site's points and measures,
-    and its runs' digests, slugs and names: an unchanged family is neither
-    recomputed nor rewritten; a family gone is removed by the writer's manifest."""
+    by the page fingerprint (code, limits), the site's points and measures (cost among
+    them when any run has a price), and its runs' digests, slugs, names and prices: an
+    unchanged family is neither recomputed nor rewritten; a family gone is removed by
+    the writer's manifest."""
     points = all_points(runs)
     metrics = metrics_of(runs)
     shared = "|".join([fp, *(p.key for p in points), *(k for k, _, _ in metrics)])
     for m in models:
         rel = data_file(m.slug)
-        key = digest("|".join([shared, m.slug, *(f"{r.agg.digest}:{r.slug}:{r.name}"
+        key = digest("|".join([shared, m.slug, *(f"{r.agg.digest}:{r.slug}:{r.name}:"
+                                                 f"{page_key(r.price)}"  # its costs
                                                  for r in m.runs)]).encode())
         if not writer.is_current(rel, key):
             writer.write(rel, data_script(m.slug, client_data(m.runs, points, metrics)), key)
@@ -168,7 +172,8 @@ def slo_context(runs: list[RunView], top: int | None = None,
     for e in entries:
         place += e.cell is not None and e.values[by] is not None
         rows.append({"entry": e, "place": place if e.values[by] is not None else None,
-                     "label": Point(e.cell.context, e.cell.concurrency).label if e.cell else "",
+                     "label": Point(e.cell.context, e.cell.concurrency).label if e.cell else
+                     slo.none_meets(e.run.agg.cells, rs.slo),
                      "texts": {k: text_of(k)(e.values[k]) for k in e.values}})
     shown = rows if top is None else rows[:top]
     return {"limits": rs.slo, "given": rs.given, "by": by, "rows": shown, "total": len(rows),

@@ -4,7 +4,8 @@ Readers ask "did this setup get faster or slower with the new engine?". A
 series is every run of the same model (display name and variant, i.e.
 quantization), the same hardware (GPU name × count) and the same engine
 (name), whatever the engine version and the date; its runs are ordered by
-when they were measured (then engine version, then run id). Only series of
+engine version where versions differ, else by when they were measured
+(site_builder/setups.py: order_runs). Only series of
 two or more runs get a page, `series/<slug>.html`: the headline figures at
 the operating points site_builder/oppoint.py picks for those runs (the same
 cell choice), run after run, a chart of them, and what changed between each
@@ -25,7 +26,7 @@ from site_builder import changes, formats, oppoint, serieschart
 from site_builder.aggregate import CellResult
 from site_builder.names import distinct_names
 from site_builder.pages import Pages
-from site_builder.setups import setup_key, time_order
+from site_builder.setups import by_version, order_runs, setup_key
 from site_builder.sitewriter import SiteWriter, digest
 from site_builder.views import RunView
 
@@ -50,6 +51,16 @@ class Series:
         return self.runs[-1]
 
     @property
+    def by_version(self) -> bool:
+        """Whether its runs are ordered by engine version (else by date)."""
+        return by_version(self.runs)
+
+    @property
+    def order_words(self) -> str:
+        """How its runs are ordered, as the page says it."""
+        return "oldest engine version first" if self.by_version else "oldest first"
+
+    @property
     def latest_label(self) -> str:
         """The latest run by engine version and date (with its time when the
         series' names need it), whatever part its distinct name is: the list
@@ -67,11 +78,11 @@ def series_title(run: RunView) -> str:
 
 
 def series_groups(views: list[RunView]) -> list[Series]:
-    """The series of two or more runs, in title order, their runs oldest first."""
+    """The series of two or more runs, in title order, their runs in order (order_runs)."""
     groups: dict[tuple[str, str, str, int, str], list[RunView]] = {}
     for r in views:
         groups.setdefault(setup_key(r), []).append(r)
-    found = sorted((sorted(g, key=time_order) for g in groups.values() if len(g) > 1),
+    found = sorted((order_runs(g) for g in groups.values() if len(g) > 1),
                    key=lambda g: (series_title(g[0]).lower(), g[0].run_id))
     slugs = unique_slugs([series_title(g[0]) for g in found], "series")
     return [Series(series_title(g[0]), slug, g, distinct_names(g, with_model=False))
@@ -175,7 +186,7 @@ def _chart(s: Series, at: list[oppoint.Point]) -> serieschart.Chart | None:
             per_run.append((total, changes.interval_of(cell, "total_tok_s") if ok else None,
                             words.tok_s(total)))
         values.append(per_run)
-    return serieschart.series_chart(s.names, [p.label for p in at], values)
+    return serieschart.series_chart(s.names, [p.label for p in at], values, s.order_words)
 
 
 def series_page(pages: Pages, s: Series) -> str:

@@ -221,6 +221,33 @@ def best_cell(cells: Iterable[Any], slo: Slo, value: Callable[[Any], float | Non
     return min(meeting, key=lambda p: (sign * p[0], p[1].context, p[1].concurrency))[1]
 
 
+NONE_MEET = "no cell meets the limits"
+
+
+def medians_only(cells: Iterable[Any]) -> bool:
+    """Whether a run's decode cells with numbers carry medians only (an imported run:
+    its published figures), so no percentile past p50 exists to judge a limit by."""
+    measured = [x for x in cells if x.phase == contract.DECODE and x.has_numbers]
+    return bool(measured) and not any(x.tails for x in measured)
+
+
+def none_meets(cells: Iterable[Any], slo: Slo) -> str:
+    """Why no cell of a run meets the limits, as its ranking row says it (slo.js
+    says the same from the ranking data): every imported run read "no cell meets
+    the limits", though it was never judged: it has medians only, no p90."""
+    cells = [x for x in cells if x.phase == contract.DECODE and x.has_numbers]
+    past = sorted({lim.level for lim in slo.limits if lim.level != tails.LEVELS[0]},
+                  key=tails.LEVELS.index)
+    levels = " / ".join(past)
+    if past and medians_only(cells):
+        return (f"no {levels} published (medians only): set the limits at "
+                f"{tails.LEVELS[0]} to rank it")
+    if past and cells and all(any(x.tail(lim.key, lim.level) is None for lim in slo.limits)
+                              for x in cells):
+        return f"too few requests for {levels} in every cell: a lower level ranks it"
+    return NONE_MEET
+
+
 @dataclass
 class RunSlo:
     """The build's SLO as one run's pages use it: per decode cell its verdict and,

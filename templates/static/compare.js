@@ -175,7 +175,9 @@
     var change = va === 0 ? null : (vb - va) / va * 100;
     var delta = el("span", "delta", change === null ? DASH : fmtPct(change));
     var apart = separated(ca, cb, metric);
-    if (change !== null && half(change, RULES.digits) !== 0 && apart !== false) {
+    /* Coloured only when called significant (both intervals, apart): a change of one
+       window a side, or within noise, is shown without colour. */
+    if (change !== null && half(change, RULES.digits) !== 0 && apart === true) {
       var good = HIGHER[metric] ? change > 0 : change < 0;
       delta.classList.add(good ? "better" : "worse");
     }
@@ -285,10 +287,9 @@
       p.textContent = "No decode cell is Valid in both runs with a " + label + ", so there is no summary of the change.";
       return p;
     }
+    /* Not coloured: a median or mean over cells is never called significant. */
     function part(word, v) {
-      var span = el("strong", null, fmtPct(v * 100));
-      if (half(v * 100, RULES.digits) !== 0) span.className = (HIGHER[metric] ? v > 0 : v < 0) ? "better" : "worse";
-      return [document.createTextNode(word), span];
+      return [document.createTextNode(word), el("strong", null, fmtPct(v * 100))];
     }
     var bits = [document.createTextNode(label + " from A to B over the " + sum.n + " decode cell" +
       (sum.n === 1 ? "" : "s") + " Valid in both runs: ")]

@@ -429,6 +429,28 @@
     return pickBy(by) || pickBy("total");
   }
 
+  /* Why no cell of a run meets the limits (slo.py none_meets, the same words): an
+     imported run has medians only, so no level past p50 exists to judge it by. */
+  function noneMeets(run, limits) {
+    var past = LEVELS.slice(1).filter(function (lv) {
+      return limits.some(function (l) { return l.level === lv; });
+    });
+    var levels = past.join(" / ");
+    if (past.length && run.medians) {
+      return "no " + levels + " published (medians only): set the limits at " + LEVELS[0] +
+        " to rank it";
+    }
+    var cells = run.cells.filter(function (c) { return c.lv; });  /* the cells with numbers */
+    var tooFew = cells.length && cells.every(function (c) {
+      return limits.some(function (l) {
+        var v = (c.lv[l.metric] || [])[LEVELS.indexOf(l.level)];
+        return v === null || v === undefined;
+      });
+    });
+    if (past.length && tooFew) return "too few requests for " + levels + " in every cell: a lower level ranks it";
+    return "no cell meets the limits";
+  }
+
   function interval(cell, by, li) {
     if (!cell || !cell.ci || (li > 0 && AT_LEVEL[by])) return null;
     return cell.ci[metricIndex[by]];
@@ -489,7 +511,7 @@
         name.appendChild(badge);
       }
       tr.appendChild(name);
-      tr.appendChild(el("td", e.cell ? e.cell.label : "no cell meets the limits"));
+      tr.appendChild(el("td", e.cell ? e.cell.label : noneMeets(e.run, limits)));
       shown.forEach(function (i) {
         var key = data.metrics[i].key;
         tr.appendChild(el("td", e.cell ? textAt(e.cell, key, li) : data.missing,

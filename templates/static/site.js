@@ -25,8 +25,9 @@
     var head = document.createElement("p");
     head.className = "chart-legend-title";
     var shown = items.length - (meta.rest || 0);
+    /* meta.rule: which runs the page colours (one colour per run in all its charts) */
     head.textContent = meta.title + "s (" + items.length + ")" +
-      (meta.rest ? ": the best " + shown + " in colour, the others grey" : "") +
+      (meta.rest ? ": " + (meta.rule || "the best " + shown + " in colour") + ", the others grey" : "") +
       "; click one to highlight it";
     box.appendChild(head);
     var list = document.createElement("ul");

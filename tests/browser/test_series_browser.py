@@ -1,6 +1,8 @@
 """A series page of a 300-run site in a real browser, at a phone's and a desktop's
 width: its chart draws with a plot of useful height (the legend below adds to the
-figure, never squeezes the plot) and its table lists the runs oldest first."""
+figure, never squeezes the plot) and its table lists the runs in the series' order:
+by engine version where versions differ (an older version re-measured later comes
+before the newer one), then by date."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 
 from site_builder.publish import build_site
+from site_builder.setups import version_key
 from tests.support.chromium import Watcher, require_chromium, wait_for_charts
 from tests.support.many_runs import make_many_runs
 
@@ -25,7 +28,7 @@ PLOT_JS = r"""() => Array.from(document.querySelectorAll('figure.chart.is-live')
   return bg ? bg.getBoundingClientRect().height : 0;
 })"""
 ROWS_JS = r"""() => Array.from(document.querySelectorAll('table.series-table tbody tr'))
-  .map((tr) => tr.children[2].textContent.trim())"""
+  .map((tr) => [tr.children[1].textContent.trim(), tr.children[2].textContent.trim()])"""
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +62,14 @@ def test_series_chart_keeps_its_plot_and_table_is_in_order(browser: Any, site: P
         page.goto(page_path.resolve().as_uri())
         assert wait_for_charts(page) == 1
         heights = page.evaluate(PLOT_JS)
-        dates = page.evaluate(ROWS_JS)
+        rows = page.evaluate(ROWS_JS)
     finally:
         context.close()
     assert heights and min(heights) >= MIN_PLOT_PX, heights
-    assert len(dates) == n
-    days = [_day(d) for d in dates]
-    assert days == sorted(days), dates
+    assert len(rows) == n
+    order = [(version_key(v), _day(d)) for v, d in rows]
+    assert all(k is not None for k, _ in order) and len({k for k, _ in order}) > 1
+    assert order == sorted(order), rows  # by version, then date
     assert watcher.problems() == []
 
 

@@ -70,8 +70,22 @@ def _expected(data: dict[str, Any], limits: slo.Slo) -> list[tuple[str, str]]:
     ranked = sorted((r for r in rows if r[1]), key=lambda r: (-r[1]["values"][total],
                                                               r[0]["title"]))
     rest = sorted((r for r in rows if not r[1]), key=lambda r: r[0]["title"])
-    return [(run["slug"], best["label"] if best else "no cell meets the limits")
+    return [(run["slug"], best["label"] if best else _none(run, limits))
             for run, best in ranked + rest]
+
+
+def _none(run: dict[str, Any], limits: slo.Slo) -> str:
+    """What a run without a meeting cell says (slo.none_meets): an imported run has
+    medians only; every cell short of requests for the level; else no cell meets."""
+    past = [lv for lv in tails.LEVELS[1:] if any(lim.level == lv for lim in limits.limits)]
+    levels = " / ".join(past)
+    if past and run.get("medians"):
+        return f"no {levels} published (medians only): set the limits at p50 to rank it"
+    cells = [c for c in run["cells"] if c.get("lv")]
+    if past and cells and all(any(c["lv"][lim.metric][tails.LEVELS.index(lim.level)] is None
+                                  for lim in limits.limits) for c in cells):
+        return f"too few requests for {levels} in every cell: a lower level ranks it"
+    return slo.NONE_MEET
 
 
 def _shown(page: Any) -> list[tuple[str, str]]:

@@ -62,13 +62,13 @@ def test_runs_ranked_best_first_ten_in_colour_the_rest_grey() -> None:
 
 def test_runs_sharing_a_name_stay_two_lines() -> None:
     """Two runs named alike (one setup on two dates, before names were distinct) are
-    two lines and two entries, keyed by slug."""
+    two lines (two bars in a chart of one context) and two entries, keyed by slug."""
     series = [("a-slug", "Same name", _cells(10.0)), ("b-slug", "Same name", _cells(20.0))]
     for chart in (charts.runs_decode_chart(series, 8192, "d"),
                   charts.runs_context_chart(series, contract.DECODE, "s")):
         assert chart is not None
         assert [k for k, _, _ in chart.spec["usermeta"]["legend"]["items"]] == ["b-slug", "a-slug"]
-        assert len(re.findall(r'aria-roledescription="line mark"', _svg(chart))) == 2
+        assert len(re.findall(r'aria-roledescription="(?:line mark|bar)"', _svg(chart))) == 2
 
 
 def test_highlight_param_fades_the_other_runs() -> None:
@@ -141,3 +141,77 @@ def test_family_page_charts_name_runs_within_the_family_and_key_them_by_slug(
     assert len(heads) == len(slugs) and len(set(heads)) == len(heads)
     # the charts come before the long tables (the first screen)
     assert html.index('class="chart-grid"') < html.index('<table class="runs')
+
+
+def _crossing(n: int) -> list[charts.RunLine]:
+    """n runs whose order at 8K (run-00 fastest) is the reverse of their prefill order."""
+    out = []
+    for i in range(n):
+        cells = [CellResult(contract.DECODE, 8192, c, contract.VALID, total_tok_s=(100.0 - i) * c,
+                            per_request_tok_s=100.0 - i, ttft_ms=100.0) for c in (1, 4)]
+        cells += [CellResult(contract.PREFILL, x, 1, contract.VALID, total_tok_s=1000.0 + 10 * i)
+                  for x in (8192, 32768)]
+        out.append((f"run-{i:02d}", f"Run {i}", cells))
+    return out
+
+
+def test_a_page_palette_gives_each_run_one_colour_in_every_chart() -> None:
+    """Issue 30: each chart coloured runs by its own ranking, so a run was blue in one
+    chart of a family page and orange in the next. With the page's palette a run has
+    one colour in every chart (live scale, run list and fallback), the palette's
+    coloured runs listed first, each part best first by the chart's own measure."""
+    series = _crossing(12)
+    ranked = [f"run-{i:02d}" for i in range(12)]  # the page's order: by peak
+    palette = chartkit.page_palette(ranked, "peak total tok/s")
+    made = charts.SvgRenderer().fill([
+        charts.runs_decode_chart(series, 8192, "d", palette=palette),
+        charts.runs_context_chart(series, contract.PREFILL, "p", palette=palette)])
+    for chart in made:
+        items = chart.spec["usermeta"]["legend"]["items"]
+        assert {k: c for k, _, c in items} == palette.colors, chart.id
+        scale = chart.spec["layer"][0]["encoding"]["color"]["scale"]
+        assert dict(zip(scale["domain"], scale["range"], strict=True)) == palette.colors
+        assert all(c != chartkit.REST_COLOR for *_, c in items[:10])  # coloured first
+        assert chart.spec["usermeta"]["legend"]["rest"] == 2
+        assert chart.spec["usermeta"]["legend"]["rule"] == palette.rule
+        assert palette.rule in chart.caption
+        for key in ("run-00", "run-09"):  # the fallback draws each in its page colour
+            assert f'stroke="{palette.of(key)}"' in chart.svg
+    decode, prefill = (c.spec["usermeta"]["legend"]["items"] for c in made)
+    assert [k for k, *_ in decode][:3] == ["run-00", "run-01", "run-02"]  # best at 8K
+    assert [k for k, *_ in prefill][:3] == ["run-09", "run-08", "run-07"]  # best prefill
+    assert [k for k, *_ in prefill][10:] == ["run-11", "run-10"]  # grey, best first
+    # without a page palette each chart ranks its own: the same run, two colours
+    alone = [charts.runs_decode_chart(series, 8192, "d"),
+             charts.runs_context_chart(series, contract.PREFILL, "p")]
+    own = [{k: c for k, _, c in ch.spec["usermeta"]["legend"]["items"]} for ch in alone]
+    assert own[0]["run-00"] != own[1]["run-00"]
+
+
+def test_a_chart_with_one_x_value_is_a_bar_per_run() -> None:
+    """Issue 30: a family chart whose runs have numbers at one level only was a line
+    chart through one x (lone dots). It is a bar per run, best first, in the page's
+    colours, named under its bar and valued over it, the same in the fallback."""
+    series = [(f"run-{i}", f"Run {i}", [CellResult(
+        contract.DECODE, 262144, c, contract.VALID if c == 1 else contract.OVER_CAPACITY,
+        total_tok_s=10.0 * (i + 1) if c == 1 else None, per_request_tok_s=10.0, ttft_ms=9.0)
+        for c in (1, 2, 4)]) for i in range(3)]
+    palette = chartkit.page_palette(["run-0", "run-1", "run-2"], "peak total tok/s")
+    chart = charts.SvgRenderer().fill([charts.runs_decode_chart(series, 262144, "d",
+                                                                palette=palette)])[0]
+    marks = [layer["mark"]["type"] for layer in chart.spec["layer"]]
+    assert marks == ["bar", "text"]
+    assert "1 request at once, the only level with numbers" in chart.caption
+    svg = _svg(chart)
+    assert len(re.findall(r'aria-roledescription="bar"', svg)) == 3
+    assert "line mark" not in svg
+    fills = re.findall(r'aria-roledescription="bar"[^>]*fill="([^"]+)"', svg)
+    assert sorted(fills) == sorted(palette.colors.values())
+    assert all(f">Run {i}<" in svg for i in range(3))  # named under the bars
+    assert ">30.0<" in svg  # the value over the bar
+    for key, color in palette.colors.items():  # the fallback: the same bars and colours
+        assert f'fill="{color}"' in chart.svg, key
+    assert ">Run 2</text>" in chart.svg and "<path d=" in chart.svg
+    # one context only: the same for the charts by context
+    one = charts.runs_context_chart(series, contract.DECODE, "s", palette=palette)
+    assert [layer["mark"]["type"] for layer in one.spec["layer"]] == ["bar", "text"]

@@ -8,9 +8,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+import vl_convert as vlc
+
 from rundir import contract
 from rundir.io import read_run
-from site_builder import changes, series
+from site_builder import changes, chartkit, series, serieschart, setups
 from site_builder.aggregate import aggregate_run
 from site_builder.publish import build_site
 from site_builder.views import RunView
@@ -188,3 +191,103 @@ def test_the_list_of_series_names_each_latest_run_by_version_and_date(tmp_path: 
     rows = re.findall(r'<td><a href="../runs/(\w+)/index.html">([^<]+)</a></td>',
                       (out / "series/index.html").read_text())
     assert rows == [("d", "vllm 0.29.0 · Sep 5, 2026"), ("b", "vllm 0.30.1 · Sep 9, 2026")]
+
+
+def test_engine_versions_are_ordered_as_versions() -> None:
+    """PEP 440's order (a dev release before its pre-releases, those before the final,
+    then post releases), numbers as numbers, llama.cpp build numbers, commit and local
+    suffixes ignored; a text that is no version has no key."""
+    ordered = ["0.9.2", "0.10.0", "0.29.0", "0.30.1.dev1", "0.30.1rc1.dev452+g73a583112",
+               "0.30.1rc1", "0.30.1", "0.30.1.post1", "v0.31.0"]
+    keys = [setups.version_key(v) for v in ordered]
+    assert all(k is not None for k in keys) and keys == sorted(keys)
+    assert len(set(keys)) == len(keys)
+    assert setups.version_key("1.0") == setups.version_key("1.0.0")
+    assert setups.version_key("b6000") < setups.version_key("b6200-0c1e57098")
+    assert setups.version_key("main") is None and setups.version_key("") is None
+
+
+def test_an_older_version_measured_later_is_no_regression_of_the_newer(tmp_path: Path) -> None:
+    """Issue 30: 0.30.1 measured on Sep 2, then 0.29.0 re-measured on Sep 9 (slower):
+    by date the latest run was 0.29.0 and it was called a −20% regression of 0.30.1.
+    Where versions differ the series is in version order: 0.30.1 is the latest, and
+    it is faster than 0.29.0, so no regression is flagged; runs of one version keep
+    their date order, and a series of one version is by date."""
+    views = [_view(_run(tmp_path, "new", "0.30.1", 2, total=100.0)),
+             _view(_run(tmp_path, "old", "0.29.0", 9, total=80.0))]
+    (s,) = series.attach(views)
+    new, old = views
+    assert [r.run_id for r in s.runs] == ["old", "new"] and s.by_version
+    assert s.latest is new and new.regression == "" and old.regression == ""
+    assert old.series_next == ("new", "vllm 0.30.1") and new.series_prev == ("old", "vllm 0.29.0")
+    assert s.order_words == "oldest engine version first"
+    # the same version twice, and a newer one: by version, then date
+    more = [_view(_run(tmp_path, "b", "0.29.0", 20)), _view(_run(tmp_path, "c", "0.29.0", 3)),
+            _view(_run(tmp_path, "a", "0.28.0", 25))]
+    (s,) = series.series_groups(more)
+    assert [r.run_id for r in s.runs] == ["a", "c", "b"]
+    # one version only: by date, and the page says so
+    same = [_view(_run(tmp_path, "y", "0.29.0", 9)), _view(_run(tmp_path, "x", "0.29.0", 2))]
+    (s,) = series.series_groups(same)
+    assert [r.run_id for r in s.runs] == ["x", "y"] and s.order_words == "oldest first"
+
+
+def test_series_chart_gives_each_operating_point_its_own_scale() -> None:
+    """Issue 30: three operating points on one linear axis of tok/s (40K, 2K, 100) made
+    an 18% fall of the smallest a 2-pixel dip. Each point is now a percentage of its
+    first run's figure: the fall reads as 18% of the scale's 100, whatever its size."""
+    chart = serieschart.series_chart(
+        ["run 1", "run 2"], ["8K × 64", "32K × 8", "251K × 1"],
+        [[(40000.0, None, "40K"), (40400.0, None, "40.4K")],
+         [(2000.0, None, "2,000"), (2000.0, None, "2,000")],
+         [(100.0, None, "100"), (82.0, None, "82")]])
+    assert chart is not None
+    rows = {(r["point"], r["run"]): r for r in chart.spec["datasets"]["points"]}
+    assert rows[("251K × 1", "run 2")]["rel"] == pytest.approx(82.0)
+    assert rows[("251K × 1", "run 2")]["change"] == "-18.0%"
+    assert rows[("8K × 64", "run 2")]["rel"] == pytest.approx(101.0)
+    assert rows[("251K × 1", "run 2")]["text"] == "82"  # the tooltip keeps tok/s
+    svg = vlc.vegalite_to_svg({**chart.spec, "width": 400, "autosize": "pad"},
+                              vl_version=chartkit.VL_VERSION, allowed_base_urls=[])
+    ys = {}
+    for label, y in re.findall(r'aria-label="([^"]*At: 251K × 1[^"]*)"[^>]*'
+                               r'transform="translate\([\d.]+,([\d.]+)\)"', svg):
+        ys[label.split(";")[0]] = float(y)
+    assert len(ys) == 2, ys
+    dip = max(ys.values()) - min(ys.values())
+    assert dip >= 0.15 * chartkit.HEIGHT, (dip, ys)  # an 18% fall is ~18% of the plot
+
+
+def test_compare_opens_on_two_runs_of_one_model_without_a_series(tmp_path: Path) -> None:
+    """Issue 30: with no setup measured twice the page opened on the pickers' first
+    two runs: two different models. It opens on the newest run of a family with two
+    runs (B) against the family's next newest (A); with no such family it selects
+    nothing and asks the reader to pick."""
+    data, out = tmp_path / "data", tmp_path / "site"
+    _run(data, "q1", "0.30.1", 2)
+    _run(data, "q2", "0.30.1", 9, gpus=4)  # the same model on other hardware
+    make_imported_run(data / "o", run_id="o", cells=_cells(50.0),
+                      info=_info("0.30.1", 20) | {"model": {"name": "Aardvark-7B",
+                                                            "served_name": "a"}})
+    assert build_site(data, out, jobs=0).errors == []
+    html = (out / "compare.html").read_text()
+    assert _selected(html) == {"a": ["q1"], "b": ["q2"]}
+    assert 'id="ab-no-pair"' not in html
+    lone, lone_out = tmp_path / "lone", tmp_path / "lone-site"
+    _run(lone, "q1", "0.30.1", 2)
+    make_imported_run(lone / "o", run_id="o", cells=_cells(50.0),
+                      info=_info("0.30.1", 20) | {"model": {"name": "Aardvark-7B",
+                                                            "served_name": "a"}})
+    assert build_site(lone, lone_out, jobs=0).errors == []
+    html = (lone_out / "compare.html").read_text()
+    assert _selected(html) == {"a": [""], "b": [""]}  # the "Pick a run" placeholder
+    assert 'id="ab-no-pair"' in html and "pick the two runs" in html
+
+
+def _selected(html: str) -> dict[str, list[str]]:
+    out = {}
+    for side in ("a", "b"):
+        start = html.index(f'id="ab-{side}"')
+        select = html[start:html.index("</select>", start)]
+        out[side] = re.findall(r'<option value="([^"]*)" selected', select)
+    return out

@@ -200,3 +200,31 @@ def test_built_site_judges_the_measured_run_and_caches_its_goodput(tmp_path: Pat
     assert 'id="slo"' in page and "this build&#39;s limits" in page
     index = (tmp_path / "site" / "index.html").read_text()
     assert 'id="slo-rank"' in index and "TTFT p50 ≤ 100,000 ms" in index
+
+
+def test_a_run_with_no_meeting_cell_says_why() -> None:
+    """Issue 30: every imported run read "no cell meets the limits" though it was never
+    judged (published medians: no p90 exists). Its row says it has medians only and
+    that limits at p50 rank it; a measured run whose every cell has too few requests
+    for the level says that; one whose cells were judged and missed keeps the words."""
+    imported = [CellResult(contract.DECODE, 8 * K, n, contract.VALID, total_tok_s=100.0 * n,
+                           ttft_ms=50.0, tbt_ms=10.0) for n in (1, 8)]
+    assert slo.medians_only(imported)
+    assert slo.none_meets(imported, slo.DEFAULT) == (
+        "no p90 published (medians only): set the limits at p50 to rank it")
+    assert slo.none_meets(imported, LIMITS).startswith("no p99 published (medians only)")
+    few = [_cell(8 * K, n, 100.0 * n, ttft99=None) for n in (1, 8)]
+    assert not slo.medians_only(few)
+    assert slo.none_meets(few, LIMITS) == (
+        "too few requests for p99 in every cell: a lower level ranks it")
+    slow = [_cell(8 * K, n, 100.0 * n, ttft99=9000.0) for n in (1, 8)]
+    assert slo.none_meets(slow, LIMITS) == slo.NONE_MEET == "no cell meets the limits"
+    # the ranking's rows and its data carry it (slo.js says the same from `medians`)
+    runs = [_run("imp", imported), _run("slow", slow)]
+    for r in runs:
+        r.slo = slo.RunSlo(LIMITS)
+    rows = {row["entry"].run.run_id: row["label"] for row in rankings.slo_context(runs)["rows"]}
+    assert rows == {"imp": "no p99 published (medians only): set the limits at p50 to rank it",
+                    "slow": "no cell meets the limits"}
+    data = {r["slug"]: r for r in rankings.client_data(runs)["runs"]}
+    assert data["imp"].get("medians") is True and "medians" not in data["slow"]

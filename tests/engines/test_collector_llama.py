@@ -19,6 +19,9 @@ pytestmark = pytest.mark.engine_llama
 MAX_OUTPUT = 30_000
 
 
+KILL_OUTPUT = 14_000  # test_real_engine_killed_mid_cell: longer than readiness and a window
+
+
 @pytest.fixture(scope="module")
 def thin_run(llama_server, tmp_path_factory) -> Path:
     from tests.conftest import run_cli
@@ -99,14 +102,16 @@ def test_real_engine_killed_mid_cell(tmp_path: Path) -> None:
     measured, the second is Error, the rest pending, one clear message.
 
     The engine cannot be told where to fail, so the test waits on what it
-    shows: the kill comes when /slots shows two slots decoding 512-token
-    requests. Only the second cell does that: the first runs one stream,
-    prefix warm-ups ask for one token, and the third cell starts after the
-    second is stored. The second cell's two streams are restarted as they
-    finish until its window ends, so that state lasts through its readiness
-    and its whole 4 s window; how fast the host runs changes when it is seen,
-    never whether the kill lands in it (the old test slept 2 s after noticing
-    the first cell instead). The run directory is read only once the
+    shows: the kill comes when /slots shows two slots decoding requests for
+    KILL_OUTPUT tokens. Only the second cell does that: the first runs one
+    stream, prefix warm-ups ask for one token, and the third cell starts
+    after the second is stored. A stream of KILL_OUTPUT tokens outlasts a
+    cell's readiness and its 4 s window (the tiny model decodes about 2,600
+    tok/s), so that state lasts through both, and the first cell's one stream
+    never ends and restarts inside its window: with 512-token streams the
+    restarts' gaps on a busy host made it Requests queued. How fast the host
+    runs changes when the state is seen, never whether the kill lands in it
+    (the old test slept 2 s after noticing the first cell instead). The run directory is read only once the
     collector has exited: read while it is rewritten, a Parquet file can
     fail to parse (pyarrow opens the path more than once)."""
     import os
@@ -117,18 +122,18 @@ def test_real_engine_killed_mid_cell(tmp_path: Path) -> None:
     from tests.conftest import REPO
     from tests.support.real_engines import start_llama_server
 
-    engine = start_llama_server(parallel=4, ctx=16384)
+    engine = start_llama_server(parallel=4, ctx=65536)  # 4 × (512 + KILL_OUTPUT) fit
     out = tmp_path / "killed"
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.cli", "run", "--base-url", engine.base_url, "--out", str(out),
          "--contexts", "512", "--concurrency", "1,2,4", "--duration", "4", "--no-prefill",
-         "--max-output", "512", "--warmup-stable", "0.5", "--server-wait", "2"],
+         "--max-output", str(KILL_OUTPUT), "--warmup-stable", "0.5", "--server-wait", "2"],
         env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )
     try:
         deadline = time.monotonic() + 300
-        while decoding_slots(engine.base_url, 512) < 2:
+        while decoding_slots(engine.base_url, KILL_OUTPUT) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, "no second cell"
             time.sleep(0.02)
         engine.kill()

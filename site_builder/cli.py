@@ -87,10 +87,10 @@ def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
     except prices.PriceError as exc:
         fail(f"--prices: {exc}", EXIT_USAGE)
     try:
-        with load.allowing_edited(allow_edited):
-            report = publish.build_site(data_dir, out_dir, methodology=methodology,
-                                        progress=not quiet and sys.stderr.isatty(),
-                                        cache_dir=cache_dir, prices=table, slo=limits)
+        report = publish.build_site(data_dir, out_dir, methodology=methodology,
+                                    progress=not quiet and sys.stderr.isatty(),
+                                    cache_dir=cache_dir, prices=table, slo=limits,
+                                    allow_edited=allow_edited)
     except (load.LoadError, SiteError) as exc:
         _err(" ".join(str(exc).split()))
         ctx.exit(1)

@@ -18,13 +18,10 @@ publishes the status the rows support, saying so in the cell's reason.
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,19 +46,6 @@ RUN_FILES = (
 # and the manifest itself (a run's verdict changes with it).
 CHECKED_FILES = (*RUN_FILES, contract.CLOCK_OFFSETS_FILE, manifest.MANIFEST_FILE)
 ALLOW_EDITED_FLAG = "--allow-edited"
-# Whether this build publishes runs edited after measurement (build-site --allow-edited).
-_ALLOW_EDITED: contextvars.ContextVar[bool] = contextvars.ContextVar("allow_edited", default=False)
-
-
-@contextmanager
-def allowing_edited(allow: bool = True) -> Iterator[None]:
-    """Within the block, discover() lets runs edited after measurement through
-    (their pages say so) instead of refusing them: build-site --allow-edited."""
-    token = _ALLOW_EDITED.set(allow)
-    try:
-        yield
-    finally:
-        _ALLOW_EDITED.reset(token)
 
 
 class LoadError(Exception):
@@ -218,7 +202,7 @@ def escaping_file(run_dir: Path, root: Path) -> str | None:
 
 
 def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
-             known: dict[str, Any] | None = None) -> list[RunSource]:
+             known: dict[str, Any] | None = None, allow_edited: bool = False) -> list[RunSource]:
     """Find and fingerprint the runs under data_dir; LoadError if there are none.
 
     A symlink the search refuses comes back as a source with its problem
@@ -231,8 +215,8 @@ def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
     to the runs found now.
 
     A run whose files differ from its manifest comes back with its problem set
-    (one line naming the file), or, inside `allowing_edited()`, with `edited`
-    set and published marked as edited.
+    (one line naming the file), or, with `allow_edited` (build-site
+    --allow-edited), with `edited` set and published marked as edited.
     """
     data_dir = Path(data_dir)
     if not data_dir.exists():
@@ -257,7 +241,7 @@ def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
         digest, edits = hit if hit is not None else _survey(d, salt)
         if known is not None:
             fresh[str(d)] = [sig, digest, [[e.name, e.what] for e in edits]]
-        out.append(_source(d, digest, edits))
+        out.append(_source(d, digest, edits, allow_edited))
     if known is not None:
         known.clear()
         known.update(fresh)
@@ -278,12 +262,13 @@ def _known(hit: Any, sig: list[Any] | None) -> tuple[str, list[manifest.Edit]] |
     return digest, [manifest.Edit(name, what) for name, what in edits]
 
 
-def _source(run_dir: Path, digest: str, edits: list[manifest.Edit]) -> RunSource:
+def _source(run_dir: Path, digest: str, edits: list[manifest.Edit],
+            allow_edited: bool) -> RunSource:
     """The run as found: refused in one line when edited after measurement, unless
     this build allows it (build-site --allow-edited)."""
     if not edits:
         return RunSource(run_dir, digest)
-    if not _ALLOW_EDITED.get():
+    if not allow_edited:
         return RunSource(run_dir, "", edited_line(run_dir, edits))
     return RunSource(run_dir, digest, edited=tuple(edits))
 

@@ -275,7 +275,8 @@ def _render_runs(views: list[RunView], writer: SiteWriter, pages: Pages, fp: str
     return done
 
 
-def _sources(data_dir: Path, out: Path, cache_dir: Path) -> tuple[dict, list[load.RunSource]]:
+def _sources(data_dir: Path, out: Path, cache_dir: Path,
+             allow_edited: bool) -> tuple[dict, list[load.RunSource]]:
     """(known file digests, run sources): the folders checked first, then the runs
     found, each run's digest reused from the last build while its files are unchanged."""
     if Path(data_dir).is_dir():
@@ -285,7 +286,8 @@ def _sources(data_dir: Path, out: Path, cache_dir: Path) -> tuple[dict, list[loa
         known = known if isinstance(known, dict) else {}
     except (OSError, ValueError):
         known = {}
-    sources = load.discover(Path(data_dir), salt=code_salt(), exclude=out, known=known)
+    sources = load.discover(Path(data_dir), salt=code_salt(), exclude=out, known=known,
+                            allow_edited=allow_edited)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -453,6 +455,7 @@ def build_site(
     cache_dir: Path | None = None,
     prices: PriceTable | None = None,
     slo: Slo | None = None,
+    allow_edited: bool = False,
 ) -> BuildReport:
     """Build (or update) the site in out_dir from the runs under data_dir.
 
@@ -466,12 +469,14 @@ def build_site(
     inside out_dir. `prices` (build-site --prices) gives each run its GPU's price,
     hence a cost; without it no page shows a cost. `slo` (build-site --slo) is the
     latency limits the pages judge cells by; without it, slo.DEFAULT. It is applied
-    after aggregation (never part of a run's cached aggregate).
+    after aggregation (never part of a run's cached aggregate). `allow_edited`
+    (build-site --allow-edited) publishes runs whose files differ from their
+    manifest, marked as edited; without it they are refused in one line.
     """
     out = Path(out_dir)
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir(out)
     report = BuildReport(out)
-    known, sources = _sources(Path(data_dir), out, cache_dir)
+    known, sources = _sources(Path(data_dir), out, cache_dir, allow_edited)
     cache = AggregateCache(cache_dir / AGGREGATES)
     writer = SiteWriter(out, cache_dir, protect=(Path(data_dir),))
     state = buildstate.BuildState(cache_dir)

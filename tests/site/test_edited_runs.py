@@ -336,8 +336,7 @@ def test_an_edited_run_is_marked_when_its_aggregate_comes_from_the_cache(tmp_pat
     """discover() keeps what it found (edited files) for a cached run's run.yaml."""
     path = _sealed(tmp_path / "data")
     (path / contract.SERVER_METRICS_FILE).unlink()
-    with load.allowing_edited():
-        (src,) = load.discover(tmp_path / "data", known={})
+    (src,) = load.discover(tmp_path / "data", known={}, allow_edited=True)
     assert src.problem is None and [e.name for e in src.edited] == ["server_metrics.parquet"]
     assert load.load_info(src).notes.startswith("**Edited after measurement.** ")
     assert "`server_metrics.parquet`: deleted: listed in manifest.json" in load.load_info(src).notes

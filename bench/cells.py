@@ -44,6 +44,7 @@ from bench.records import (
     with_count,
 )
 from bench.sampler import MetricsSampler
+from bench.server_check import ServerView
 from bench.stream import StreamClient, StreamResult
 from rundir.contract import (
     COUNT_CHUNKS_UNVERIFIED,
@@ -372,9 +373,11 @@ class CellRunner:
         # (bench/monitor.py, bench/stamp_bounds.py).
         records = run.records
         table = records_table(records)
+        server = ServerView(profile_named(self.info.engine).live_generation_counter,
+                            self.sampler.half_round_trips()) if self.sampler.enabled else None
         verdict: Verdict = judge_decode(
             records, run.cell.concurrency, start_ns, end_ns, metrics_table,
-            lambda tbt_ms: self._bound_reason(run, start_ns, end_ns, tbt_ms, table), table)
+            lambda tbt_ms: self._bound_reason(run, start_ns, end_ns, tbt_ms, table), table, server)
         why = verdict.client_bound
         bound = why is not None
         if bound:

@@ -101,6 +101,11 @@ class EngineProfile:
     # Reads the version, the max model length and the KV budget (and says
     # where the budget came from, in ServerInfo.kv_budget_source).
     facts: FactReader | None = None
+    # Whether its generation-token counter rises as tokens are generated (vLLM:
+    # per engine step), so a window's rise can be set against the records
+    # (bench/server_check.py). llama.cpp and SGLang add a request's tokens when
+    # it finishes, which says nothing about a window its streams run across.
+    live_generation_counter: bool = False
 
     @property
     def ignore_eos(self) -> bool:
@@ -236,7 +241,7 @@ VLLM = EngineProfile(
         METRIC_PREFIX_CACHE_HITS: "vllm:prefix_cache_hits_total",
     }),
     body_extras=_RUN_TO_MAX, stream_extras=_USAGE_EVERY_CHUNK,
-    tokenize=VLLM_TOKENIZE, facts=_vllm_facts,
+    tokenize=VLLM_TOKENIZE, facts=_vllm_facts, live_generation_counter=True,
 )
 LLAMACPP = EngineProfile(
     name="llama.cpp", owned_by="llamacpp", props_key="default_generation_settings",

@@ -11,8 +11,11 @@ With kernel receive stamps a late read moves no stamp: a stamp is the
 packet's arrival, except that TCP merges packets waiting in a socket under
 the newest one's stamp. So the judgement is made on the cell's stamps
 themselves (bench/stamp_bounds.py): which events share a stamp with later
-ones, how far each published figure could move through them, against the
-step it is shown with. The delays do not enter it.
+ones, how far each published figure (each published level of it) could
+move through them, against the step it is shown with, and whether a
+process stopped reading all its streams (bench/reader_stalls.py: a frozen
+`--workers` process, which cannot time its own loop while stopped and whose
+every read still carries a kernel stamp). The delays do not enter it.
 
 Without kernel stamps (no SO_TIMESTAMPNS, or some reads without one) every
 stamp is a read time and its error unknown, so the conservative delay rule
@@ -46,7 +49,11 @@ QUANTILE = 0.99
 DEFAULT_TBT_MS = 5.0  # no TBT measured (no decode tokens): one token at 200 tok/s
 _LONG_STALL_NS = 1_000_000  # stalls kept one by one (for the window's edges)
 _LONG_PER_BIN = 8
-_KEYS = 48  # histogram buckets kept per bin: up to 2**30 ns (1.07 s); longer ones count there
+# Histogram buckets kept per bin: up to 2**36 ns (69 s, past the default 60 s
+# --stall-timeout); longer ones count there. (48 stopped at 0.54 s, so a
+# process frozen for 1.5 s counted as a 0.5 s stall, and in a 60 s window the
+# delay rule let it pass.)
+_KEYS = 76
 # Delays under 2**18 ns (0.26 ms) share bucket 0: a token gap that short comes
 # only in floods, whose delays are far longer.
 _FLOOR_BITS = 18

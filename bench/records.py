@@ -16,8 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.chunks import ParsedStream
+from bench.chunks import INCONSISTENT_COUNTS, ParsedStream
 from bench.repetition import detect_repetition
+from bench.server_check import ServerView, server_problems
 from bench.stream import StreamResult
 from rundir import activity, decode_checks, metrics
 from rundir.contract import (
@@ -97,7 +98,8 @@ class RequestRecord:
         afterwards: a malformed event or an impossible token count fails it.
         Only a lost connection, which closing it ourselves causes, is forgiven
         on a cancelled stream."""
-        error = stream_error(result, parsed)
+        error = stream_error(result, parsed) or usage_problem(
+            request_id, parsed.prompt_tokens, parsed.cached_tokens)
         phase, context, concurrency = key
         return cls(
             phase=phase, context=context, concurrency=concurrency, request_id=request_id,
@@ -144,6 +146,15 @@ def stream_error(result: StreamResult, parsed: ParsedStream) -> str | None:
     if not error and not result.cancelled and result.status == 200 and not result.done:
         error = "stream ended without [DONE]"
     return error
+
+
+def usage_problem(request_id: str, prompt: int | None, cached: int | None) -> str | None:
+    """A usage no server can mean: more prompt tokens served from the cache
+    than the prompt has (it would be stored, and a cell judged Valid on it)."""
+    if prompt is None or cached is None or cached <= prompt:
+        return None
+    return (f"{INCONSISTENT_COUNTS}: request {request_id}: cached_tokens {cached} exceeds "
+            f"prompt_tokens {prompt} (more of the prompt cached than it has)")
 
 
 def records_table(records: list[RequestRecord]) -> pa.Table:
@@ -261,7 +272,7 @@ ClientCheck = Callable[[float | None], str | None]
 def judge_decode(
     records: list[RequestRecord], concurrency: int, start_ns: int, end_ns: int,
     server_metrics: pa.Table | None, client_check: ClientCheck | None = None,
-    table: pa.Table | None = None,
+    table: pa.Table | None = None, server: ServerView | None = None,
 ) -> Verdict:
     """Status of a decode cell from its raw records and server gauges.
 
@@ -275,27 +286,36 @@ def judge_decode(
     read under later stamps); the stall check tells the
     client's own silences from the server's by their backlog
     (rundir.decode_checks.stall_problem), so a frozen server is named even
-    on a busy host."""
+    on a busy host.
+
+    `server`: set the records against the server's own counts (its
+    generation counter and running gauge in `server_metrics`:
+    bench/server_check.py); None: not done."""
     if table is None:
         table = records_table(records)
     verdict = _judge_decode(records, table, concurrency, start_ns, end_ns, server_metrics,
-                            client_check or (lambda _tbt: None))
+                            client_check or (lambda _tbt: None), server)
     if verdict.figures is None and client_check is not None:  # judged before the figures
         verdict.client_bound = client_check(None)
     return verdict
 
 
 def _judge_decode(records: list[RequestRecord], table: pa.Table, concurrency: int, start_ns: int,
-                  end_ns: int, server_metrics: pa.Table | None, client_check: ClientCheck) -> Verdict:
+                  end_ns: int, server_metrics: pa.Table | None, client_check: ClientCheck,
+                  server: ServerView | None) -> Verdict:
     measured = [r for r in records if r.purpose == PURPOSE_MEASURE]
     counting, count_problem = counting_of(measured)
-    failed = [r for r in records if r.error]
+    failed = [r for r in records
+              if r.error or usage_problem(r.request_id, r.prompt_tokens, r.cached_tokens)]
     refused = [r for r in failed if context_refused(r.error, r.status)]
     if refused:
         return Verdict(OVER_CAPACITY, f"server refused the context: {refused[0].error}", counting)
     if failed:
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        return Verdict(ERROR, f"{failed[0].error}{more}", counting)
+        first = failed[0]
+        why = first.error or usage_problem(first.request_id, first.prompt_tokens,
+                                           first.cached_tokens)
+        return Verdict(ERROR, f"{why}{more}", counting)
     if count_problem:
         return Verdict(ERROR, count_problem, counting)
     finish, tokens, completed = finish_facts(measured)
@@ -322,6 +342,9 @@ def _judge_decode(records: list[RequestRecord], table: pa.Table, concurrency: in
     notes += [stopped] if stopped else []
     problems = decode_checks.decode_problems(chunks, start_ns, end_ns, m, client_bound=bool(bound))
     problems = [early, *problems] if early else problems
+    if server is not None:
+        counted = counting in (COUNT_USAGE_CONTINUOUS, COUNT_CHUNKS_USAGE)
+        problems += server_problems(table, start_ns, end_ns, server_metrics, server, counted)
     if problems:
         return Verdict(ERROR, "; ".join(problems + notes), counting, m, bound)
     if activity.is_queued(concurrency, act.avg_active, act.max_waiting):

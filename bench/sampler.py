@@ -40,6 +40,7 @@ class MetricsSampler:
                                   timeout=timeout_s)
         self._rows: dict[str, list] = {k: [] for k in SERVER_METRICS_SCHEMA.names}
         self._latest: dict[str, float] = {}
+        self._half: dict[int, int] = {}  # sample stamp -> half its scrape's round trip
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -127,11 +128,17 @@ class MetricsSampler:
             if not sums:
                 raise NoGauges("/metrics answered without any usable gauge")
             self._latest = sums
+            self._half[stamp] = (t1 - t0 + 1) // 2
         return sums
 
     def latest(self) -> dict[str, float]:
         with self._lock:
             return dict(self._latest)
+
+    def half_round_trips(self) -> dict[int, int]:
+        """Per sample stamp, half the round trip of its scrape (ns)."""
+        with self._lock:
+            return dict(self._half)
 
     def running_waiting(self) -> tuple[float | None, float | None]:
         latest = self.latest()

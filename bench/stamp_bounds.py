@@ -26,18 +26,28 @@ delay of each stream's end (`end_ns` is when the collector read it, the true
 end lies between its last stamp and then). The rule (bench/monitor.py)
 flags a figure whose bound exceeds half the step it is shown with
 (rundir/words.py, site_builder/formats.py).
+
+Every other published level of TTFT, time between tokens and per-request
+tok/s (p90, p95, p99, p99.9: rundir/tails.py) is bounded the same way: a
+percentile (linear interpolation, as numpy's) never falls when a sample
+rises, so the level of the per-request lows and of the highs bracket it,
+and a request that may or may not count is placed at either extreme. Each
+bound names its level ("TTFT median", "TTFT p99"): a median can be exact
+while a tail is not. A process that stopped reading its streams inside the
+window is added too (bench/reader_stalls.py).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir import metrics
+from rundir import metrics, tails
 from rundir.contract import PURPOSE_MEASURE
 from rundir.words import round_half_up
 
@@ -70,6 +80,12 @@ class FigureBound:
     moved: float
     step: float
     unit: str = ""
+    level: str = ""  # "median", "p90", ...: which level of a per-request figure
+
+    @property
+    def label(self) -> str:
+        """The figure as the reason names it: "TTFT median", "TTFT p99", "total tok/s"."""
+        return f"{self.name} {self.level}" if self.level else self.name
 
     @property
     def visible(self) -> bool:
@@ -78,7 +94,7 @@ class FigureBound:
 
     def describe(self) -> str:
         by = "any amount" if math.isinf(self.moved) else f"up to {self.moved:.3g}{self.unit}"
-        return f"{self.name} could be off by {by} (shown to {self.step:g}{self.unit})"
+        return f"{self.label} could be off by {by} (shown to {self.step:g}{self.unit})"
 
 
 def earliest_arrival(chunks: metrics.Chunks) -> np.ndarray:
@@ -122,6 +138,40 @@ def _median_bounds(lo: np.ndarray, hi: np.ndarray, maybe: int,
 
 def _moved(published: float, low: float, high: float) -> float:
     return max(published - low, high - published, 0.0)
+
+
+def _percentile(values: np.ndarray, percent: float) -> float:
+    """np.percentile (linear) of values that may hold inf: inf wherever the
+    interpolation reaches an infinite sample (numpy would give NaN)."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    x = (len(v) - 1) * percent / 100
+    i = int(math.floor(x))
+    if i + 1 >= len(v):
+        return float(v[-1])
+    a, b, g = float(v[i]), float(v[i + 1]), x - i
+    if g == 0 or a == b:
+        return a
+    return math.inf if math.isinf(b) else a + (b - a) * g
+
+
+def _level_bounds(name: str, metric: tails.TailMetric, value: np.ndarray, low: np.ndarray,
+                  high: np.ndarray, maybe: int, step: Callable[[float], float],
+                  unit: str = "") -> list[FigureBound]:
+    """The bound of every published level above the median (rundir/tails.py:
+    shown only with enough samples) of a per-request figure whose published
+    samples are `value`, each truly in [low, high], with `maybe` more
+    requests that may belong (placed at 0 and at inf)."""
+    low = np.concatenate((low, np.zeros(maybe)))
+    high = np.concatenate((high, np.full(maybe, np.inf)))
+    out = []
+    for level in tails.LEVELS[1:]:
+        if len(value) < tails.MIN_SAMPLES[level]:
+            continue
+        rank = metric.rank(level)
+        published = float(np.percentile(value, rank))
+        moved = _moved(published, _percentile(low, rank), _percentile(high, rank))
+        out.append(FigureBound(name, moved, step(published), unit, level))
+    return out
 
 
 def figure_bounds(chunks: metrics.Chunks, start_ns: int, end_ns: int,
@@ -192,9 +242,13 @@ def _rate_bounds(st: np.ndarray, lo: np.ndarray, cum: np.ndarray, a: np.ndarray,
     return [
         FigureBound("per-request tok/s",
                     _moved(per_request, *_median_bounds(rate_lo, rate_hi, maybe)),
-                    tok_s_step(per_request)),
+                    tok_s_step(per_request), level="median"),
         FigureBound("time between tokens", _moved(tbt, *_median_bounds(gap_lo, gap_hi, maybe)),
-                    TBT_STEP_MS, " ms"),
+                    TBT_STEP_MS, " ms", "median"),
+        *_level_bounds("per-request tok/s", tails.PER_REQUEST, rate, rate_lo, rate_hi, maybe,
+                       tok_s_step),
+        *_level_bounds("time between tokens", tails.TBT, gap, gap_lo, gap_hi, maybe,
+                       lambda _v: TBT_STEP_MS, " ms"),
     ]
 
 
@@ -209,7 +263,8 @@ def _ttft_bound(st: np.ndarray, lo: np.ndarray, send: np.ndarray, a: np.ndarray,
     earliest = (lo[first] - send[has]) / 1e6
     ttft = float(np.median(pub))
     return [FigureBound("TTFT", _moved(ttft, float(np.median(earliest)), ttft),
-                        ttft_step(ttft), " ms")]
+                        ttft_step(ttft), " ms", "median"),
+            *_level_bounds("TTFT", tails.TTFT, pub, earliest, pub, 0, ttft_step, " ms")]
 
 
 def _end_bounds(chunks: metrics.Chunks, low: np.ndarray, pos: np.ndarray, a: np.ndarray,
@@ -239,7 +294,11 @@ def _end_bounds(chunks: metrics.Chunks, low: np.ndarray, pos: np.ndarray, a: np.
 
 
 def table_bounds(requests: pa.Table, start_ns: int, end_ns: int) -> list[FigureBound]:
-    """`figure_bounds` of a cell's requests.parquet rows (its measured streams)."""
+    """`figure_bounds` of a cell's requests.parquet rows (its measured
+    streams), and every process that stopped reading its streams inside the
+    window (bench/reader_stalls.py)."""
+    from bench.reader_stalls import reader_stalls  # it builds on FigureBound, defined here
+
     rows = requests.filter(pc.equal(requests.column("purpose"), PURPOSE_MEASURE))
     chunks = metrics.Chunks.from_table(rows)
     if not chunks.n_requests:
@@ -247,7 +306,9 @@ def table_bounds(requests: pa.Table, start_ns: int, end_ns: int) -> list[FigureB
     cancelled = np.asarray(rows.column("cancelled").to_numpy(zero_copy_only=False), dtype=bool)
     failed = np.asarray(pc.is_valid(rows.column("error")).to_numpy(zero_copy_only=False),
                         dtype=bool)
-    return figure_bounds(chunks, start_ns, end_ns, ~cancelled & ~failed)
+    ids = rows.column("request_id").to_pylist()
+    return (figure_bounds(chunks, start_ns, end_ns, ~cancelled & ~failed)
+            + reader_stalls(chunks, ids, start_ns, end_ns))
 
 
 def stamp_reason(bounds: list[FigureBound]) -> str | None:

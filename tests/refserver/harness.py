@@ -173,6 +173,16 @@ class RefServer:
         """The arrival of request `n` of `cell`, once the server has logged it."""
         return wait_arrival(self.arrivals_path, cell, n, timeout, lambda: self.alive)
 
+    @property
+    def marks_path(self) -> Path:
+        """Delayed marks as they fire (inject.py)."""
+        return self.workdir / "marks.jsonl"
+
+    def wait_mark(self, cell: tuple[str, int, int], n: int, timeout: float = 120.0) -> dict[str, Any]:
+        """The line of the mark on request `n` of `cell`, once it has fired
+        (the request has sent its `after_tokens`)."""
+        return wait_arrival(self.marks_path, cell, n, timeout, lambda: self.alive)
+
     def release(self) -> int:
         """Let every held request go on (POST /_ref/release); how many were held."""
         return release(self.base_url)

@@ -31,10 +31,14 @@ A trigger is {"cell": [phase, context, concurrency], "at": k, "do": action}:
 - "freeze": the whole server blocks `seconds` (default 2) before answering.
 - "refuse": request k is answered HTTP `status` (default 503) with an error.
 
-With "after_tokens": N, an exit, stop or freeze waits until request k has
-sent N tokens (at the first step at which it has, like the scenario's other
+With "after_tokens": N, an exit, stop, freeze or mark waits until request k
+has sent N tokens (at the first step at which it has, like the scenario's other
 mid-stream faults): "the server dies once the cell's first measured stream is
-flowing", whatever the host's speed.
+flowing", whatever the host's speed. A mark that fires appends one flushed
+JSON line to the marks log (`marks.jsonl` beside the arrivals log):
+{"cell", "n", "request_id", "after_tokens", "fired_ns"}, so a test can act on
+the collector while a stream is known to be that far along
+(`RefServer.wait_mark`).
 
 Every completion request is logged, at arrival and before any fault acts, as
 one flushed JSON line of the arrivals log: {"cell", "n", "request_id",
@@ -55,8 +59,9 @@ from pathlib import Path
 from typing import Any
 
 ACTIONS = ("mark", "hold", "exit", "stop", "freeze", "refuse")
-MID_STREAM = ("exit", "stop", "freeze")  # what `after_tokens` can delay
+MID_STREAM = ("exit", "stop", "freeze", "mark")  # what `after_tokens` can delay
 PHASES = ("decode", "prefill")
+MARKS_LOG = "marks.jsonl"  # beside the arrivals log: delayed marks as they fire
 _TAG = re.compile(r"^\[\S+ (?:d(\d+)-c(\d+)-s\d+|p(\d+)-a\d+)\]$")
 
 
@@ -115,6 +120,7 @@ class Injector:
                 if cell is not None:
                     self.counts[tuple(cell)] = self.counts.get(tuple(cell), 0) + 1
             self.log = open(path, "a", encoding="utf-8")
+        self.marks_path = Path(log_path).with_name(MARKS_LOG) if log_path else None
 
     def arrive(self, words: list[str], info: dict[str, Any]) -> tuple[tuple | None, int | None,
                                                                       dict | None]:
@@ -131,10 +137,24 @@ class Injector:
             self.log.flush()
         return cell, n, hit
 
+    def delayed(self, hit: dict, cell: tuple | None, n: int | None, request_id: str) -> dict:
+        """The trigger a request keeps until it has sent `after_tokens` tokens,
+        with what a mark logs when it fires."""
+        marks = str(self.marks_path) if self.marks_path else None
+        return dict(hit, request_id=request_id, n=n, cell_hit=list(cell) if cell else None,
+                    marks=marks)
+
     @staticmethod
     def act(hit: dict) -> str | None:
-        """Do what a fired trigger does to the process (exit, stop, freeze);
-        returns "hold" or "refuse" for the server to do to the request."""
+        """Do what a fired trigger does to the process (exit, stop, freeze, a
+        delayed mark's line); returns "hold" or "refuse" for the server to do
+        to the request."""
+        if hit["do"] == "mark" and hit.get("marks"):
+            line = {"cell": hit.get("cell_hit"), "n": hit.get("n"),
+                    "request_id": hit.get("request_id"), "after_tokens": hit.get("after_tokens"),
+                    "fired_ns": time.monotonic_ns()}
+            with open(hit["marks"], "a", encoding="utf-8") as log:
+                log.write(json.dumps(line) + "\n")
         if hit["do"] == "exit":
             os._exit(hit.get("code", 3))
         if hit["do"] == "stop":

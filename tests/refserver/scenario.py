@@ -24,7 +24,8 @@ The toy model the scenario drives (documented here because tests rely on it):
   unless it is a prefix-cache hit (its first `prefix_cache_words` words were
   prefilled before, or its number k has k % `cache_hit_every` == 0). A hit
   reports `cached_tokens` = its prompt tokens in usage (unless
-  `report_cached_tokens` is false) and adds them to the vLLM prefix-cache
+  `report_cached_tokens` is false; plus `cached_tokens_extra`, a fault: more
+  cached than the prompt has) and adds them to the vLLM prefix-cache
   hit counter. One global step clock drives decode: every decoding
   stream emits one chunk per step, all at the same instant; a step lasts
   1 / `tokens_per_s` × (1 + `slowdown_per_active` × (running − 1)). A chunk
@@ -105,6 +106,7 @@ class Scenario:
     prefix_cache_words: int = 64
     cache_hit_every: int | None = None  # request k with k % n == 0 is a prefix-cache hit
     report_cached_tokens: bool = True  # False: only /metrics tells of a hit
+    cached_tokens_extra: int = 0  # a fault: a hit reports this many more cached tokens than its prompt
     tokens_per_s: float = 100.0
     slowdown_per_active: float = 0.0
     tokens_per_chunk: int | list[int] = 1

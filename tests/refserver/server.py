@@ -69,7 +69,7 @@ class Req:
         self.faulty = self.malformed_sent = self.stalled = self.skewed = False
         self.bad_size_sent = self.bad_size_now = False
         self.late_fault: dict | None = None  # inject.py: a trigger waiting for its token count
-        self.forced_hit, self.report_cached = False, True
+        self.forced_hit, self.report_cached, self.cached_extra = False, True, 0
         self.first_extra_ns, self.every_steps, self.steps_waited = 0, 1, 0  # variation.py
         self.text = ["", ""]  # non-stream body: reasoning, content
         self.rec = {"request_id": rid, "index": index,
@@ -91,7 +91,7 @@ class Req:
         return True
 
     def usage(self) -> dict:
-        cached = self.prompt_tokens if self.rec["cached"] and self.report_cached else 0
+        cached = self.prompt_tokens + self.cached_extra if self.rec["cached"] and self.report_cached else 0
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.generated,
                 "total_tokens": self.prompt_tokens + self.generated,
                 "prompt_tokens_details": {"cached_tokens": cached}}
@@ -512,7 +512,7 @@ class App:
             r.rec["prompt_tokens"] = r.prompt_tokens
         r.faulty = e.n_requests % sc.fault_every == 0
         r.forced_hit = bool(sc.cache_hit_every) and e.n_requests % sc.cache_hit_every == 0
-        r.report_cached = sc.report_cached_tokens
+        r.report_cached, r.cached_extra = sc.report_cached_tokens, sc.cached_tokens_extra
         extra_ms, r.every_steps = first_token_extra_ms(sc, e.n_requests), every_steps(sc, e.n_requests)
         r.first_extra_ns = int(extra_ms * 1e6)
         r.rec.update(first_extra_ms=extra_ms, every_steps=r.every_steps)
@@ -525,7 +525,7 @@ class App:
             "recv_ns": recv_ns})
         r.rec.update(cell=list(cell) if cell else None, cell_n=n)
         if hit and "after_tokens" in hit:  # fires once it has sent that many tokens
-            r.late_fault, hit = hit, None
+            r.late_fault, hit = self.faults.delayed(hit, cell, n, rid), None
         then = self.faults.act(hit) if hit else None  # exit, stop, freeze: done by now
         r.end_tokens = r.max_tokens
         for reason, after in (("stop", sc.finish_stop_after_tokens),

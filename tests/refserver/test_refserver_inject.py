@@ -132,6 +132,22 @@ def test_after_tokens_waits_until_the_request_is_streaming(refserver) -> None:
     assert len(seen) == 5  # five tokens, one a chunk, then the crash
 
 
+def test_a_delayed_mark_logs_once_the_request_has_sent_its_tokens(refserver) -> None:
+    """A mark with after_tokens acts on nothing but its line in marks.jsonl,
+    written at the step at which the request has sent that many tokens: a
+    test acts on the collector while a stream is known to be that far along."""
+    srv = refserver(tokens_per_s=1000, ttft_ms=0, inject=[
+        {"cell": list(D2), "at": 2, "do": "mark", "after_tokens": 5}])
+    for tag in ("[r d128-c2-s0]", "[r d128-c2-s1]"):
+        assert post(srv, tag, max_tokens=20).status_code == 200
+    mark = srv.wait_mark(D2, 2)
+    assert mark["after_tokens"] == 5 and mark["request_id"] == srv.arrivals()[1]["request_id"]
+    (rec,) = [r for r in srv.truth(min_records=2) if r["request_id"] == mark["request_id"]]
+    sent = [t for t, n, _ in rec["chunks"] if n > 0]
+    assert sent[4] <= mark["fired_ns"] <= sent[5]  # after its 5th token, before its 6th
+    assert len(srv.marks_path.read_text().splitlines()) == 1  # request 1 hit nothing
+
+
 def test_bad_triggers_are_refused() -> None:
     from tests.refserver.scenario import Scenario
 

@@ -18,6 +18,7 @@ from click.core import ParameterSource
 from bench import __version__
 from bench.cells import Settings
 from bench.importer.cli import import_cmd
+from bench.limits import out_of_memory
 from bench.params import (
     Address,
     ApiKey,
@@ -31,6 +32,7 @@ from bench.params import (
     Workers,
     api_key_problem,
 )
+from bench.peer_auth import SECRET_ENV, secret_problem
 from bench.plan import PlanError
 from bench.progress import Progress
 from bench.redact import redact
@@ -121,7 +123,9 @@ Exit status:
               help="i/N: this host is shard i of N hosts driving one run (with --coordinator). "
                    "Shard 0 coordinates: it plans, writes the run directory and spreads each "
                    "decode cell's streams over the N hosts; shard i ≥ 1 measures for it "
-                   "(deploy/kubernetes/README.md).")
+                   f"(deploy/kubernetes/README.md). Every host needs the same secret in "
+                   f"${SECRET_ENV} (16 characters or more): the hosts prove it to each "
+                   "other, and every message between them is authenticated with it.")
 @click.option("--coordinator", default=None, type=Address(),
               help="HOST:PORT where shard 0 listens for the other shards (shard 0 binds it).")
 @click.option("--join-timeout", default=600.0, show_default=True, type=Seconds(),
@@ -134,6 +138,8 @@ Exit status:
                    "--shard, each host's own.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
 def run_cmd(**kw: Any) -> None:
+    if kw["shard"] is not None and (problem := secret_problem()):
+        fail(f"--shard: {problem}", EXIT_USAGE)  # names the variable, never its value
     api_key = kw["api_key"] or os.environ.get("OPENAI_API_KEY") or None
     if not kw["api_key"] and api_key and (problem := api_key_problem(api_key)):
         fail(f"OPENAI_API_KEY (the default of --api-key): {problem}", EXIT_USAGE)
@@ -174,6 +180,8 @@ def run_cmd(**kw: Any) -> None:
         fail(redact(str(exc), secrets), EXIT_STOPPED)
     except OSError as exc:  # a safety net: every known write is worded where it happens
         fail(redact(f"{exc.filename or 'I/O'}: {exc.strerror or exc}", secrets), EXIT_STOPPED)
+    except MemoryError:  # before the sweep (which names the run directory to resume)
+        fail(out_of_memory(), EXIT_STOPPED)
     if result is None:
         return
     click.echo(str(result.run_dir))

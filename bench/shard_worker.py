@@ -29,6 +29,11 @@ Shard -> parent:
   first receive tokens, ("failed",) once a stream failed, ("done", records,
   delays, (start_ns, end_ns)) after the window, ("crashed", text) before
   exiting on a bug of ours. A shard whose parent goes away exits.
+
+Each end checks every message it reads, part by part, before using it
+(bench/shard_messages.py). A shard on another host gets its setup over the
+same connection, ("setup", ShardSetup) or ("refused", why), once both ends
+proved the run's secret (bench/remote.py, bench/peer_auth.py).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from bench.monitor import gc_paused
 from bench.plan import Cell
 from bench.prompts import Prompt, retag
 from bench.redact import redact
+from bench.shard_messages import check_to_shard
 from bench.stream import StreamClient
 from rundir.contract import PURPOSE_MEASURE, PURPOSE_PREFIX_FILL
 
@@ -74,7 +80,7 @@ class Channel:
         self._buf = bytearray()
 
     def send(self, message: tuple) -> None:
-        data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        data = self._encode(message)
         view = memoryview(_HEAD.pack(len(data)) + data)
         while view:
             try:
@@ -82,10 +88,24 @@ class Channel:
             except BlockingIOError:  # pragma: no cover - the writer is blocking
                 select.select([], [self.wfd], [])
 
+    def _encode(self, message: tuple) -> bytes:
+        """A message's frame body (a remote channel adds its MAC: bench/remote.py)."""
+        return pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+
+    def _decode(self, body: bytes) -> object:
+        """A frame body's message (a remote channel checks its MAC first)."""
+        return self.loads(body)
+
+    one_at_a_time = False  # return after each frame (a handshake's, before a MAC key is known)
+
     def read(self) -> list[tuple] | None:
-        """Every whole message that has come; None once the other end closed."""
+        """Every whole message that has come; None once the other end closed.
+        Frames are taken as the bytes come, so every frame's length is
+        checked against max_frame before its body is held."""
+        out: list = []
         eof = False
-        while True:
+        self._take(out)
+        while not (out and self.one_at_a_time):
             try:
                 data = os.read(self.rfd, 1 << 20)
             except (BlockingIOError, InterruptedError):
@@ -94,23 +114,24 @@ class Channel:
                 eof = True
                 break
             self._buf += data
-            self._check_frame()
-        out = []
-        while len(self._buf) >= _HEAD.size:
-            (n,) = _HEAD.unpack_from(self._buf)
-            if len(self._buf) < _HEAD.size + n:
-                break
-            out.append(self.loads(self._buf[_HEAD.size:_HEAD.size + n]))
-            del self._buf[:_HEAD.size + n]
+            self._take(out)
         return None if eof and not out else out
 
-    def _check_frame(self) -> None:
-        """Refuse a message longer than max_frame as soon as its length is
-        read, before buffering it: a peer cannot make this end hold gigabytes."""
-        if self.max_frame is not None and len(self._buf) >= _HEAD.size:
+    def _take(self, out: list) -> None:
+        """Move every whole frame of the buffer to `out` (one only, one_at_a_time);
+        refuse a frame longer than max_frame as soon as its length is read,
+        before buffering it: a peer cannot make this end hold gigabytes."""
+        while len(self._buf) >= _HEAD.size:
             (n,) = _HEAD.unpack_from(self._buf)
-            if n > self.max_frame:
+            if self.max_frame is not None and n > self.max_frame:
                 raise FrameTooLarge(f"a message of {n:,} bytes (at most {self.max_frame:,} here)")
+            if len(self._buf) < _HEAD.size + n:
+                return
+            body = bytes(self._buf[_HEAD.size:_HEAD.size + n])
+            del self._buf[:_HEAD.size + n]
+            out.append(self._decode(body))
+            if self.one_at_a_time:
+                return
 
     def close(self) -> None:
         self.reader.close()
@@ -157,6 +178,8 @@ class _Shard:
         self.run: _DecodeRun | None = None
         self.slots: list[int] = []
         self.offset_ns = 0  # this shard's clock − the parent's
+        self.fault: str | None = None  # why the parent's connection was given up (a bad frame)
+        self.exit_on_bug = True  # a process of ours exits; a remote shard raises (bench/remote.py)
 
     def send(self, message: tuple) -> None:
         self.conn.send(message)
@@ -165,9 +188,14 @@ class _Shard:
         arrived = time.monotonic_ns()
         try:
             messages = self.conn.read()
+            for message in messages or ():
+                check_to_shard(message)
         except OSError:
             messages = None
-        if messages is None:  # the parent is gone
+        except ValueError as exc:  # a frame too long, or not authentic, or a bad message
+            self.fault = str(exc)
+            messages = None
+        if messages is None:  # the parent is gone, or no longer heard
             asyncio.get_running_loop().remove_reader(self.conn.rfd)
             self.abort.set()
             messages = [("stop",)]
@@ -191,9 +219,11 @@ class _Shard:
                 await self._do(message)
         except Exception as exc:  # a bug of ours: say what, then exit
             try:
-                self.send(("crashed", repr(exc)))
+                self.send(("crashed", repr(exc)[:2000]))
             finally:
-                os._exit(1)
+                if self.exit_on_bug:
+                    os._exit(1)
+            raise
         finally:
             loop.remove_reader(self.conn.rfd)
 

@@ -11,11 +11,15 @@ shards), drains the server and judges the cell exactly as in one process
 client-bound if any shard's reads could have moved a figure
 (`bench.monitor.shards_bound_reason`).
 
-A shard that dies (killed, crashed) fails its cell: Error, with a reason
-naming the shard, its pid and how it ended; the other shards' streams are
+A shard that dies (killed, crashed), or does not start (killed, stopped or
+hung before it said ready), fails its cell: Error, with a reason naming
+the shard, its pid and how it ended; the other shards' streams are
 cancelled and their records kept with the cell's; every cell stored before
 is untouched. The next sharded cell starts a fresh process in its place.
-The protocol: bench/shard_worker.py.
+Every message a shard sends is checked before it is used
+(bench/shard_messages.py), and its records must be its own (its request-id
+prefix, the cell, its slots): a shard that sends anything else is
+stopped and fails its cell the same way. The protocol: bench/shard_worker.py.
 """
 
 from __future__ import annotations
@@ -26,14 +30,16 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 
 from bench.cells import CellOutcome, CellRunner, _DecodeRun, slot_tag
-from bench.errors import RunError
 from bench.monitor import WindowDelays, gc_paused, shards_bound_reason
+from bench.peer_auth import printable
 from bench.plan import Cell
 from bench.records import RequestRecord
+from bench.shard_messages import check_from_shard
 from bench.shard_worker import Channel, ShardSetup, main
 from bench.stamp_bounds import table_bounds
 from bench.workers import shard_slots
@@ -47,14 +53,22 @@ class ShardDied(Exception):
     pass
 
 
+class ShardsDidNotStart(Exception):
+    """Shard processes that did not say ready: the cell fails, naming each."""
+
+
+class WaitInterrupted(Exception):
+    """Ctrl-C while a pool waited for its shards: the cell stays pending."""
+
+
 class Shard:
     """The parent's handle on one shard process: its pipe, read by the
     parent's event loop; messages wait in `inbox` but for "producing" and
     "failed", which go straight to the cell (`on_producing`, `on_failed`)."""
 
     def __init__(self, index: int, proc: multiprocessing.process.BaseProcess,
-                 conn: Channel) -> None:
-        self.index, self.proc, self.conn = index, proc, conn
+                 conn: Channel, prefix: str = "") -> None:
+        self.index, self.proc, self.conn, self.prefix = index, proc, conn, prefix
         self.pid = proc.pid
         self.inbox: asyncio.Queue = asyncio.Queue()
         self.died: str | None = None  # why it is gone
@@ -66,16 +80,33 @@ class Shard:
         self._loop = loop
         loop.add_reader(self.conn.rfd, self._readable)
 
+    @property
+    def name(self) -> str:
+        """How the cell's reason names it."""
+        return f"shard {self.index} (pid {self.pid})"
+
     def _readable(self) -> None:
-        try:
-            messages = self.conn.read()
-        except OSError:
-            messages = None
+        messages = self._read()
         if messages is None:
-            self._gone()
             return
         for message in messages:
             self._handle(message)
+
+    def _read(self) -> list[tuple] | None:
+        """The messages that came, each checked; None once the shard is gone
+        or was stopped for what it sent (a bad frame or message)."""
+        try:
+            messages = self.conn.read()
+            for message in messages or ():
+                check_from_shard(message)
+        except OSError:
+            messages = None
+        except ValueError as exc:  # a frame too long or not authentic, a bad message
+            self.kill_for(str(exc))
+            return None
+        if messages is None:
+            self._gone()
+        return messages
 
     def _handle(self, message: tuple) -> None:
         """One message of the shard protocol (bench/shard_worker.py): to the cell or the inbox."""
@@ -85,17 +116,20 @@ class Shard:
         elif kind == "failed":
             self.on_failed()
         elif kind == "crashed":
-            self._gone(f"crashed: {message[1]}")
+            self._gone(f"crashed: {printable(message[1], 300)}")
         else:
             self.inbox.put_nowait(message)
 
-    def _gone(self, how: str | None = None) -> None:
+    def _gone(self, how: str | None = None, text: str | None = None) -> None:
+        """It is gone: `how` it died, or `text` says all (then it is ended here)."""
         if self.died is not None:
             return
         if self._loop is not None:
             self._loop.remove_reader(self.conn.rfd)
+        if text is not None and self.proc.is_alive():
+            self.proc.kill()
         self.proc.join(2.0)
-        self.died = f"shard {self.index} (pid {self.pid}) died ({how or _how(self.proc.exitcode)})"
+        self.died = text or f"{self.name} died ({how or _how(self.proc.exitcode)})"
         self.inbox.put_nowait(("died",))
         self.on_failed()
 
@@ -117,8 +151,9 @@ class Shard:
         if message[0] == "died":
             self.inbox.put_nowait(message)  # for whoever asks next
             raise ShardDied(self.died)
-        if message[0] != kind:
-            raise RuntimeError(f"shard {self.index}: expected {kind!r}, got {message[0]!r}")
+        if message[0] != kind:  # out of turn: the shard is stopped, its cell fails
+            self.kill_for(f"a {message[0]!r} message where {kind!r} belongs")
+            raise ShardDied(self.died)
         return message
 
     def kill(self, why: str) -> None:
@@ -126,6 +161,10 @@ class Shard:
         if self.proc.is_alive():
             self.proc.kill()
         self._gone(why)
+
+    def kill_for(self, sent: str) -> None:
+        """End a shard for what it sent: the cell's reason says it."""
+        self._gone(text=f"{self.name} was stopped: it sent {sent}")
 
     def close(self) -> None:
         if self.died is None and self._loop is not None:
@@ -137,6 +176,15 @@ class Shard:
             self.proc.kill()
             self.proc.join(5.0)
         self.conn.close()
+
+
+def _stopped(pid: int | None) -> bool:
+    """Whether the process is stopped (state T: SIGSTOP, a debugger), on Linux."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] in (["T"], ["t"])
 
 
 def _how(code: int | None) -> str:
@@ -173,13 +221,23 @@ class ShardPool:
             if k in self.shards:
                 self.shards.pop(k).close()
             self.shards[k] = self._spawn(k, loop)
-        for k in new:
+        failed = []
+        for k in new:  # started together: each waited for in turn
             shard = self.shards[k]
             try:
                 await asyncio.wait_for(shard.expect("ready"), START_TIMEOUT_S)
-            except (ShardDied, TimeoutError):
+            except ShardDied:
+                sent = shard.died is not None and " was stopped: " in shard.died
+                failed.append(shard.died if sent else f"{shard.name} did not start: "
+                              f"{_how(shard.proc.exitcode)} before it was ready")
+            except TimeoutError:
+                stopped = _stopped(shard.pid)
                 shard.kill("did not start")
-                raise RunError(f"cannot start {shard.died}") from None
+                failed.append(f"{shard.name} did not start: "
+                              + ("stopped (SIGSTOP?) and " if stopped else "")
+                              + f"not ready in {START_TIMEOUT_S:.0f} s, so ended")
+        if failed:
+            raise ShardsDidNotStart("; ".join(failed) + " (a fresh one starts with the next cell)")
         return [self.shards[k] for k in ks]
 
     def _spawn(self, k: int, loop: asyncio.AbstractEventLoop) -> Shard:
@@ -192,7 +250,7 @@ class ShardPool:
         proc.start()
         down_r.close()
         up_w.close()
-        shard = Shard(k, proc, Channel(up_r, down_w))
+        shard = Shard(k, proc, Channel(up_r, down_w), prefix)
         shard.listen(loop)
         return shard
 
@@ -239,7 +297,12 @@ class ShardedCellRunner(CellRunner):
         self.pool, self.n = pool, n
 
     async def decode(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:
-        shards = await self.pool.take(self.n)
+        try:
+            shards = await self.pool.take(self.n)
+        except ShardsDidNotStart as exc:
+            return CellOutcome([], ERROR, str(exc))
+        except WaitInterrupted:
+            return CellOutcome([], PENDING, "interrupted")
         base_tag = slot_tag(cell, 0)
         base = await asyncio.to_thread(self.prompts.build, cell.context, base_tag)
         run = _ShardedRun(cell, [], interrupted, shards=shards,
@@ -276,8 +339,29 @@ class ShardedCellRunner(CellRunner):
             got = await asyncio.gather(*(self._answer(s, "warmed") for s in run.shards))
         finally:
             relay.cancel()
-        fills = [r for m in got if m is not None for r in m[1]]
+        fills = []
+        for shard, slots, message in zip(run.shards, run.slots, got, strict=True):
+            if message is not None and self._own(shard, message[1], run, slots):
+                fills.extend(message[1])
         return sorted(fills, key=lambda r: r.stream_index)
+
+    @staticmethod
+    def _own(shard: Shard, records: list[RequestRecord], run: _DecodeRun, slots: list[int]) -> bool:
+        """Whether every record is the shard's own, of this cell and its slots;
+        if not, the shard is stopped and the cell fails naming it."""
+        mine = set(slots)
+        for r in records:
+            if (r.phase, r.context, r.concurrency) != run.cell.key:
+                why = f"a record of another cell ({printable(r.phase, 20)} {r.context}×{r.concurrency})"
+            elif not r.request_id.startswith(f"{shard.prefix}-"):
+                why = f"a record {printable(r.request_id, 60)!r} not under its own prefix"
+            elif r.stream_index not in mine:
+                why = f"a record of stream {r.stream_index}, not one of its slots"
+            else:
+                continue
+            shard.kill_for(why)
+            return False
+        return True
 
     async def _cancel_on(self, run: _ShardedRun, event: asyncio.Event) -> None:
         await event.wait()
@@ -319,10 +403,12 @@ class ShardedCellRunner(CellRunner):
             grace = s.drain_timeout_s + s.stall_timeout_s
             got = await asyncio.gather(*(self._answer(sh, "done", grace) for sh in run.shards))
         measured: list[RequestRecord] = []
-        for shard, message in zip(run.shards, got, strict=True):
+        for shard, slots, message in zip(run.shards, run.slots, got, strict=True):
             if message is None:
                 continue
             _, records, delays, window = message
+            if not self._own(shard, records, run, slots):
+                continue
             if tuple(window) != (run.start_ns, run.end_ns):  # a bug of ours: fail the cell
                 run.faults.append(f"shard {shard.index} applied the window {tuple(window)}, "
                                   f"not ({run.start_ns}, {run.end_ns})")

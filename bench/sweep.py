@@ -23,7 +23,7 @@ from bench.cells import CellOutcome, CellRunner
 from bench.coordinator import Coordinator, MultiHostCellRunner
 from bench.engines import ServerError, ServerInfo, probe_server
 from bench.errors import RunError, io_reason
-from bench.fdlimit import ensure_open_files
+from bench.limits import ensure_open_files, out_of_memory
 from bench.plan import Cell, Plan
 from bench.progress import Progress
 from bench.prompts import PromptFactory
@@ -102,7 +102,9 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     if hosts is not None:
         try:
-            await hosts.open()  # the start barrier: every shard joined
+            await hosts.open(interrupted)  # the start barrier: every shard joined, or Ctrl-C
+            if interrupted.is_set():
+                raise _interrupted(store)
         except BaseException:
             hosts.close()
             loop.remove_signal_handler(signal.SIGINT)
@@ -133,6 +135,9 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
                     f"the server at {url} stopped answering during {label(cell)} "
                     f"({outcome.reason}); {_kept(store)}"
                 )
+    except MemoryError:
+        gc.collect()  # room for the line and the cleanup below
+        raise RunError(f"{out_of_memory()}; {_kept(store)}") from None
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         sampler.stop()
@@ -169,6 +174,10 @@ async def _run_cell(runner: CellRunner, cell: Cell, interrupted: asyncio.Event, 
     except (httpx.HTTPError, OSError) as exc:
         raise RunError(f"the server at {url} stopped answering before {label(cell)} "
                        f"({type(exc).__name__}: {clean(str(exc))}); {_kept(store)}") from None
+    except RunError as exc:  # e.g. a lost shard that did not join again
+        if "--resume" in str(exc):
+            raise
+        raise RunError(f"{exc}; {_kept(store)}") from None
     denied = next((r for r in outcome.records if r.status in AUTH_DENIED), None)
     if denied is not None:  # /v1/models let us in; the completions do not
         raise RunError(

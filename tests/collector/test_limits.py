@@ -68,3 +68,41 @@ def test_a_source_address_of_the_other_family_is_refused_in_one_line(tmp_path: P
     assert said and "IPv4 addresses only" in said[0], res.stderr
     assert not sent  # no stream went out from an address the flag did not ask for
     assert "Traceback" not in res.stderr
+
+
+def bench_failing_flush(n: int, *args: str) -> subprocess.CompletedProcess:
+    """`bench run` whose n-th store of the run directory meets a MemoryError (as a
+    process under `ulimit -v` does, wherever its memory runs out)."""
+    code = ("import sys, bench.store as s; real = s.RunStore.flush; calls = [0]\n"
+            "def flush(self, *a, **k):\n"
+            "    calls[0] += 1\n"
+            f"    if calls[0] == {n}: raise MemoryError\n"
+            "    return real(self, *a, **k)\n"
+            "s.RunStore.flush = flush\n"
+            "from bench.cli import main; sys.exit(main())")
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", code, "run", *args], capture_output=True,
+                          text=True, env=env, timeout=600)
+
+
+def test_out_of_memory_after_a_cell_is_one_line_and_keeps_it(tmp_path: Path) -> None:
+    """Under a 600 MB address-space limit a run died with a bare traceback."""
+    out = tmp_path / "r"
+    with StubServer(tmp_path / "stub", procs=1, tok_per_s=50) as stub:
+        res = bench_failing_flush(3, "--base-url", stub.base_url, "--out", str(out), *FAST,
+                                  "--concurrency", "1,2")
+        stub.stop()
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: out of memory") and f"--resume {out}" in last, last
+    cells = {c["concurrency"]: c["status"] for c in read_run(out).cells.to_pylist()}
+    assert cells[1] == VALID
+
+
+def test_out_of_memory_before_any_cell_is_one_line(tmp_path: Path) -> None:
+    with StubServer(tmp_path / "stub", procs=1, tok_per_s=50) as stub:
+        res = bench_failing_flush(1, "--base-url", stub.base_url, "--out",
+                                  str(tmp_path / "r"), *FAST, "--concurrency", "1")
+        stub.stop()
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("error: out of memory"), res.stderr

@@ -22,7 +22,6 @@ import socket
 import subprocess
 import sys
 import threading
-from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -35,18 +34,25 @@ from tests.conftest import REPO
 from tests.refserver.harness import refserver_fixture  # noqa: F401
 
 SKEW_NS = 1_234_567_890_123  # shard 1's clock − the host's
+SECRET = "test-shard-secret-0123456789abcdef"  # $BENCH_SHARD_SECRET of every host here
+# BENCH_TEST_PATCH: Python run before the collector starts (a fault injected by message)
 _SKEWED = ("import os, sys, time; o = int(os.environ['BENCH_TEST_SKEW_NS']); "
            "m, f = time.monotonic_ns, time.monotonic; "
            "time.monotonic_ns = lambda: m() + o; time.monotonic = lambda: f() + o / 1e9; "
+           "exec(os.environ.get('BENCH_TEST_PATCH', '')); "
            "from bench.cli import main; sys.exit(main())")
 
 
 class Bench:
     """A `bench run` process whose stderr is read as it comes."""
 
-    def __init__(self, args: list[str], skew_ns: int = 0) -> None:
-        env = dict(os.environ, BENCH_TEST_SKEW_NS=str(skew_ns),
+    def __init__(self, args: list[str], skew_ns: int = 0, secret: str | None = SECRET,
+                 patch: str = "") -> None:
+        env = dict(os.environ, BENCH_TEST_SKEW_NS=str(skew_ns), BENCH_TEST_PATCH=patch,
                    PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env.pop("BENCH_SHARD_SECRET", None)
+        if secret is not None:
+            env["BENCH_SHARD_SECRET"] = secret
         self.proc = subprocess.Popen([sys.executable, "-c", _SKEWED, "run", *args], env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
@@ -298,35 +304,156 @@ def test_each_host_connects_from_its_own_source_address(tmp_path) -> None:
     assert peers == {("w0", "127.0.0.2"), ("w1", "127.0.0.3")}, peers
 
 
-def test_the_coordinator_refuses_what_is_not_a_shard_and_runs_on(refserver, tmp_path) -> None:
-    """Before a real shard joins: a peer announcing a 1 GB message (refused
-    as soon as its length is read, not buffered) and a peer speaking another
-    protocol version; each refusal is one line, and the run goes on."""
-    import pickle
-    import struct
+# -- what a shard sends, checked; the waits, interruptible (faults by message) ----------
 
+_ON_SEND = ("import bench.shard_worker as w\n"
+            "_send = w._Shard.send\n"
+            "def send(self, m):\n"
+            "    {body}\n"
+            "    _send(self, m)\n"
+            "w._Shard.send = send\n")
+# the shard's records of the window replaced by ints
+BAD_DONE = _ON_SEND.format(body="m = ('done', [1, 2, 3], *m[2:]) if m[0] == 'done' else m")
+# the shard announces a 3 GiB message where its records go, and sends 1 MiB of it
+HUGE_DONE = _ON_SEND.format(body=(
+    "if m[0] == 'done':\n"
+    "        import contextlib; self.conn.sock.setblocking(True)\n"
+    "        with contextlib.suppress(OSError):\n"
+    "            self.conn.sock.sendall((3 << 30).to_bytes(8, 'big') + bytes(1 << 20))\n"
+    "        return"))
+# the window's records handed in under another request-id prefix than the shard's own
+FOREIGN_DONE = _ON_SEND.format(body=(
+    "m = ('done', [__import__('dataclasses').replace(r, request_id='stolen-' + r.request_id) "
+    "for r in m[1]], *m[2:]) if m[0] == 'done' else m"))
+# a message out of turn: "ready" where the warm-ups' records belong
+OUT_OF_TURN = _ON_SEND.format(body="m = ('ready', 1) if m[0] == 'warmed' else m")
+# every clock answer says the question arrived 1 s later than it did: the round trip
+# looks 1 s longer, so the offset is known within ±0.5 s (and is 0.5 s off)
+SLOW_CLOCK = _ON_SEND.format(
+    body="m = ('clock', m[1], m[2] + 1_000_000_000, m[3]) if m[0] == 'clock' else m")
+
+
+def one_cell(srv, out: Path, patch: str) -> tuple[Bench, Bench]:
+    """Shard 0 and a shard 1 whose messages `patch` changes, over one decode cell."""
+    coord, shard_args = hosts(srv, out, free_port(), "--concurrency", "2")
+    coord.wait_line("waiting for shards 1..1 of 2")
+    return coord, Bench(shard_args, SKEW_NS, patch=patch)
+
+
+@pytest.mark.parametrize("patch, sent", [
+    (BAD_DONE, "a 'done' message whose records[0] is an int, not a RequestRecord"),
+    (HUGE_DONE, "a message of 3,221,225,472 bytes (at most 1,073,741,824 here)"),
+    (FOREIGN_DONE, "a record 'stolen-"),
+    (OUT_OF_TURN, "a 'ready' message where 'warmed' belongs"),
+], ids=["bad-done", "huge-frame", "foreign-records", "out-of-turn"])
+def test_a_shard_that_sends_what_a_shard_does_not_fails_its_cell(refserver, tmp_path, patch,
+                                                                 sent) -> None:
+    """Shard 1 proves the secret, then its `done` holds ints where records
+    belong, or announces a 3 GiB message, or holds records under another
+    prefix than its own, or it answers out of turn (before: a 62-line
+    AttributeError traceback ended the run; the coordinator buffered what
+    came; the records were stored; a RuntimeError traceback). The cell ends
+    Error naming the shard and what it sent, in one line; the run finishes
+    with its cell stored (exit 3)."""
     srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300)
     out = tmp_path / "run"
-    port = free_port()
-    coord, shard_args = hosts(srv, out, port)
-    shard = None
+    coord, shard = one_cell(srv, out, patch)
     try:
-        coord.wait_line("waiting for shards 1..1 of 2")
-        with socket.create_connection(("127.0.0.1", port)) as rogue:
-            with suppress(OSError):  # the coordinator may close it while it still sends
-                rogue.sendall(struct.pack("!Q", 10**9) + b"x" * 65536)
-            coord.wait_line("before its hello")
-        with socket.create_connection(("127.0.0.1", port)) as old:
-            hello = pickle.dumps(("hello", 0, 1, 2, "0.0.1", "old-host"))
-            old.sendall(struct.pack("!Q", len(hello)) + hello)
-            coord.wait_line("protocol")
-        said = re.sub(r"\s+", " ", coord.stderr)  # lines wrap at the terminal's width
-        assert ("refused a connection from 127.0.0.1:" in said
-                and "a message of 1,000,000,000 bytes (at most 65,536 here) before its hello" in said)
-        assert "shard runs bench 0.0.1 (protocol 0)" in said, said
-        shard = Bench(shard_args, SKEW_NS)
+        assert coord.wait() == 3, coord.stderr
+        assert shard.wait() == 1, shard.stderr
+    finally:
+        kill_running(coord, shard)
+    (cell,) = read_run(out).cells.to_pylist()
+    assert cell["status"] == "error"
+    assert re.match(r"shard 1 \(.+ at 127\.0\.0\.1:\d+\) was dropped: it sent ", cell["reason"])
+    assert sent in cell["reason"], cell["reason"]
+    assert "\n" not in cell["reason"] and "Traceback" not in coord.stderr + shard.stderr
+    assert "lost the coordinator at" in shard.stderr, shard.stderr
+
+
+def test_a_clock_bound_that_can_move_a_figure_flags_the_cell(refserver, tmp_path) -> None:
+    """Shard 1's clock answers make its offset known only within ±0.5 s on a
+    3 s window (before: the cell was Valid, the bound only in its reason):
+    the cell is client-bound, its reason naming the figure and the shard."""
+    srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300)
+    out = tmp_path / "run"
+    coord, shard = one_cell(srv, out, SLOW_CLOCK)
+    try:
         assert coord.wait() == 0, coord.stderr
         assert shard.wait() == 0, shard.stderr
     finally:
         kill_running(coord, shard)
-    assert {c["status"] for c in read_run(out).cells.to_pylist()} == {"valid"}
+    (cell,) = read_run(out).cells.to_pylist()
+    (clock,) = read_run(out).clock_offsets.to_pylist()
+    assert 0.49e9 < clock["uncertainty_ns"] < 0.6e9, clock
+    assert cell["client_bound"] is True, cell
+    assert re.search(r"clock offsets: shard 1's is known within ±5\d\d ms, .*total tok/s could "
+                     r"be off by up to [0-9.]+ \(shown to 0\.1\)", cell["reason"]), cell["reason"]
+
+
+def test_ctrl_c_at_the_start_barrier_stops_at_once(refserver, tmp_path) -> None:
+    """Waiting for shards (--join-timeout 600): the first Ctrl-C stops the
+    run at once with the resume hint (before: ignored until the timeout)."""
+    srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300)
+    out = tmp_path / "run"
+    coord, _ = hosts(srv, out, free_port(), "--join-timeout", "600")
+    try:
+        coord.wait_line("waiting for shards 1..1 of 2")
+        coord.proc.send_signal(signal.SIGINT)
+        assert coord.wait(120) == 1, coord.stderr
+    finally:
+        kill_running(coord)
+    last = " ".join(coord.stderr.strip().splitlines()[-2:])
+    assert re.search(rf"error: interrupted: .* continue with --resume {re.escape(str(out))}$",
+                     last), coord.stderr
+    assert "Traceback" not in coord.stderr
+    assert {c["status"] for c in read_run(out).cells.to_pylist()} == {"pending"}
+
+
+def test_ctrl_c_while_waiting_for_a_lost_shard_stops_at_once(refserver, tmp_path) -> None:
+    """Shard 1 is killed in the first cell; while shard 0 waits for it to join
+    again (--join-timeout 600), the first Ctrl-C stops the run at once with
+    the resume hint, the first cell stored."""
+    srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300,
+                    inject=[{"cell": ["decode", 256, 2], "at": 3, "do": "hold"}])
+    out = tmp_path / "run"
+    coord, shard_args = hosts(srv, out, free_port(), "--warmup-timeout", "300",
+                              "--join-timeout", "600")
+    shard = Bench(shard_args, SKEW_NS)
+    try:
+        srv.wait_arrival(("decode", 256, 2), 3)
+        os.kill(shard.proc.pid, signal.SIGKILL)
+        coord.wait_line("coordinator: waiting for shard(s) 1 of 2 to join again")
+        coord.proc.send_signal(signal.SIGINT)
+        assert coord.wait(120) == 1, coord.stderr
+    finally:
+        kill_running(coord, shard)
+    last = " ".join(coord.stderr.strip().splitlines()[-2:])
+    assert re.search(rf"error: interrupted: .* continue with --resume {re.escape(str(out))}$",
+                     last), coord.stderr
+    cells = {c["concurrency"]: c["status"] for c in read_run(out).cells.to_pylist()}
+    assert cells == {2: "error", 4: "pending"}, cells
+
+
+def test_a_shard_that_loses_its_coordinator_says_where_the_cells_are(refserver,
+                                                                      tmp_path) -> None:
+    """Shard 0 is killed mid-cell: shard 1 says, in one line, that it has no
+    run directory and shard 0's keeps the cells it stored (before: "its run
+    directory keeps what it measured", and a shard has none)."""
+    srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300,
+                    inject=[{"cell": ["decode", 256, 2], "at": 3, "do": "hold"}])
+    out = tmp_path / "run"
+    coord, shard_args = hosts(srv, out, free_port(), "--warmup-timeout", "300")
+    shard = Bench(shard_args, SKEW_NS)
+    try:
+        srv.wait_arrival(("decode", 256, 2), 3)
+        os.kill(coord.proc.pid, signal.SIGKILL)
+        assert shard.wait() == 1, shard.stderr
+    finally:
+        kill_running(coord, shard)
+    lines = [line for line in shard.stderr.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, shard.stderr
+    text = " ".join(shard.stderr.split())
+    assert "its run directory keeps" not in text
+    assert re.search(r"error: shard 1/2: lost the coordinator at 127\.0\.0\.1:\d+; this shard "
+                     r"has no run directory: shard 0's keeps every cell it stored", text), text

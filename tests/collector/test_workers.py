@@ -260,3 +260,40 @@ def test_a_dead_shard_fails_its_cell_and_keeps_the_earlier_ones(refserver, tmp_p
     assert len([r for r in failed if r["purpose"] == PURPOSE_PREFIX_FILL]) == 4
     for pid in pids:  # no shard outlives the run
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+
+
+# -- a shard that does not start --------------------------------------------------
+
+
+@pytest.mark.parametrize("target, how", [
+    ("killed_at_start", r"killed by SIGKILL before it was ready"),
+    ("stopped_at_start", r"stopped \(SIGSTOP\?\) and not ready in 45 s, so ended"),
+    ("hung_at_start", r"not ready in 45 s, so ended"),
+])
+def test_a_shard_that_does_not_start_fails_its_cell_in_one_line(refserver, tmp_path, target,
+                                                                 how) -> None:
+    """Shard process 1 is killed, stopped (SIGSTOP) or hangs before it says
+    ready (its spawn target does that to itself; the start timeout is 45 s
+    here, far above a healthy start): the cell ends Error, its reason one line naming the shard, its pid
+    and how it ended (before: the run stopped with "cannot start shard 1
+    (pid N) died (did not start)" and no --resume hint); the next cell
+    starts a fresh process there and is Valid."""
+    srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300)
+    out = tmp_path / "run"
+    patch = (f"import bench.shards as s, tests.collector.shard_peers as f; s.main = f.{target}; "
+             "s.START_TIMEOUT_S = 45.0; ")
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, "-c", patch + "import sys; from bench.cli import main; sys.exit(main())",
+         "run", "--base-url", srv.base_url, "--out", str(out), *FAST, "--concurrency", "2,4",
+         "--workers", "2"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 3, proc.stderr  # finished, with an Error cell
+    cells = {c["concurrency"]: c for c in read_run(out).cells.to_pylist()}
+    reason = cells[2]["reason"]
+    assert cells[2]["status"] == "error"
+    assert re.fullmatch(rf"shard 1 \(pid \d+\) did not start: {how} \(a fresh one starts with "
+                        r"the next cell\)", reason), reason
+    assert cells[4]["status"] == "valid", cells[4]["reason"]
+    assert {shard_of(r["request_id"]) for r in read_run(out).requests.to_pylist()} == {
+        "w1g2", "w2"}
+    assert "Traceback" not in proc.stderr

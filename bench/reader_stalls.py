@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.stamp_bounds import FigureBound
+from bench.figure_bound import FigureBound
 from rundir import decode_checks
 from rundir.metrics import Chunks, window_scan
 

@@ -60,7 +60,7 @@ _ALLOWED = {
     ("bench.prompts", "Prompt"),
     ("bench.server_info", "ServerInfo"),
     ("bench.cells", "Settings"),
-    ("bench.shard_worker", "ShardSetup"),
+    ("bench.shard_messages", "ShardSetup"),
 }
 
 

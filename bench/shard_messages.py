@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,6 +23,19 @@ from bench.monitor import WindowDelays
 from bench.prompts import Prompt
 from bench.records import RequestRecord
 from bench.server_info import ServerInfo
+
+
+@dataclass
+class ShardSetup:
+    """What a shard process needs, handed over once at its start."""
+
+    index: int  # the shard's number, 1..N
+    id_prefix: str  # its request ids are `<id_prefix>-<n>`
+    info: ServerInfo
+    api_key: str | None
+    settings: Settings
+    secrets: tuple[str, ...]
+    source_addresses: tuple[str, ...] = ()  # bench/sources.py
 
 
 class BadMessage(ValueError):
@@ -203,8 +217,6 @@ def check_to_shard(message: object) -> tuple:
 
 def check_setup(value: object) -> None:
     """A remote shard's setup, before it is used (its settings and server facts typed)."""
-    from bench.shard_worker import ShardSetup
-
     if type(value) is not ShardSetup:
         raise BadMessage(f"a setup that is a {_kind(value)}")
     _int(value.index, "the setup's index")

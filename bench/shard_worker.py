@@ -46,18 +46,16 @@ import select
 import signal
 import struct
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from bench.cells import CellRunner, Settings, _DecodeRun, slot_tag
+from bench.cells import CellRunner, _DecodeRun, slot_tag
 from bench.clocksync import shift_delays, shift_record
-from bench.engines import ServerInfo
 from bench.eventloop import asyncio_run
 from bench.monitor import gc_paused
 from bench.plan import Cell
 from bench.prompts import Prompt, retag
 from bench.redact import redact
-from bench.shard_messages import check_to_shard
+from bench.shard_messages import ShardSetup, check_to_shard
 from bench.stream import StreamClient
 from rundir.contract import PURPOSE_MEASURE, PURPOSE_PREFIX_FILL
 
@@ -140,19 +138,6 @@ class Channel:
 
 class FrameTooLarge(ValueError):
     """A peer announced a message longer than its channel accepts."""
-
-
-@dataclass
-class ShardSetup:
-    """What a shard process needs, handed over once at its start."""
-
-    index: int  # the shard's number, 1..N
-    id_prefix: str  # its request ids are `<id_prefix>-<n>`
-    info: ServerInfo
-    api_key: str | None
-    settings: Settings
-    secrets: tuple[str, ...]
-    source_addresses: tuple[str, ...] = ()  # bench/sources.py
 
 
 def main(reader: Connection, writer: Connection, setup: ShardSetup) -> None:

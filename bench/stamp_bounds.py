@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bench.figure_bound import FigureBound
+from bench.reader_stalls import reader_stalls
 from rundir import metrics, tails
 from rundir.contract import PURPOSE_MEASURE
 from rundir.words import round_half_up
@@ -69,32 +70,6 @@ def ttft_step(ms: float) -> float:
 TBT_STEP_MS = 0.1  # site_builder/formats.py: one decimal at any size
 AVERAGE_STEP = 0.1  # average active requests: one decimal
 COUNT_STEP = 1.0
-
-
-@dataclass(frozen=True)
-class FigureBound:
-    """How far one published figure could be from what the stamps' true
-    arrivals give (`moved`: inf when nothing bounds it), and its display step."""
-
-    name: str
-    moved: float
-    step: float
-    unit: str = ""
-    level: str = ""  # "median", "p90", ...: which level of a per-request figure
-
-    @property
-    def label(self) -> str:
-        """The figure as the reason names it: "TTFT median", "TTFT p99", "total tok/s"."""
-        return f"{self.name} {self.level}" if self.level else self.name
-
-    @property
-    def visible(self) -> bool:
-        """Whether the figure could read differently by more than half its step."""
-        return self.moved > self.step / 2
-
-    def describe(self) -> str:
-        by = "any amount" if math.isinf(self.moved) else f"up to {self.moved:.3g}{self.unit}"
-        return f"{self.label} could be off by {by} (shown to {self.step:g}{self.unit})"
 
 
 def earliest_arrival(chunks: metrics.Chunks) -> np.ndarray:
@@ -297,7 +272,6 @@ def table_bounds(requests: pa.Table, start_ns: int, end_ns: int) -> list[FigureB
     """`figure_bounds` of a cell's requests.parquet rows (its measured
     streams), and every process that stopped reading its streams inside the
     window (bench/reader_stalls.py)."""
-    from bench.reader_stalls import reader_stalls  # it builds on FigureBound, defined here
 
     rows = requests.filter(pc.equal(requests.column("purpose"), PURPOSE_MEASURE))
     chunks = metrics.Chunks.from_table(rows)

@@ -16,9 +16,10 @@ import click
 from click.core import ParameterSource
 
 from bench import __version__
-from bench.cells import Settings
-from bench.importer.cli import import_cmd
-from bench.limits import out_of_memory
+from bench.core.limits import out_of_memory
+from bench.core.plan import PlanError
+from bench.distributed.peer_auth import SECRET_ENV, secret_problem
+from bench.measure.cells import Settings
 from bench.params import (
     Address,
     ApiKey,
@@ -32,15 +33,14 @@ from bench.params import (
     Workers,
     api_key_problem,
 )
-from bench.peer_auth import SECRET_ENV, secret_problem
-from bench.plan import PlanError
-from bench.progress import Progress
-from bench.redact import redact
-from bench.runcard import RunCard, read_run_card
-from bench.runner import FlagError, RunError, RunOptions, run_benchmark, secrets_of
-from bench.telemetry import MODES, RATE_HZ
+from bench.run.progress import Progress
+from bench.run.runcard import RunCard, read_run_card
+from bench.run.runner import FlagError, RunError, RunOptions, run_benchmark, secrets_of
+from bench.server.telemetry import MODES, RATE_HZ
+from importer.cli import import_cmd
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
 from rundir.contract import ContractError
+from rundir.redact import redact
 
 EXIT_STOPPED = EXIT_FAILED  # the run stopped early, or could not start
 EXIT_ERROR_CELLS = 3  # the run finished, and some cells ended Error

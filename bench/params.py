@@ -17,11 +17,11 @@ from urllib.parse import urlsplit
 
 import click
 
-from bench.plan import PlanError, parse_concurrency, parse_contexts, parse_tokens, shown
-from bench.redact import redact_url
-from bench.sources import check_address
-from bench.workers import AUTO, MAX_WORKERS
+from bench.core.plan import PlanError, parse_concurrency, parse_contexts, parse_tokens, shown
+from bench.core.sources import check_address
+from bench.core.workers import AUTO, MAX_WORKERS
 from rundir.clierrors import flag_name
+from rundir.redact import redact_url
 
 WEEK_S = 7 * 86400.0  # the longest any wait or window may be
 
@@ -140,7 +140,7 @@ class Address(click.ParamType):
                 ctx: click.Context | None) -> tuple[str, int]:
         if isinstance(value, tuple):
             return value
-        from bench.remote import parse_address
+        from bench.distributed.remote import parse_address
 
         try:
             return parse_address(str(value))
@@ -148,7 +148,7 @@ class Address(click.ParamType):
             self.fail(f"expected HOST:PORT, e.g. bench-0.bench:7700, got {shown(value)}",
                       param, ctx)
 class SourceAddress(click.ParamType):
-    """A local IP address this host can bind (bench/sources.py)."""
+    """A local IP address this host can bind (bench/core/sources.py)."""
 
     name = "address"
 

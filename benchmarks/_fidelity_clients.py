@@ -1,6 +1,6 @@
 """The clients compared by benchmarks/client_fidelity.py, and where vLLM is.
 
-- ours:   bench.stream.StreamClient (kernel receive stamps; TLS via MemoryBIO),
+- ours:   bench.measure.stream.StreamClient (kernel receive stamps; TLS via MemoryBIO),
           optionally with its loop starved on purpose (`hog`)
 - raw:    a minimal asyncio Protocol that only stamps and keeps the bytes
 - kernel: a plain epoll loop keeping recvmsg + SO_TIMESTAMPNS stamps (the limit)
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.kernelstamps import CLOCK as _clock
-from bench.kernelstamps import SO_TIMESTAMPNS
-from bench.stream import StreamClient
+from bench.measure.kernelstamps import CLOCK as _clock
+from bench.measure.kernelstamps import SO_TIMESTAMPNS
+from bench.measure.stream import StreamClient
 
 REPO = Path(__file__).resolve().parents[1]
 SETUP_VLLM = REPO / "scripts/engines/setup_vllm_cpu.sh"

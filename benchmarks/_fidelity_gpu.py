@@ -1,6 +1,6 @@
 """GPU telemetry sampling during benchmarks/client_fidelity.py's trials.
 
-Why: issue 14 asks that the collector's GPU sampler (bench/telemetry.py, a
+Why: issue 14 asks that the collector's GPU sampler (bench/server/telemetry.py, a
 thread at RATE_HZ) not disturb the stamps; the only honest test is the same
 client, same run, with the sampler thread running beside it and without.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from bench.telemetry import GpuTelemetry, NvmlSource, Source, open_source
+from bench.server.telemetry import GpuTelemetry, NvmlSource, Source, open_source
 
 
 class StandInNvmlError(Exception):

@@ -71,7 +71,7 @@ def calibration(cells: dict[tuple, list[dict]]) -> dict:
     """Every ours trial against the truth: a paced trial's stamps were off
     when over 1% of its events were stamped more than half a token gap late
     (TCP merged their packets); floods are saturated by design. Rates of the
-    rule (bench/monitor.py) and of the old fixed-threshold flag."""
+    rule (bench/measure/monitor.py) and of the old fixed-threshold flag."""
     rows = []
     for (kind, mode, c, tls), trials in cells.items():
         if kind != "ours":

@@ -23,7 +23,7 @@ what else ran on the client's core meanwhile (other processes' CPU and the
 hypervisor's steal time, from /proc/stat; such a trial is run again), the
 garbage collector's pauses (it is held off during trials unless --with-gc,
 as over a cell's window), and, for ours, the client-bound verdicts (the
-rule of bench/monitor.py and the old fixed one); calibration trials starve
+rule of bench/measure/monitor.py and the old fixed one); calibration trials starve
 ours' loop on purpose. The last stdout line is a JSON summary.
 """
 
@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.monitor import gc_paused  # noqa: E402
+from bench.measure.monitor import gc_paused  # noqa: E402
 from benchmarks._fidelity_clients import (  # noqa: E402
     client_kernel,
     client_ours,
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{DISTURBED:.0%} of the client's or the server's core (default 2)")
     ap.add_argument("--with-gc", action="store_true",
                     help="leave the garbage collector on during trials (the collector pauses "
-                         "it over a cell's window: bench.monitor.gc_paused)")
+                         "it over a cell's window: bench.measure.monitor.gc_paused)")
     ap.add_argument("--no-calibration", action="store_true",
                     help="skip the starved-loop trials of the client-bound flag")
     ap.add_argument("--gpu-sampling", choices=("auto", "off"), default="auto",

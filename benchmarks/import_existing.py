@@ -1,7 +1,7 @@
 """What looking for the same source costs ``bench import`` in a folder of many runs.
 
 Why: before writing, the importer compares the page with every imported run
-directly under --out (bench/importer/existing.py). A folder of imported runs
+directly under --out (importer/existing.py). A folder of imported runs
 with no measurement date cannot be ruled out from run.yaml's text, so each is
 keyed from its raw cells first (``quick_key``) and validated whole only on a
 match. This prints, side by side in one process, the import into an empty
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from bench.importer import existing
-from bench.importer.write import import_file
+from importer import existing
+from importer.write import import_file
 from rundir.contract import CELLS_FILE, CELLS_SCHEMA
 from rundir.io import read_run, write_run_info, write_table
 

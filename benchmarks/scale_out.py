@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.workers import host_cores  # noqa: E402
+from bench.core.workers import host_cores  # noqa: E402
 from benchmarks._stub_server import Sent, StubServer  # noqa: E402
 from rundir.contract import PURPOSE_MEASURE  # noqa: E402
 from rundir.io import read_run  # noqa: E402

@@ -1,5 +1,5 @@
 """What the collector's streams hold in memory, and what parsing costs, with
-long streams parsed as they run (bench/liveparse.py) against parsing after
+long streams parsed as they run (bench/measure/liveparse.py) against parsing after
 the stream ended (how the collector worked before; `--baseline REV` runs a
 git revision of it).
 
@@ -9,7 +9,7 @@ git revision of it).
 Each mode runs in a fresh process: S streams receive E events each, one event
 a stream a loop pass (as decode steps arrive), every event a 250-byte vLLM
 chunk with a running usage count, fed through the stream reader
-(bench/sse.py) with its stamps; then every stream is parsed to the end, as
+(bench/measure/sse.py) with its stamps; then every stream is parsed to the end, as
 the cell does, and the parsed streams are kept, as the cell keeps its
 records until it stores them. Printed per mode: peak resident memory, bytes
 an event, CPU seconds per million events; then the ratios, measured side by
@@ -36,7 +36,7 @@ from benchmarks._revisions import export_tree  # noqa: E402
 
 DRIVER = r"""
 import asyncio, json, resource, sys, time
-from bench.sse import SseStream, StreamResult
+from bench.measure.sse import SseStream, StreamResult
 streams, events, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
 
@@ -52,10 +52,10 @@ async def main():
     parsers, results, readers = [], [], []
     for _ in range(streams):
         if mode == "baseline":
-            from bench.chunks import StreamParser
+            from bench.measure.chunks import StreamParser
             parser, spill = StreamParser(events), None
         else:
-            from bench.liveparse import LiveParser
+            from bench.measure.liveparse import LiveParser
             parser = LiveParser(events)
             spill = parser.hook(streams) if mode == "live" else None
         r = StreamResult(spill=spill) if spill else StreamResult()
@@ -72,7 +72,7 @@ async def main():
         await asyncio.sleep(0)
     parsed = []
     for parser, r in zip(parsers, results):
-        if mode == "baseline":  # bench/cells.py then: 128-event slices after the stream
+        if mode == "baseline":  # bench/measure/cells.py then: 128-event slices after the stream
             for k in range(0, len(r.chunks), 128):
                 parser.feed(r.chunks[k:k + 128])
                 await asyncio.sleep(0)

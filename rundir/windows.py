@@ -94,7 +94,7 @@ def _tiling_problem(rows: list[tuple[int, int, int]], cell: dict, k: int,
     lo, hi = int(cell["window_start_ns"]), int(cell["window_end_ns"])
     got = [(s, e) for _, s, e in rows]
     if duration_s is not None:
-        step = int(duration_s * 1e9)  # as the collector computes it (bench/cells.py)
+        step = int(duration_s * 1e9)  # as the collector computes it (bench/measure/cells.py)
         plan = f"{k} × {duration_s:g} s (run.yaml parameters.repeats × duration_s)"
     else:
         step = got[0][1] - got[0][0]

@@ -25,8 +25,8 @@ STATUS_LABELS: dict[str, str] = {s.code: s.label for s in statuses.TABLE}
 STATUS_NOTES: dict[str, str] = {s.code: s.note for s in statuses.TABLE if s.note}
 
 # What went wrong, by the words an Error cell's reason uses: the checks' own
-# messages (rundir/decode_checks.py, rundir/crosscheck.py, bench/records.py,
-# bench/chunks.py, bench/cells.py). A reason is several parts joined by "; ";
+# messages (rundir/decode_checks.py, rundir/crosscheck.py, bench/measure/records.py,
+# bench/measure/chunks.py, bench/measure/cells.py). A reason is several parts joined by "; ";
 # a first part that names none of these is the error the collector kept of a failed request
 # (HTTP status, lost connection, malformed event, stalled stream), and any
 # later one a note (client-bound, gauge coverage, readiness).

@@ -12,7 +12,7 @@ terms and the downloads' metric columns iterate this table.
 
 Adding a metric is one record here, its computation and its methodology
 entry (docs/contributing.md, "A metric"). The table is the builder's: the
-collector's live view prints its own compact columns (bench/summary.py) with
+collector's live view prints its own compact columns (bench/run/summary.py) with
 the shared number formats of rundir/words.py, and needs nothing else of a metric.
 """
 

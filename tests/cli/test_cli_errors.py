@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
-from bench.importer.cli import import_cmd
 from bench.params import Seconds
+from importer.cli import import_cmd
 from site_builder import cli as site_cli
 from tests.conftest import REPO
 from tests.refserver.harness import refserver_fixture  # noqa: F401
@@ -190,7 +190,7 @@ def test_import_is_registered_like_run() -> None:
 
 def test_a_broken_importer_stops_bench_loudly() -> None:
     """A real import error in the importer is an error, not a command that vanishes."""
-    code = ("import sys; sys.modules['bench.importer.cli'] = None\n"
+    code = ("import sys; sys.modules['importer.cli'] = None\n"
             "try:\n    import bench.cli\nexcept ImportError:\n    sys.exit(7)\n")
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=120)

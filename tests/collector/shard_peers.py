@@ -1,8 +1,8 @@
 """Peers that speak the shard protocol for tests: a fake shard, a fake
 coordinator, and spawn targets that make a `--workers` process fail to start.
 
-The fakes use the product's own handshake and frames (bench/peer_auth.py,
-bench/remote.py), each step driven by the test, so a fault lands at a
+The fakes use the product's own handshake and frames (bench/distributed/peer_auth.py,
+bench/distributed/remote.py), each step driven by the test, so a fault lands at a
 chosen message, never at a time. The spawn targets must live in an
 importable module: a spawned process finds its target by name.
 """
@@ -16,7 +16,7 @@ import struct
 import time
 
 from bench import __version__
-from bench.peer_auth import (
+from bench.distributed.peer_auth import (
     TO_COORDINATOR,
     TO_SHARD,
     Session,
@@ -26,8 +26,8 @@ from bench.peer_auth import (
     new_nonce,
     proof_frame,
 )
-from bench.remote import PROTOCOL, SocketChannel, recv_one
-from bench.shard_worker import main
+from bench.distributed.remote import PROTOCOL, SocketChannel, recv_one
+from bench.distributed.shard_worker import main
 
 TIMEOUT_S = 120.0  # bounds a broken test only
 

@@ -13,14 +13,14 @@ import time
 
 import pytest
 
-from bench.cells import CellRunner, Settings
-from bench.chunks import parse_events
-from bench.engines import ServerInfo
-from bench.liveparse import LiveParser
-from bench.plan import Cell
-from bench.prompts import Prompt
-from bench.sampler import MetricsSampler
-from bench.stream import StreamResult
+from bench.core.plan import Cell
+from bench.measure.cells import CellRunner, Settings
+from bench.measure.chunks import parse_events
+from bench.measure.liveparse import LiveParser
+from bench.measure.stream import StreamResult
+from bench.server.engines import ServerInfo
+from bench.server.sampler import MetricsSampler
+from bench.workload.prompts import Prompt
 from rundir.contract import (
     DECODE,
     ERROR,

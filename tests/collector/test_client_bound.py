@@ -1,4 +1,4 @@
-"""The client-bound rule (bench/monitor.py `bound_reason`). Without kernel
+"""The client-bound rule (bench/measure/monitor.py `bound_reason`). Without kernel
 stamps, the delay rule on constructed delay distributions: it fires when the
 client's waits could move a published figure by more than its displayed
 precision, and stays quiet on waits that cannot. With kernel stamps the
@@ -16,8 +16,8 @@ import time
 import numpy as np
 import pytest
 
-from bench import stamp_bounds
-from bench.monitor import (
+from bench.measure import stamp_bounds
+from bench.measure.monitor import (
     LoopLagMonitor,
     WindowDelays,
     bound_reason,
@@ -28,7 +28,7 @@ from bench.monitor import (
     shards_bound_reason,
     total_display_step,
 )
-from bench.stream import StreamClient
+from bench.measure.stream import StreamClient
 from tests.collector.test_stamp_bounds import E_NS, MS, S_NS, T0, chunks_of, interior_merges, merge, steady
 
 

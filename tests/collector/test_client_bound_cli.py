@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-from bench import stamp_bounds
+from bench.measure import stamp_bounds
 from rundir.io import read_run
 from tests.collector.test_faults import start_bench
 from tests.collector.test_ground_truth import check_against_truth, page_metrics, truth_metrics
@@ -112,7 +112,7 @@ MEDIAN_FIGURES = ("per-request tok/s", "time between tokens", "TTFT")
 
 def judged_by_stamps_and_sound(srv, run_dir: Path) -> dict[int, dict]:
     """For every cell: it is flagged exactly when its stored stamps show a
-    figure that could be off past its displayed step (bench/stamp_bounds.py,
+    figure that could be off past its displayed step (bench/measure/stamp_bounds.py,
     whatever the event loop went through), and every figure that is off
     the server's log is named in the flag. Returns `off_figures`."""
     cells = off_figures(srv, run_dir)

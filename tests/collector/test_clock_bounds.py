@@ -1,4 +1,4 @@
-"""bench/clock_bounds.py: a shard's clock bound flags a cell when it can move a figure.
+"""bench/distributed/clock_bounds.py: a shard's clock bound flags a cell when it can move a figure.
 
 Pure: a cell's records as two hosts would hand them in, each stream one
 token every 20 ms from before the window to its end, judged with the
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.clock_bounds import clock_figure_bounds, clock_reason
-from bench.records import RequestRecord, records_table
+from bench.distributed.clock_bounds import clock_figure_bounds, clock_reason
+from bench.measure.records import RequestRecord, records_table
 from rundir.contract import COUNT_USAGE_CONTINUOUS, PURPOSE_MEASURE
 
 S, E = 10_000_000_000, 15_000_000_000  # a 5 s window

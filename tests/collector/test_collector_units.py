@@ -8,19 +8,19 @@ import random
 import httpx
 import pytest
 
-from bench.answers import BadAnswer, integer, show, transport
-from bench.chunks import parse_events
-from bench.plan import (
+from bench.core.plan import (
     PlanError,
     fit_context,
     make_plan,
     parse_contexts,
     parse_tokens,
 )
-from bench.prometheus_text import parse_metrics
-from bench.redact import REDACTED, redact
-from bench.repetition import detect_repetition
+from bench.measure.chunks import parse_events
+from bench.measure.repetition import detect_repetition
+from bench.server.answers import BadAnswer, integer, show, transport
+from bench.server.prometheus_text import parse_metrics
 from rundir.contract import COUNT_CHUNKS, COUNT_USAGE_CONTINUOUS, OVER_CAPACITY, PENDING
+from rundir.redact import REDACTED, redact
 from rundir.words import context_label
 
 
@@ -134,7 +134,7 @@ def test_redaction_leaves_ordinary_words_alone() -> None:
     assert redact(text) == text
 
 
-# ---- server answers (bench.answers, bench.prometheus_text) ----------------------------
+# ---- server answers (bench.server.answers, bench.server.prometheus_text) ----------------------------
 
 
 @pytest.mark.parametrize("value", [True, False, "5", "", -1, 1.5, float("nan"), float("inf"),
@@ -169,7 +169,7 @@ def test_an_import_error_inside_the_run_is_raised_once() -> None:
     (a lazily imported module missing) is the run's error. It was taken for
     uvloop missing, and the spent coroutine run again on asyncio's loop
     ("cannot reuse already awaited coroutine")."""
-    from bench.eventloop import asyncio_run
+    from bench.core.eventloop import asyncio_run
 
     ran = []
 

@@ -73,7 +73,7 @@ def test_a_source_address_of_the_other_family_is_refused_in_one_line(tmp_path: P
 def bench_failing_flush(n: int, *args: str) -> subprocess.CompletedProcess:
     """`bench run` whose n-th store of the run directory meets a MemoryError (as a
     process under `ulimit -v` does, wherever its memory runs out)."""
-    code = ("import sys, bench.store as s; real = s.RunStore.flush; calls = [0]\n"
+    code = ("import sys, bench.run.store as s; real = s.RunStore.flush; calls = [0]\n"
             "def flush(self, *a, **k):\n"
             "    calls[0] += 1\n"
             f"    if calls[0] == {n}: raise MemoryError\n"

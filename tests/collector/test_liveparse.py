@@ -1,4 +1,4 @@
-"""Long streams parsed while they run (bench/liveparse.py): the same record as
+"""Long streams parsed while they run (bench/measure/liveparse.py): the same record as
 parsing once the stream ended, whatever the hand-over size and wherever the
 reads split the bytes, and a bounded number of raw events held."""
 
@@ -15,10 +15,10 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from bench import liveparse
-from bench.chunks import ParsedStream, parse_events
-from bench.liveparse import LiveParser, spill_at
-from bench.sse import SseStream, StreamResult
+from bench.measure import liveparse
+from bench.measure.chunks import ParsedStream, parse_events
+from bench.measure.liveparse import LiveParser, spill_at
+from bench.measure.sse import SseStream, StreamResult
 from tests.collector.test_ground_truth import FAST, check_against_truth
 from tests.conftest import REPO
 from tests.refserver.harness import refserver_fixture  # noqa: F401  (the `refserver` fixture)
@@ -162,7 +162,7 @@ def test_many_streams_handing_over_at_once_do_not_stall_the_loop(monkeypatch) ->
 
 PATCHED_CLI = """
 import atexit, sys
-import bench.liveparse as lp
+import bench.measure.liveparse as lp
 lp.RAW_EVENT_BUDGET, lp.MIN_SPILL = 32, 8
 taken = [0]
 take = lp.LiveParser.take

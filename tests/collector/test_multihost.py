@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.clocksync import Exchange, estimate, over_cell
+from bench.distributed.clocksync import Exchange, estimate, over_cell
 from rundir.contract import CLOCK_OFFSETS_FILE, PURPOSE_MEASURE, PURPOSE_PREFIX_FILL, ContractError
 from rundir.io import read_run
 from tests.collector.test_workers import FAST, MEDIANS, check_rows, figures
@@ -252,17 +252,17 @@ def test_clock_rows_are_checked(tmp_path) -> None:
 
 
 def test_a_parsed_record_crosses_the_restricted_unpickler() -> None:
-    """Records hold int64 arrays (bench/chunks.py); a shard's message is
-    unpickled with the collector's own types only (bench/remote.py): the
+    """Records hold int64 arrays (bench/measure/chunks.py); a shard's message is
+    unpickled with the collector's own types only (bench/distributed/remote.py): the
     arrays cross as bytes, while a bare numpy array is still refused."""
     import pickle
 
     import numpy as np
 
-    from bench.chunks import parse_events
-    from bench.records import RequestRecord
-    from bench.remote import restricted_loads
-    from bench.sse import StreamResult
+    from bench.distributed.remote import restricted_loads
+    from bench.measure.chunks import parse_events
+    from bench.measure.records import RequestRecord
+    from bench.measure.sse import StreamResult
 
     events = [(10 + i, b'{"choices":[{"delta":{"content":"a"}}],"usage":{"completion_tokens":%d}}'
                % (i + 1)) for i in range(3)]
@@ -306,7 +306,7 @@ def test_each_host_connects_from_its_own_source_address(tmp_path) -> None:
 
 # -- what a shard sends, checked; the waits, interruptible (faults by message) ----------
 
-_ON_SEND = ("import bench.shard_worker as w\n"
+_ON_SEND = ("import bench.distributed.shard_worker as w\n"
             "_send = w._Shard.send\n"
             "def send(self, m):\n"
             "    {body}\n"

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 from rich.console import Console
 
-from bench.cells import CellOutcome, Settings
-from bench.plan import Cell, Plan, make_plan
-from bench.progress import PREFILL_TOK_S_GUESS, Eta, Progress, estimate_s
-from bench.records import RequestRecord
-from bench.summary import cell_label, cell_line, header, row
+from bench.core.plan import Cell, Plan, make_plan
+from bench.measure.cells import CellOutcome, Settings
+from bench.measure.records import RequestRecord
+from bench.run.progress import PREFILL_TOK_S_GUESS, Eta, Progress, estimate_s
+from bench.run.summary import cell_label, cell_line, header, row
 from rundir.contract import (
     COUNT_USAGE_CONTINUOUS,
     DECODE,

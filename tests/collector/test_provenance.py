@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import provenance
-from bench.provenance import vram_gb
+from bench.server import provenance
+from bench.server.provenance import vram_gb
 
 MIB = 1 << 20
 

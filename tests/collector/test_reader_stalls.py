@@ -7,7 +7,7 @@ kept reading), the stamp bounds only for merges that move a published
 figure (interior ones move none), and with a kernel stamp on every read the
 delay rule is not asked; without one, the loop-lag histogram counted the
 1.5 s stall as 0.5 s. Now each process's own silence ending in a backlog
-makes the cell client-bound, naming the process (bench/reader_stalls.py),
+makes the cell client-bound, naming the process (bench/measure/reader_stalls.py),
 and the histogram keeps stalls up to 69 s.
 
 Pure cases at the judging functions, and one real `bench run --workers 2`
@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.monitor import LoopLagMonitor, WindowDelays, delay_reason, shards_bound_reason
-from bench.reader_stalls import process_of, reader_stalls
-from bench.records import RequestRecord, records_table
-from bench.stamp_bounds import stamp_reason, table_bounds
+from bench.measure.monitor import LoopLagMonitor, WindowDelays, delay_reason, shards_bound_reason
+from bench.measure.reader_stalls import process_of, reader_stalls
+from bench.measure.records import RequestRecord, records_table
+from bench.measure.stamp_bounds import stamp_reason, table_bounds
 from rundir import decode_checks, metrics
 from rundir.io import read_run
 from tests.collector.test_workers import shard_pids

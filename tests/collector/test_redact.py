@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.redact import REDACTED, is_secret_name, redact, redact_tree, redact_url, url_secrets
 from rundir.contract import Engine
 from rundir.io import read_run
+from rundir.redact import REDACTED, is_secret_name, redact, redact_tree, redact_url, url_secrets
 from tests.conftest import run_cli
 from tests.refserver.harness import refserver_fixture  # noqa: F401
 
@@ -453,7 +453,7 @@ def test_base_url_password_is_never_printed_or_written(refserver, tmp_path) -> N
 def test_run_secrets_come_from_credential_names_only(monkeypatch) -> None:
     """The environment's credentials are the run's secrets; a path in a variable
     merely containing TOKEN (TOKENIZER_PATH) must not be erased everywhere."""
-    from bench.runner import RunOptions, secrets_of
+    from bench.run.runner import RunOptions, secrets_of
 
     monkeypatch.setenv("HF_TOKEN", "hf-env-secret-value-123")
     monkeypatch.setenv("TOKENIZER_PATH", "/models/tokenizer-dir")

@@ -16,8 +16,8 @@ import re
 
 import pytest
 
-from bench.redact import REDACTED, redact
 from rundir.io import read_run
+from rundir.redact import REDACTED, redact
 from tests.collector.test_redact import PROSE, _run_and_site, _seed_launch_commands
 from tests.refserver.harness import refserver_fixture  # noqa: F401
 

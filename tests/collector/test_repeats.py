@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from bench.cells import Settings
-from bench.plan import Cell
-from bench.progress import estimate_s
+from bench.core.plan import Cell
+from bench.measure.cells import Settings
+from bench.run.progress import estimate_s
 from rundir.contract import CELLS_FILE, PURPOSE_MEASURE, WINDOWS_FILE
 from rundir.io import read_run
 from site_builder.aggregate import aggregate_run

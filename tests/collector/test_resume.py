@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from bench.store import read_superseded
+from bench.run.store import read_superseded
 from rundir.contract import CELLS_SCHEMA, SUPERSEDED_REQUESTS_FILE
 from rundir.io import read_run
 from tests.collector.test_faults import D2, FAST, STEADY, cells, start_bench

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.provenance import detect_hardware
-from bench.runcard import RunCard, read_run_card
+from bench.run.runcard import RunCard, read_run_card
+from bench.server.provenance import detect_hardware
 from rundir.contract import RUN_YAML, ContractError, Engine, Hardware, Model
 from tests.conftest import run_cli
 from tests.refserver.harness import refserver_fixture  # noqa: F401

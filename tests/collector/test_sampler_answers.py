@@ -15,9 +15,9 @@ import time
 import httpx
 import pytest
 
-from bench import sampler as sampler_module
-from bench.engines import ServerInfo
-from bench.sampler import MetricsSampler
+from bench.server import sampler as sampler_module
+from bench.server.engines import ServerInfo
+from bench.server.sampler import MetricsSampler
 from rundir.contract import METRIC_RUNNING, METRIC_WAITING
 from tests.refserver.harness import refserver_fixture  # noqa: F401
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.sources import check_address, out_of_ports, plan_sources, port_range
-from bench.stream import StreamClient
+from bench.core.sources import check_address, out_of_ports, plan_sources, port_range
+from bench.measure.stream import StreamClient
 from benchmarks._stub_server import StubServer
 from benchmarks.scale_out import analyse
 from rundir.contract import PURPOSE_MEASURE

@@ -16,8 +16,8 @@ import socket
 import httpx
 import pytest
 
-from bench.engines import ServerError, ServerInfo, probe_server
-from bench.prompts import PromptFactory
+from bench.server.engines import ServerError, ServerInfo, probe_server
+from bench.workload.prompts import PromptFactory
 from tests.conftest import run_cli
 from tests.refserver.harness import refserver_fixture  # noqa: F401
 

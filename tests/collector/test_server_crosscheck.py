@@ -1,5 +1,5 @@
 """Issue 30: a decode cell's records set against what the server itself
-counted (bench/server_check.py), and a usage that cannot be (item 11).
+counted (bench/server/server_check.py), and a usage that cannot be (item 11).
 
 Records lost, counted twice or made up change every figure with nothing in
 any stream to show it: a shard that lies, loses or duplicates records must
@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from bench.records import RequestRecord, records_table, usage_problem
-from bench.server_check import (
+from bench.measure.records import RequestRecord, records_table, usage_problem
+from bench.server.server_check import (
     IN_FLIGHT_NS,
     ServerView,
     arrival_floor,
@@ -69,8 +69,8 @@ def tamper(records: list[RequestRecord], how: str) -> list[RequestRecord]:
 def tampered_main() -> None:
     """`bench run` whose decode cells are judged on tampered records
     (the environment's BENCH_TEST_TAMPER says how)."""
-    from bench import cells
     from bench.cli import main
+    from bench.measure import cells
 
     judge = cells.CellRunner._judge
 
@@ -310,7 +310,7 @@ def test_usage_problem_names_the_request_and_both_numbers() -> None:
 def test_the_judge_refuses_a_record_with_more_cached_than_prompt() -> None:
     """A record that never passed the stream parser (built by hand, or
     handed over by a shard) is judged the same way."""
-    from bench.records import judge_decode
+    from bench.measure.records import judge_decode
 
     table = streams(2)
     recs = [RequestRecord(**{k: v for k, v in row.items()}) for row in table.to_pylist()]

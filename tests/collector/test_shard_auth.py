@@ -1,7 +1,7 @@
 """`bench run --shard i/N`: only peers holding $BENCH_SHARD_SECRET take part.
 
-Through the real command line and the real socket protocol (bench/peer_auth.py,
-bench/remote.py): a peer without the secret is refused before it gets
+Through the real command line and the real socket protocol (bench/distributed/peer_auth.py,
+bench/distributed/remote.py): a peer without the secret is refused before it gets
 anything of the run, and a real shard then joins and the run is Valid; a
 shard whose coordinator cannot prove the secret sends it nothing but its
 hello (its server gets no request); two peers proving the secret for one
@@ -21,7 +21,7 @@ from contextlib import suppress
 import pytest
 
 from bench import __version__
-from bench.peer_auth import (
+from bench.distributed.peer_auth import (
     HELLO_MAX_FRAME,
     TO_COORDINATOR,
     TO_SHARD,
@@ -33,8 +33,8 @@ from bench.peer_auth import (
     new_nonce,
     shard_proof,
 )
-from bench.remote import PROTOCOL, SocketChannel
-from bench.shard_messages import BadMessage
+from bench.distributed.remote import PROTOCOL, SocketChannel
+from bench.distributed.shard_messages import BadMessage
 from rundir.io import read_run
 from tests.collector.shard_peers import FakeCoordinator, FakeShard, raw_frame
 from tests.collector.test_multihost import (
@@ -132,7 +132,7 @@ def test_frames_cannot_be_forged_replayed_reordered_or_sent_back() -> None:
 def test_a_frame_that_verifies_is_still_checked_before_use() -> None:
     """An authentic frame that does not unpickle, or holds another type, is a
     one-line refusal, not a traceback; so is a message of the wrong shape."""
-    from bench.shard_messages import check_from_shard
+    from bench.distributed.shard_messages import check_from_shard
 
     for payload, text in ((b"\x80\x05not a pickle", "does not unpickle"),
                           (pickle.dumps(socket.socket), "may not hold")):
@@ -153,12 +153,12 @@ def test_a_frame_that_verifies_is_still_checked_before_use() -> None:
 
 
 def test_every_record_field_is_checked() -> None:
-    """A new RequestRecord field cannot cross unchecked (bench/shard_messages.py)."""
+    """A new RequestRecord field cannot cross unchecked (bench/distributed/shard_messages.py)."""
     import dataclasses
 
-    from bench.monitor import WindowDelays
-    from bench.records import RequestRecord
-    from bench.shard_messages import DELAY_FIELDS, RECORD_FIELDS
+    from bench.distributed.shard_messages import DELAY_FIELDS, RECORD_FIELDS
+    from bench.measure.monitor import WindowDelays
+    from bench.measure.records import RequestRecord
 
     assert set(RECORD_FIELDS) == {f.name for f in dataclasses.fields(RequestRecord)}
     assert set(DELAY_FIELDS) == {f.name for f in dataclasses.fields(WindowDelays)}

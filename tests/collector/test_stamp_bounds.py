@@ -1,4 +1,4 @@
-"""The stamp rule (bench/stamp_bounds.py) on constructed stamps: merged reads
+"""The stamp rule (bench/measure/stamp_bounds.py) on constructed stamps: merged reads
 at a first token, across a window edge, in the interior only, a stream's
 end read late; and against a simulated client whose true arrivals are
 known, where every published figure must lie within its bound."""
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from bench import stamp_bounds
+from bench.measure import stamp_bounds
 from rundir import metrics, tails
 
 MS = 1_000_000

@@ -1,4 +1,4 @@
-"""Behaviour of the collector's stream client (bench/stream.py) against the
+"""Behaviour of the collector's stream client (bench/measure/stream.py) against the
 reference server and small in-test servers. No timing thresholds: these
 check what the client does, benchmarks/client_fidelity.py how well."""
 
@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-import bench.kernelstamps
-from bench.monitor import LoopLagMonitor
-from bench.sse import SseStream
-from bench.stream import StreamClient, StreamResult, _Decoder, _SocketStream
+import bench.measure.kernelstamps
+from bench.measure.monitor import LoopLagMonitor
+from bench.measure.sse import SseStream
+from bench.measure.stream import StreamClient, StreamResult, _Decoder, _SocketStream
 from tests.refserver.harness import refserver_fixture  # noqa: F401  (the `refserver` fixture)
 
 LINUX = sys.platform == "linux"
@@ -256,7 +256,7 @@ def test_a_step_of_the_system_clock_keeps_the_kernel_stamps(refserver, monkeypat
     the cell). Now a stamp out of range has the offset measured again at once."""
     srv = refserver(tokens_per_s=400)
     client = StreamClient(srv.base_url)
-    clock = bench.kernelstamps.CLOCK
+    clock = bench.measure.kernelstamps.CLOCK
     clock.measure()
     # the system clock stepped 50 ms ahead after the last measure, half a second ago
     monkeypatch.setattr(clock, "offset", clock.offset - 50_000_000)

@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 from rich.console import Console
 
-from bench import telemetry
-from bench.cells import Settings
-from bench.progress import Progress
-from bench.runner import RunOptions, run_benchmark
-from bench.telemetry import GpuTelemetry, NvmlSource, open_source, server_is_local
+from bench.measure.cells import Settings
+from bench.run.progress import Progress
+from bench.run.runner import RunOptions, run_benchmark
+from bench.server import telemetry
+from bench.server.telemetry import GpuTelemetry, NvmlSource, open_source, server_is_local
 from rundir.contract import GPU_METRICS_FILE, GPU_METRICS_SCHEMA, ContractError, check_table
 from rundir.io import read_run, read_table
 from tests.refserver.harness import refserver_fixture  # noqa: F401

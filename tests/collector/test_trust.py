@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from bench.chunks import parse_events
+from bench.measure.chunks import parse_events
 from rundir import activity, decode_checks, metrics
 from rundir.contract import CELLS_FILE, SERVER_METRICS_SCHEMA
 from rundir.io import read_run, write_table
@@ -230,7 +230,7 @@ def test_decode_problems_names_an_inconsistent_window():
 
 
 def _decode_record(chunk_ns: list[int]) -> object:
-    from bench.records import RequestRecord
+    from bench.measure.records import RequestRecord
 
     return RequestRecord(
         phase="decode", context=128, concurrency=1, request_id="r0", purpose="measure",
@@ -253,7 +253,7 @@ def test_a_silence_the_client_caused_is_not_blamed_on_the_server():
     frozen server does, but it ends in a backlog (what the server kept sending
     waited in the socket): that silence is not a server stall; the frozen
     server's is, even when the busy host also flagged the cell client-bound."""
-    from bench.records import judge_decode
+    from bench.measure.records import judge_decode
 
     busy = lambda tbt: f"stalled client (tbt {tbt:.1f})"  # noqa: E731
     frozen = judge_decode([_decode_record(FROZEN_SERVER)], 1, 0, 4000 * MS, None)

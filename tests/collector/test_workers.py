@@ -20,9 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from bench.monitor import WindowDelays, shards_bound_reason
-from bench.stamp_bounds import FigureBound
-from bench.workers import (
+from bench.core.workers import (
     AUTO,
     PLANNED_STREAM_TOK_S,
     WORKER_EVENTS_PER_S,
@@ -31,6 +29,8 @@ from bench.workers import (
     plan_workers,
     shard_slots,
 )
+from bench.measure.monitor import WindowDelays, shards_bound_reason
+from bench.measure.stamp_bounds import FigureBound
 from rundir.contract import PURPOSE_MEASURE, PURPOSE_PREFIX_FILL
 from rundir.io import read_run
 from tests.collector.test_ground_truth import page_metrics, truth_metrics
@@ -280,7 +280,7 @@ def test_a_shard_that_does_not_start_fails_its_cell_in_one_line(refserver, tmp_p
     starts a fresh process there and is Valid."""
     srv = refserver(tokens_per_s=100, ttft_ms=20, default_max_tokens=300)
     out = tmp_path / "run"
-    patch = (f"import bench.shards as s, tests.collector.shard_peers as f; s.main = f.{target}; "
+    patch = (f"import bench.distributed.shards as s, tests.collector.shard_peers as f; s.main = f.{target}; "
              "s.START_TIMEOUT_S = 45.0; ")
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(

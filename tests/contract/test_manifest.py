@@ -16,10 +16,10 @@ import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
 
-from bench.cells import CellOutcome
-from bench.importer.cli import import_cmd
-from bench.plan import Cell
-from bench.store import RunStore
+from bench.core.plan import Cell
+from bench.measure.cells import CellOutcome
+from bench.run.store import RunStore
+from importer.cli import import_cmd
 from rundir import contract, manifest
 from rundir.io import read_run_info, read_table, write_table
 from site_builder.cli import main as build_main
@@ -150,7 +150,7 @@ def test_a_flush_cut_short_leaves_no_manifest(tmp_path: Path, monkeypatch) -> No
     store, cells, requests = _store(tmp_path)
     store.flush()
     _record(store, cells, requests, 1)
-    import bench.store as store_mod
+    import bench.run.store as store_mod
 
     real = store_mod.write_table
 

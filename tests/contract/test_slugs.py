@@ -53,8 +53,8 @@ def test_existing_run_ids_are_their_own_site_slugs() -> None:
 
 def test_collector_importer_and_headings_use_the_rule() -> None:
     """No module keeps a rule of its own."""
-    from bench import runner
-    from bench.importer import write
+    from bench.run import runner
+    from importer import write
     from site_builder import render
 
     assert runner.slugify is slugify and write.slugify is slugify and render.slugify is slugify
@@ -73,8 +73,8 @@ def test_heading_anchors_follow_the_rule() -> None:
 def test_imported_ids_keep_their_readable_part() -> None:
     """The importer's ids (readable part cut at 120, then the content digest)
     did not change with the shared rule: the shipped data's ids start the same."""
-    from bench.importer.parse import parse_page
-    from bench.importer.write import read_page_text, run_id_for
+    from importer.parse import parse_page
+    from importer.write import read_page_text, run_id_for
 
     seeds = sorted((HERE / "data" / "import" / "seeds").glob("*.txt"))
     if not seeds:

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from bench.plan import Cell, make_plan
-from bench.progress import Progress
+from bench.core.plan import Cell, make_plan
+from bench.run.progress import Progress
 from rundir import contract, words
 from site_builder import formats
 from site_builder.glossary import TERMS, body_without_glossary, definitions, methodology_path

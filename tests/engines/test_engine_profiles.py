@@ -18,10 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench import engine_profiles
-from bench.auth import bearer_header, bearer_header_line
-from bench.cells import CellRunner, Settings
-from bench.engine_profiles import (
+from bench.core.auth import bearer_header, bearer_header_line
+from bench.measure.cells import CellRunner, Settings
+from bench.measure.records import context_refused
+from bench.measure.stream import StreamClient
+from bench.server import engine_profiles
+from bench.server.engine_profiles import (
     GENERIC,
     LLAMACPP,
     SGLANG,
@@ -29,11 +31,9 @@ from bench.engine_profiles import (
     EngineProfile,
     profile_named,
 )
-from bench.engines import probe_server
-from bench.prompts import Prompt, PromptFactory, tolerance
-from bench.records import context_refused
-from bench.sampler import MetricsSampler
-from bench.stream import StreamClient
+from bench.server.engines import probe_server
+from bench.server.sampler import MetricsSampler
+from bench.workload.prompts import Prompt, PromptFactory, tolerance
 from rundir.contract import (
     COUNT_CHUNKS_USAGE,
     COUNT_USAGE_CONTINUOUS,

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.engine_profiles import LLAMACPP, VLLM, EngineProfile
-from bench.engines import probe_server
+from bench.server.engine_profiles import LLAMACPP, VLLM, EngineProfile
+from bench.server.engines import probe_server
 from rundir.contract import METRIC_RUNNING, METRIC_WAITING
 from tests.support.real_engines import EngineProcess
 

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from bench.importer import parse_page
-from bench.importer.cli import import_cmd
-from bench.importer.write import import_file, run_id_for
+from importer import parse_page
+from importer.cli import import_cmd
+from importer.write import import_file, run_id_for
 from rundir.contract import CELLS_FILE, CELLS_SCHEMA, RUN_YAML
 from rundir.identity import source_key, source_key_of
 from rundir.io import read_run, write_run_info, write_table
@@ -312,7 +312,7 @@ def test_measured_runs_have_no_source_key() -> None:
 
 def test_only_folders_that_could_match_are_read() -> None:
     """The cheap look at run.yaml's text never rules out a folder that matches."""
-    from bench.importer.existing import could_match
+    from importer.existing import could_match
 
     dated = "source: imported\nmeasured_at: '2026-03-03T14:05:00Z'\n"
     assert could_match(dated, "2026-03-03", None)

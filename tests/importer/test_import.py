@@ -19,9 +19,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from bench.importer import PageError, PublishedCell, numbers, parse_page
-from bench.importer.cli import import_cmd
-from bench.importer.write import import_file, run_id_for
+from importer import PageError, PublishedCell, numbers, parse_page
+from importer.cli import import_cmd
+from importer.write import import_file, run_id_for
 from rundir.contract import CELLS_FILE, CELLS_SCHEMA, RUN_YAML
 from rundir.io import read_run, write_run_info, write_table
 

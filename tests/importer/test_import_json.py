@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench.importer.cli import import_cmd
+from importer.cli import import_cmd
 from rundir.io import read_run
 from site_builder.publish import build_site
 from tests.support.chromium import parse_html

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from bench.importer.cli import import_cmd
+from importer.cli import import_cmd
 from rundir.contract import CELLS_FILE, RUN_YAML
 
 BUNDLED = Path(__file__).resolve().parents[2] / "data"

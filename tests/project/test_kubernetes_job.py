@@ -14,8 +14,8 @@ import shlex
 import yaml
 
 from bench.cli import run_cmd
+from bench.distributed.peer_auth import SECRET_ENV
 from bench.params import Address, ShardSpec
-from bench.peer_auth import SECRET_ENV
 from tests.conftest import REPO
 
 JOB = REPO / "deploy" / "kubernetes" / "indexed-job.yaml"

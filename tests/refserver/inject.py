@@ -4,7 +4,7 @@ A test says where a fault lands in the collector's own terms: "the 3rd
 completion request of decode cell 128×2", never "a second after the first
 cell". The server reads a request's cell from its prompt: every prompt the
 collector sends starts with a tag naming the run, the cell and the stream
-(bench/prompts.py), `[<run> d<context>-c<concurrency>-s<stream>]` for a
+(bench/workload/prompts.py), `[<run> d<context>-c<concurrency>-s<stream>]` for a
 decode cell's prefix warm-ups and streams, `[<run> p<context>-a<attempt>]`
 for a prefill sample. Other requests (prompt calibration, count checks)
 belong to no cell.

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.runcard import read_run_card
+from bench.run.runcard import read_run_card
 from rundir.contract import RUN_YAML, ContractError, RunInfo
 from rundir.io import read_run, read_run_info, write_run_info
 from rundir.slugs import slugify

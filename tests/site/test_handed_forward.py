@@ -16,19 +16,19 @@ import pyarrow as pa
 import pytest
 from rich.console import Console
 
-import bench.cells
-import bench.progress
-import bench.records
-import bench.store
+import bench.measure.cells
+import bench.measure.records
+import bench.run.progress
+import bench.run.store
 import rundir.activity
 import site_builder.aggregate
-from bench.cells import CellOutcome
-from bench.chunks import ParsedStream
-from bench.plan import Cell
-from bench.progress import Progress
-from bench.records import RequestRecord, judge_decode, records_table
-from bench.store import RunStore
-from bench.stream import StreamResult
+from bench.core.plan import Cell
+from bench.measure.cells import CellOutcome
+from bench.measure.chunks import ParsedStream
+from bench.measure.records import RequestRecord, judge_decode, records_table
+from bench.measure.stream import StreamResult
+from bench.run.progress import Progress
+from bench.run.store import RunStore
 from rundir import activity, metrics
 from rundir.contract import (
     COUNT_USAGE_CONTINUOUS,
@@ -69,7 +69,7 @@ def no_conversion(monkeypatch):
         def refuse(_records):
             raise AssertionError("records converted to a table again")
 
-        for module in (bench.records, bench.cells, bench.store, bench.progress):
+        for module in (bench.measure.records, bench.measure.cells, bench.run.store, bench.run.progress):
             monkeypatch.setattr(module, "records_table", refuse, raising=False)
 
     return arm

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from bench.importer.parse import HEADINGS as PAGE_HEADINGS
+from importer.parse import HEADINGS as PAGE_HEADINGS
 
 HERE = Path(__file__).resolve().parent
 SEEDS = HERE / "seeds"

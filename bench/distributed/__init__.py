@@ -1,0 +1,1 @@
+"""The same cell measured by several processes (shards) or hosts (coordinator)."""

@@ -1,0 +1,1 @@
+"""One stream, one window, one cell: the measurement core and its judgements."""

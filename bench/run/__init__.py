@@ -1,0 +1,1 @@
+"""The matrix: its sweep, store, resume, run card and progress."""

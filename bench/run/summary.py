@@ -1,0 +1,196 @@
+"""The terminal's figures: one fixed-width line per finished cell, and the GPU panel.
+
+Why: an engineer on the box came for the numbers and should not have to build
+a site for them: per prefill context its prompt tok/s and TTFT, per decode
+cell its total tok/s, per-request tok/s, TTFT, status and, with GPU telemetry,
+joules per token, in an 80-column terminal. The figures are the ones the pages
+compute (rundir.metrics, rundir.energy), written in their formats (rundir.words).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bench.core.plan import Cell
+from rundir.contract import DECODE, PREFILL, REQUESTS_QUEUED, VALID
+from rundir.energy import THROTTLE_CLASSES, cell_energy
+from rundir.metrics import Chunks, prefill_metrics, prefill_used
+from rundir.words import (
+    MISSING,
+    context_label,
+    is_missing,
+    j_per_token,
+    round_half_up,
+    status_label,
+    tok_s,
+    ttft,
+)
+
+WIDTH = 80  # the terminal every line must fit
+NUMBER_STATUSES = (VALID, REQUESTS_QUEUED)  # statuses whose cells have figures
+NAME_CHARS = 16  # a GPU's name in the panel, cut to this
+
+
+@dataclass
+class CellLine:
+    """One finished cell's figures as the terminal shows them (None: not measured)."""
+
+    cell: Cell
+    status: str
+    tok_s: float | None = None  # decode: total output tok/s; prefill: prompt tok/s
+    per_request_tok_s: float | None = None
+    ttft_ms: float | None = None
+    j_per_token: float | None = None
+
+
+def cell_label(cell: Cell) -> str:
+    """``prefill 8K`` / ``decode 8K×64``."""
+    if cell.phase == PREFILL:
+        return f"prefill {context_label(cell.context)}"
+    return f"decode {context_label(cell.context)}×{cell.concurrency}"
+
+
+def cell_line(cell: Cell, outcome: Any, gpu: pa.Table | None = None) -> CellLine:
+    """The figures of a finished cell: the decode judge's own, a prefill cell's
+    from its samples (rundir.metrics.prefill_used, as on the pages), joules per
+    output token over the decode window when `gpu` (the run's telemetry) has it."""
+    line = CellLine(cell, outcome.status)
+    if outcome.status not in NUMBER_STATUSES:
+        return line
+    if cell.phase == DECODE:
+        fig, window = getattr(outcome, "figures", None), getattr(outcome, "window", None)
+        if fig is None or window is None:
+            return line
+        line.tok_s = fig.total_tok_s
+        line.per_request_tok_s = getattr(fig, "per_request_tok_s", None)
+        line.ttft_ms = getattr(fig, "ttft_ms", None)
+        tokens = getattr(fig, "output_tokens", None)
+        if gpu is not None and gpu.num_rows and tokens:
+            energy = cell_energy(gpu, window[0], window[1], tokens)
+            line.j_per_token = energy.j_per_token if energy is not None else None
+        return line
+    table = getattr(outcome, "table", None)
+    if table is not None and table.num_rows:
+        chunks = Chunks.from_table(table)
+        prompt = np.asarray(pc.fill_null(table.column("prompt_tokens"), 0)
+                            .to_numpy(zero_copy_only=False), dtype=np.int64)
+        used = prefill_used(table, chunks, prompt)
+        if used.any():
+            pm = prefill_metrics(chunks.subset(np.flatnonzero(used)), prompt[used])
+            line.tok_s, line.ttft_ms = pm.prompt_tok_s, pm.ttft_ms
+    return line
+
+
+# Columns: cell, tok/s, tok/s per request, TTFT, J/token (with telemetry), status.
+_LABEL, _TOK, _REQ, _TTFT, _J = 17, 9, 10, 11, 8
+
+
+def header(energy: bool) -> str:
+    """The column heads of the cell lines."""
+    j = f"{'J/tok':>{_J}}" if energy else ""
+    return (f"{'cell':<{_LABEL}}{'tok/s':>{_TOK}}{'tok/s/req':>{_REQ}}{'TTFT':>{_TTFT}}{j}"
+            "  status")
+
+
+LEGEND = "tok/s: decode output of all streams, prefill prompt; medians per request"
+
+
+def row(line: CellLine, energy: bool) -> str:
+    """One cell, fixed columns: a prefill row leaves the per-request and J/tok
+    columns blank (they are decode figures); missing figures read as MISSING."""
+    measured = line.status in NUMBER_STATUSES
+    decode = line.cell.phase == DECODE
+
+    def shown(text: str, applies: bool = True) -> str:
+        return text if applies and measured else ""
+
+    tok = shown(tok_s(line.tok_s))
+    req = shown(tok_s(line.per_request_tok_s), decode)
+    first = shown(ttft(line.ttft_ms))
+    j = f"{shown(j_per_token(line.j_per_token), decode):>{_J}}" if energy else ""
+    return (f"{cell_label(line.cell):<{_LABEL}}{tok:>{_TOK}}{req:>{_REQ}}{first:>{_TTFT}}{j}"
+            f"  {status_label(line.status)}")
+
+
+def table_lines(lines: Iterable[CellLine], energy: bool) -> list[str]:
+    """The end-of-run table: prefill contexts, then decode cells by context and
+    concurrency; the heads and the legend once."""
+    def order(x: CellLine) -> tuple[int, int, int]:
+        return (0 if x.cell.phase == PREFILL else 1, x.cell.context, x.cell.concurrency)
+
+    return [header(energy), *(row(x, energy) for x in sorted(lines, key=order)), LEGEND]
+
+
+# -- the GPU panel ----------------------------------------------------------------
+
+
+def _whole(value: Any, unit: str, width: int) -> str:
+    text = MISSING if is_missing(value) else f"{round_half_up(float(value), 0):,.0f}"
+    return f"{text:>{width}}{unit}"
+
+
+def throttled(reading: Mapping[str, Any]) -> list[str]:
+    """The throttle classes (rundir.energy's) active in one GPU's reading."""
+    bits = reading.get("throttle_reasons")
+    if bits is None:
+        return []
+    return [name for name, mask in THROTTLE_CLASSES.items() if int(bits) & mask]
+
+
+def gpu_lines(readings: list[Mapping[str, Any]]) -> list[str]:
+    """Per GPU of the latest sample: watts, SM clock, temperature, utilisation."""
+    out = []
+    for r in readings:
+        name = str(r.get("gpu_name") or "")[:NAME_CHARS]
+        text = (f"GPU {r['gpu']} {name:<{NAME_CHARS}} {_whole(r.get('power_w'), ' W', 5)}"
+                f"  SM {_whole(r.get('sm_clock_mhz'), ' MHz', 5)}"
+                f"  {_whole(r.get('temp_c'), ' °C', 3)}  util {_whole(r.get('util_gpu_pct'), '%', 3)}")
+        out.append(text + ("  throttled" if throttled(r) else ""))
+    return out
+
+
+class ThrottleWatch:
+    """Says when throttling starts: a line when a GPU enters a throttle class it
+    was not in at the last look, at most once per GPU and class in a cell (a
+    power cap flickers under load and would print a line at every look)."""
+
+    def __init__(self) -> None:
+        self._active: set[tuple[int, str]] = set()
+        self._warned: set[tuple[int, str]] = set()
+
+    def new_cell(self) -> None:
+        self._warned.clear()
+
+    def check(self, readings: list[Mapping[str, Any]], where: str) -> list[str]:
+        """Warning lines for the classes that started since the last look."""
+        now = {(int(r["gpu"]), name) for r in readings for name in throttled(r)}
+        started = now - self._active - self._warned
+        self._active = now
+        self._warned |= started
+        by_gpu: dict[int, list[str]] = defaultdict(list)
+        for gpu, name in started:
+            by_gpu[gpu].append(name)
+        out = []
+        for r in readings:
+            names = [n for n in THROTTLE_CLASSES if n in by_gpu.get(int(r["gpu"]), [])]
+            if names:
+                out.append(_warning(r, names, where))
+        return out
+
+
+def _warning(reading: Mapping[str, Any], names: list[str], where: str) -> str:
+    """One line: the GPU, the classes, and as much context as fits WIDTH."""
+    base = f"GPU {reading['gpu']} throttling: {', '.join(names)}"
+    detail = (f" (SM {_whole(reading.get('sm_clock_mhz'), ' MHz', 0)}, "
+              f"{_whole(reading.get('power_w'), ' W', 0)}, {_whole(reading.get('temp_c'), ' °C', 0)})")
+    for text in (f"{base} in {where}{detail}", f"{base} in {where}", base):
+        if len(text) <= WIDTH:
+            return text
+    return base[:WIDTH - 1] + "…"

@@ -1,0 +1,151 @@
+"""Where a run was measured: GPUs, CPU, OS and the server's launch command.
+
+GPU facts come from NVML (nvidia-ml-py) or `nvidia-smi`; the launch
+command from the local process table when the server listens on this
+host. Every string passes through the redactor before it is kept.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+import psutil
+
+from rundir.contract import Hardware
+from rundir.redact import redact
+
+GIB = 1 << 30
+# Cards whose memory as the driver reports it (after ECC and reserved space)
+# does not round to the capacity they are sold and known by. Matched against
+# the name NVML or nvidia-smi gives; first match wins.
+NOMINAL_VRAM_GB = (
+    (re.compile(r"\bH200\b"), 141),
+    (re.compile(r"\bB200\b"), 180),
+    (re.compile(r"\bB300\b"), 288),
+    (re.compile(r"\bRTX PRO 6000\b"), 96),
+    (re.compile(r"\b(L40S?|A40)\b"), 48),
+    (re.compile(r"\b(A10G?|L4)\b"), 24),
+)
+
+
+def vram_gb(name: str, total_bytes: float) -> int:
+    """The GPU's memory as readers know the card ("H200 141GB", "H100 80GB").
+
+    The driver reports what is usable: 143,771 MiB on an H200, sold as 141 GB.
+    Decimal gigabytes (151 there) match no spec sheet and would set a card
+    apart from the same card on published pages; binary gigabytes (GiB) match
+    most cards (80 for an H100 80GB), and the table names the rest.
+    """
+    for pattern, nominal in NOMINAL_VRAM_GB:
+        if pattern.search(name):
+            return nominal
+    return round(total_bytes / GIB)
+
+
+def gpu_hardware() -> Hardware | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no NVIDIA driver: try the CLI, then give up
+        return nvidia_smi_hardware()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        if not count:
+            return None
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(handle)
+        name = name.decode() if isinstance(name, bytes) else name
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+        return Hardware(
+            type="Discrete GPU", gpu_name=name.removeprefix("NVIDIA ").strip(), gpu_count=count,
+            vram_gb_per_gpu=vram_gb(name, mem), driver=driver,
+            cuda=f"{cuda // 1000}.{cuda % 1000 // 10}",
+        )
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def nvidia_smi_hardware() -> Hardware | None:
+    """GPU facts from the `nvidia-smi` CLI, where NVML cannot be loaded."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not out:
+        return None
+    name, mem_mib, driver = (p.strip() for p in out[0].split(","))
+    return Hardware(
+        type="Discrete GPU", gpu_name=name.removeprefix("NVIDIA ").strip(), gpu_count=len(out),
+        vram_gb_per_gpu=vram_gb(name, float(mem_mib) * (1 << 20)), driver=driver,
+        cuda=_nvidia_smi_cuda(),
+    )
+
+
+def _nvidia_smi_cuda() -> str | None:
+    """The CUDA version the driver supports, from the banner of a plain
+    `nvidia-smi` (its CSV queries do not offer it)."""
+    try:
+        banner = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=10,
+                                check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"CUDA Version:\s*([0-9][0-9.]*)", banner)
+    return found.group(1) if found else None
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def detect_hardware() -> Hardware:
+    hw = gpu_hardware() or Hardware(type="CPU")
+    hw.cpu = cpu_name()
+    hw.os = f"{platform.system().lower()} {platform.release()}".strip()
+    return hw
+
+
+def local_launch_command(base_url: str, secrets: Iterable[str] = ()) -> str | None:
+    """The command line of the local process listening on the server's port,
+    redacted: a server started with ``--api-key K`` shows K to every user of
+    the host, and the command line is published with the run."""
+    try:
+        parts = urlsplit(base_url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port that is not a number: not ours to judge here
+        return None
+    if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0") and not host.startswith("127."):
+        return None
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except (psutil.Error, OSError):
+        return None
+    for conn in conns:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+            try:
+                return redact(shlex.join(psutil.Process(conn.pid).cmdline()), secrets)
+            except psutil.Error:
+                return None
+    return None

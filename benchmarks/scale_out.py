@@ -132,19 +132,30 @@ def analyse(run_dir: Path, sent: dict[str, Sent], workers: int) -> Trial:
                  lost, unread, cell["status"], cell["client_bound"], cell["reason"])
 
 
+def collector_cmd(base_url: str, run_dir: Path, duration: float, streams: int,
+                  workers: int) -> list[str]:
+    """`bench run --workers k` for one decode cell of `streams` streams (shared
+    with benchmarks/scale_out_cpu.py, so both measure the same command)."""
+    return [sys.executable, "-m", "bench.cli", "run", "--base-url", base_url,
+            "--out", str(run_dir), "--duration", str(duration), "--warmup-stable", "1",
+            "--no-prefill", "--server-wait", "5", "--contexts", "256",
+            "--max-output", "100000", "--concurrency", str(streams), "--workers", str(workers),
+            "--gpu-telemetry", "off", "--warmup-timeout", "300"]
+
+
+def collector_env() -> dict[str, str]:
+    """The environment with this checkout first on the import path."""
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
 def trial(workers: int, streams: int, tok_per_s: float, duration: float, stub_procs: int,
           tmp: Path) -> Trial:
     """One `bench run --workers k` against a fresh stub."""
     here = tmp / f"w{workers}"
     run_dir = here / "run"
     with StubServer(here / "stub", procs=stub_procs, tok_per_s=tok_per_s) as stub:
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        cmd = [sys.executable, "-m", "bench.cli", "run", "--base-url", stub.base_url,
-               "--out", str(run_dir), "--duration", str(duration), "--warmup-stable", "1",
-               "--no-prefill", "--server-wait", "5", "--contexts", "256",
-               "--max-output", "100000", "--concurrency", str(streams), "--workers", str(workers),
-               "--gpu-telemetry", "off", "--warmup-timeout", "300"]
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
+        cmd = collector_cmd(stub.base_url, run_dir, duration, streams, workers)
+        res = subprocess.run(cmd, env=collector_env(), capture_output=True, text=True, cwd=REPO)
         sent = stub.stop()
     if res.returncode not in (0, 3):
         tail = "\n".join(res.stderr.strip().splitlines()[-8:])

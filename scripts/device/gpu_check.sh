@@ -10,6 +10,9 @@
 # directory); the last lines printed are a short summary, GPU telemetry last.
 # Only the telemetry reading of a finished run directory (a fetched $OUT/run):
 #             bash scripts/device/gpu_check.sh --telemetry-summary RUN_DIR
+# Only the collector's scale-out on this host's cores (no GPU, no .device needed):
+#             bash scripts/device/gpu_check.sh --scale-out
+# (SCALE_OUT=1 runs it as step 7 of the whole check, after the server is stopped.)
 set -uo pipefail
 
 OUT="${OUT:-/tmp/gpu-check-out}"
@@ -122,6 +125,37 @@ fi
 
 mkdir -p "$OUT"
 say() { echo "gpu_check: $*" | tee -a "$OUT/summary.txt"; }
+
+# The collector's scale-out where there are cores for it (docs/performance.md,
+# "Scale-out: CPU an event"): each process's CPU a million events with the
+# parent and every shard on a core of its own and the stub on others
+# (benchmarks/scale_out_cpu.py), then the events/s recorded and on time as
+# workers grow (benchmarks/scale_out.py). Each under SCALE_LIMIT seconds.
+scale_out() {
+    local n stub top cpu_w events_w
+    n=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
+    stub="${SCALE_STUB_PROCS:-$(( n / 4 > 1 ? n / 4 : 1 ))}"
+    top=$(( n - stub - 1 ))  # the parent keeps a core, each shard gets one
+    if [ "$top" -ge 4 ]; then cpu_w="4,$top" events_w="1,4,$top"; else cpu_w="1,2" events_w="1,2"; fi
+    local limit="${SCALE_LIMIT:-200}" start=$SECONDS
+    say "scale-out on $n cores: stub $stub processes, shards up to $top"
+    timeout -s INT -k 20 "$limit" python3 "$REPO/benchmarks/scale_out_cpu.py" \
+        --streams "${SCALE_STREAMS:-1024,4096}" --workers "${SCALE_CPU_WORKERS:-$cpu_w}" \
+        --rate "${SCALE_RATE:-200000}" --stub-procs "$stub" --duration 5 \
+        > "$OUT/scale_out_cpu.txt" 2>&1
+    say "scale_out_cpu.py exited $? after $((SECONDS - start)) s"
+    grep -v '^{' "$OUT/scale_out_cpu.txt" | tail -n 12 | tee -a "$OUT/summary.txt"
+    start=$SECONDS
+    timeout -s INT -k 20 "$limit" python3 "$REPO/benchmarks/scale_out.py" \
+        --workers "${SCALE_WORKERS:-$events_w}" --streams 4096 \
+        --tok-per-s "$(python3 -c "print(${SCALE_RATE:-200000} / 4096)")" \
+        --stub-procs "$stub" --duration 5 > "$OUT/scale_out.txt" 2>&1
+    say "scale_out.py exited $? after $((SECONDS - start)) s"
+    grep -v '^{' "$OUT/scale_out.txt" | tail -n 6 | tee -a "$OUT/summary.txt"
+}
+if [ "${1:-}" = "--scale-out" ]; then
+    scale_out; exit 0
+fi
 for f in llama-src.tar.gz tiny.gguf; do
     [ -s "$DEV/$f" ] || { say "missing .device/$f: run prepare_gpu_check.sh here and carry .device"; exit 2; }
 done
@@ -214,3 +248,10 @@ PY
 
 # 6. GPU telemetry of the same run: watts idle and loaded, J/token, counter vs integral.
 telemetry_summary "$OUT/run" 2>&1 | tee -a "$OUT/summary.txt"
+
+# 7. With SCALE_OUT=1: the collector's scale-out on this host's cores, the
+#    server stopped first so that it takes none of them.
+if [ "${SCALE_OUT:-0}" = 1 ]; then
+    kill $server 2>/dev/null; wait $server 2>/dev/null
+    scale_out
+fi

@@ -30,7 +30,10 @@ first `--stub-procs` cores; the parent on the next core and each shard on
 one of its own when the host has that many cores, else the collector's
 processes share the remaining cores. Projection (`project`): events/s on
 C cores for the collector = min((C − 1) workers × 1e6 ÷ shard CPU a million
-events, 1e6 ÷ parent CPU a million events), and with the stub on the same
+events, 1e6 ÷ parent CPU a million events), where a shard's cost is that of
+an event read alone (`fit_cost`: CPU = a × reads + b × events over every
+reader's window) and the parent's is a line in the shards (`fit_line`);
+with the stub on the same
 cores the shard term's denominator adds the stub's cost. Prints human
 lines, then one JSON line, last.
 
@@ -152,7 +155,11 @@ def fit_cost(reads: Sequence[int], events: Sequence[int],
     if det <= 0:
         raise ValueError("fit_cost: reads and events move together in every window; "
                          "need windows with different events a read")
-    return (src * see - sec * sre) / det, (sec * srr - src * sre) / det
+    per_read, per_event = (src * see - sec * sre) / det, (sec * srr - src * sre) / det
+    if per_read < 0 or per_event < 0:
+        raise ValueError(f"fit_cost: the windows' events a read vary too little to split the cost "
+                         f"({per_read * 1e6:.2f} µs a read, {per_event * 1e6:.2f} µs an event)")
+    return per_read, per_event
 
 
 @dataclass(frozen=True)
@@ -446,10 +453,11 @@ def main() -> None:
     points = [p for t in trials for p in t.readers()]
     try:
         per_read, per_event = fit_cost(*zip(*points, strict=True))
-    except ValueError as exc:
-        print(f"no projection: {exc}")
-        per_read = per_event = 0.0
-    shard_m = (per_read + per_event) * 1e6
+        shard_m = (per_read + per_event) * 1e6
+    except ValueError as exc:  # then the costliest reader measured, as it was
+        per_read = per_event = float("nan")
+        shard_m = max((per_million(c, e) or 0.0 for _, e, c in points), default=0.0)
+        print(f"{exc}: projecting from the costliest reader measured, {shard_m:.2f} s a million")
     ks = sorted({t.workers for t in sharded})
     parent_fit = fit_line(ks, [max(t.parent_per_m or 0.0 for t in sharded if t.workers == k)
                                for k in ks]) if ks else None
@@ -457,7 +465,7 @@ def main() -> None:
     projections = []
     if shard_m and parent_fit is not None:
         print(f"projection inputs: a reader's CPU = {per_read * 1e6:.2f} µs a read + "
-              f"{per_event * 1e6:.2f} µs an event, so {shard_m:.2f} s a million events read one by one; "
+              f"{per_event * 1e6:.2f} µs an event; {shard_m:.2f} s a million events a shard; "
               f"parent {parent_fit[0]:.3f} + {parent_fit[1]:.3f} × shards s a million, "
               f"stub {stub_m:.2f} s a million")
         for c in targets:
@@ -489,7 +497,8 @@ def main() -> None:
         "pinned_own_cores": [t.pinned for t in trials],
         "status": [t.status for t in trials],
         "projection_inputs": {"parent_cpu_s_per_m": parent_fit, "shard_cpu_s_per_m": shard_m,
-                              "reader_us_per_read": per_read * 1e6, "reader_us_per_event": per_event * 1e6,
+                              "reader_us_per_read": None if math.isnan(per_read) else per_read * 1e6,
+                              "reader_us_per_event": None if math.isnan(per_event) else per_event * 1e6,
                               "stub_cpu_s_per_m": stub_m,
                               "shard_median": statistics.median([t.shards_per_m or 0.0 for t in sharded])
                               if sharded else None},

@@ -138,7 +138,7 @@ scale_out() {
     top=$(( n - stub - 1 ))  # the parent keeps a core, each shard gets one
     if [ "$top" -ge 4 ]; then cpu_w="4,$top" events_w="1,4,$top"; else cpu_w="1,2" events_w="1,2"; fi
     local limit="${SCALE_LIMIT:-200}" start=$SECONDS
-    say "scale-out on $n cores: stub $stub processes, shards up to $top"
+    say "scale-out on $n cores: stub $stub processes, workers $cpu_w (CPU) and $events_w (events/s)"
     timeout -s INT -k 20 "$limit" python3 "$REPO/benchmarks/scale_out_cpu.py" \
         --streams "${SCALE_STREAMS:-1024,4096}" --workers "${SCALE_CPU_WORKERS:-$cpu_w}" \
         --rate "${SCALE_RATE:-200000}" --stub-procs "$stub" --duration 5 \
@@ -147,8 +147,8 @@ scale_out() {
     grep -v '^{' "$OUT/scale_out_cpu.txt" | tail -n 12 | tee -a "$OUT/summary.txt"
     start=$SECONDS
     timeout -s INT -k 20 "$limit" python3 "$REPO/benchmarks/scale_out.py" \
-        --workers "${SCALE_WORKERS:-$events_w}" --streams 4096 \
-        --tok-per-s "$(python3 -c "print(${SCALE_RATE:-200000} / 4096)")" \
+        --workers "${SCALE_WORKERS:-$events_w}" --streams "${SCALE_EVENT_STREAMS:-4096}" \
+        --tok-per-s "$(python3 -c "print(${SCALE_RATE:-200000} / ${SCALE_EVENT_STREAMS:-4096})")" \
         --stub-procs "$stub" --duration 5 > "$OUT/scale_out.txt" 2>&1
     say "scale_out.py exited $? after $((SECONDS - start)) s"
     grep -v '^{' "$OUT/scale_out.txt" | tail -n 6 | tee -a "$OUT/summary.txt"

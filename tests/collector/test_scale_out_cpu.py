@@ -61,6 +61,8 @@ def test_fit_cost_splits_a_reader_s_cpu_into_reads_and_events() -> None:
         fit_cost([10, 20], [20, 40], [1.0, 2.0])  # 2 events a read in both: a and b unknowable
     with pytest.raises(ValueError):
         fit_cost([10], [20], [1.0])
+    with pytest.raises(ValueError, match="vary too little"):  # noise would make a read cost < 0
+        fit_cost([100, 90], [200, 190], [1.0, 1.1])
 
 
 def test_cpu_at_interpolates_between_samples() -> None:

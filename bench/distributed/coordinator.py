@@ -33,13 +33,9 @@ import socket
 import time
 from collections.abc import Callable
 
-import pyarrow as pa
-
 from bench import __version__
 from bench.core.errors import RunError
-from bench.core.plan import Cell
-from bench.distributed.clock_bounds import clock_reason
-from bench.distributed.clocksync import CellClock, ClockOffset, Exchange, estimate, over_cell
+from bench.distributed.clocksync import ClockOffset, Exchange, estimate, over_cell
 from bench.distributed.peer_auth import (
     TO_SHARD,
     AuthError,
@@ -52,17 +48,9 @@ from bench.distributed.peer_auth import (
     shard_secret,
 )
 from bench.distributed.remote import PROTOCOL, SocketChannel
-from bench.distributed.shard_worker import FrameTooLarge, ShardSetup
-from bench.distributed.shards import (
-    Shard,
-    ShardDied,
-    ShardedCellRunner,
-    ShardPool,
-    WaitInterrupted,
-    _ShardedRun,
-)
-from bench.measure.cells import CellOutcome, CellRunner, _DecodeRun
-from rundir.contract import PENDING
+from bench.distributed.shard_messages import ShardSetup
+from bench.distributed.shard_worker import FrameTooLarge
+from bench.distributed.shards import Shard, ShardClock, ShardDied, ShardPool, WaitInterrupted
 
 _now = time.monotonic_ns
 CLOCK_ROUNDS = 16  # round trips per measurement; the shortest is kept
@@ -160,8 +148,8 @@ class _Refused(Exception):
 
 
 class Coordinator:
-    """The listening end and the hosts' shards: `take(n)` is what
-    ShardedCellRunner asks a pool for (here: shard 0, local, plus 1..N-1)."""
+    """The listening end and the hosts' shards: a ShardSource
+    (bench/distributed/shards.py) whose `take` gives shard 0, local, plus 1..N-1."""
 
     def __init__(self, address: tuple[str, int], n: int, setup: Callable[[int, str], ShardSetup],
                  id_tag: str, note: Callable[[str], None], join_timeout_s: float = JOIN_TIMEOUT_S
@@ -343,8 +331,10 @@ class Coordinator:
                     w.cancel()
 
     # -- the pool a cell takes -----------------------------------------------
-    async def take(self, n: int) -> list[Shard]:
-        """Shard 0 and every remote shard, each alive, with its offset just measured and sent."""
+    async def take(self, n: int, interrupted: asyncio.Event | None = None) -> list[Shard]:
+        """Shard 0 and every remote shard (all N: `n` is this run's), each alive, with
+        its offset just measured and sent; a wait for a lost one ends on `interrupted`."""
+        self.interrupted = interrupted  # Ctrl-C while waiting for a shard
         self.taken, self.before = [], {}
         local = await self.local.take(1)
         gone = [k for k in range(1, self.n) if k not in self.remote or not self.remote[k].alive]
@@ -362,7 +352,7 @@ class Coordinator:
             shard.send(("offset", offset.offset_ns))
         return [*local, *remotes]
 
-    async def after_cell(self) -> list[tuple[RemoteShard, CellClock]]:
+    async def after_cell(self) -> list[ShardClock]:
         """Each remote shard of the last cell taken: its offset again, and the cell's bound."""
         out = []
         for shard in self.taken:
@@ -372,7 +362,8 @@ class Coordinator:
                 after = await shard.sync() if shard.alive else None
             except ShardDied:
                 after = None
-            out.append((shard, over_cell(self.before[shard.index], after)))
+            out.append(ShardClock(shard.index, shard.host, shard.prefix,
+                                  over_cell(self.before[shard.index], after)))
         return out
 
     def close(self) -> None:
@@ -410,45 +401,3 @@ async def _recv_one(conn: SocketChannel, timeout_s: float) -> object:
         return await asyncio.wait_for(got, timeout_s)
     finally:
         loop.remove_reader(conn.rfd)
-
-
-class MultiHostCellRunner(ShardedCellRunner):
-    """ShardedCellRunner over the hosts' shards; each cell also states its
-    shards' clock offsets (CellOutcome.clocks) and their largest bound, and
-    is client-bound when that bound could move a published figure."""
-
-    def __init__(self, base: CellRunner, coordinator: Coordinator) -> None:
-        super().__init__(base, coordinator, coordinator.n)  # type: ignore[arg-type]
-        self.coordinator = coordinator
-        self._clocks: list[tuple[RemoteShard, CellClock]] | None = None
-
-    async def decode(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:
-        self.coordinator.interrupted = interrupted  # Ctrl-C while waiting for a shard
-        self._clocks = None
-        outcome = await super().decode(cell, interrupted)
-        if outcome.status == PENDING:
-            return outcome
-        clocks = self._clocks if self._clocks is not None else await self.coordinator.after_cell()
-        outcome.clocks = [dict(shard=s.index, host=s.host, offset_ns=c.offset_ns,
-                               uncertainty_ns=c.uncertainty_ns, rtt_ns=c.rtt_ns,
-                               drift_ns=c.drift_ns) for s, c in clocks]
-        if clocks:
-            worst = max(c.uncertainty_ns for _, c in clocks)
-            note = (f"{self.coordinator.n} hosts: every time is on shard 0's clock, each "
-                    f"shard's offset within ±{worst / 1e3:.0f} µs (clock_offsets.parquet)")
-            outcome.reason = "; ".join(filter(None, [outcome.reason, note]))
-        return outcome
-
-    async def _judge(self, run: _DecodeRun) -> CellOutcome:
-        """The offsets after the window first: the judge weighs their bounds."""
-        self._clocks = await self.coordinator.after_cell()
-        return await super()._judge(run)
-
-    def _bound_reason(self, run: _DecodeRun, start_ns: int, end_ns: int, tbt_ms: float | None,
-                      table: pa.Table) -> str | None:
-        assert isinstance(run, _ShardedRun)
-        own = super()._bound_reason(run, start_ns, end_ns, tbt_ms, table)
-        shards = [(s.index, s.prefix, c.uncertainty_ns) for s, c in self._clocks or ()]
-        clock = clock_reason(table, start_ns, end_ns, shards) if shards else None
-        return "; ".join(filter(None, [own, clock])) or None
-

@@ -21,7 +21,7 @@ who can read the pod network sees the prompts and the records, but
 cannot change, forge, replay, reorder or reflect a frame. The API key and
 the server's URL never cross the connection either way.
 
-The handshake, before which no message is unpickled and no frame may hold
+The handshake, before which no message is decoded and no frame may hold
 more than HELLO_MAX_FRAME bytes (each a JSON object):
 
   shard -> coordinator  hello: {bench, protocol, shard, of, host, nonce: Ns}
@@ -43,7 +43,7 @@ challenge), and every later frame, either way, is
 with the direction ("S": shard to coordinator, "C": back) and a count of
 the frames sent that way, neither sent: a frame from another connection,
 one sent again, out of order or the other way does not verify. The MAC is
-checked over the raw bytes before anything is unpickled (bench/distributed/remote.py),
+checked over the raw bytes before anything is decoded (bench/distributed/remote.py),
 and a frame may hold at most AUTH_MAX_FRAME bytes (1 GiB: a shard's records
 of one long cell at its full event rate are a few hundred MB).
 """
@@ -222,6 +222,11 @@ class Session:
         self._sends, self._reads = sends, (TO_SHARD if sends == TO_COORDINATOR else TO_COORDINATOR)
         self._sent = 0
         self._read = 0
+
+    @property
+    def sends(self) -> bytes:
+        """Which way this end's frames go: TO_COORDINATOR (a shard's) or TO_SHARD."""
+        return self._sends
 
     def _tag(self, direction: bytes, seq: int, payload: bytes | memoryview) -> bytes:
         h = hmac.new(self._key, direction + struct.pack("!Q", seq), hashlib.sha256)

@@ -1,8 +1,8 @@
 """A shard on another host (`bench run --shard i/N --coordinator HOST:PORT`, i ≥ 1).
 
 The shard process protocol of `--workers` (bench/distributed/shard_worker.py) over one
-TCP connection instead of two pipes: the same messages, the same `_Shard`
-running the same stream code. Only the start differs: the shard connects
+TCP connection instead of two pipes: the same messages, the same
+`ShardWorker` running the same stream code. Only the start differs: the shard connects
 (retrying until the coordinator listens, up to --join-timeout), and both
 ends prove they hold the run's secret, $BENCH_SHARD_SECRET
 (bench/distributed/peer_auth.py: why a shared secret and not TLS, the handshake, the
@@ -15,17 +15,15 @@ coordinator's clock to its own and its records converted back
 (bench/distributed/clocksync.py).
 
 Every frame after the handshake carries a MAC checked over its raw bytes
-before it is unpickled, and is unpickled with an allow-list of the
-collector's own record types, nothing else; then each message is checked
-part by part (bench/distributed/shard_messages.py). Before the handshake no frame may
-exceed 1 KiB and nothing is unpickled; after it, 1 GiB.
+before it is decoded, and is decoded against the protocol's typed schema
+(bench/distributed/shard_messages.py): nothing but the message types it names is
+built. Before the handshake no frame may exceed 1 KiB and nothing but the
+handshake's JSON is parsed; after it, 1 GiB.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
-import pickle
 import select
 import socket
 import time
@@ -47,33 +45,14 @@ from bench.distributed.peer_auth import (
     proof_frame,
     shard_secret,
 )
-from bench.distributed.shard_messages import BadMessage, check_setup, check_to_shard
-from bench.distributed.shard_worker import Channel, ShardSetup, _Shard
+from bench.distributed.shard_messages import FROM_SHARD, TO_SHARD, BadMessage, ShardSetup
+from bench.distributed.shard_worker import Channel, ShardWorker
 from rundir.redact import redact
 
-PROTOCOL = 2  # the handshake's version: a mismatch is refused in one line (1: no secret)
+# The handshake's version: a mismatch is refused in one line (1: no secret; 2: pickled
+# messages; 3: typed MessagePack, bench/distributed/shard_messages.py).
+PROTOCOL = 3
 CONNECT_RETRY_S = 0.5
-
-_ALLOWED = {
-    ("bench.measure.records", "RequestRecord"),
-    ("bench.measure.monitor", "WindowDelays"),
-    ("bench.workload.prompts", "Prompt"),
-    ("bench.server.server_info", "ServerInfo"),
-    ("bench.measure.cells", "Settings"),
-    ("bench.distributed.shard_messages", "ShardSetup"),
-}
-
-
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> type:
-        if (module, name) not in _ALLOWED:
-            raise pickle.UnpicklingError(f"a shard message may not hold {module}.{name}")
-        return super().find_class(module, name)
-
-
-def restricted_loads(data: bytes | bytearray | memoryview) -> object:
-    """pickle.loads building only tuples, lists, dicts, scalars and `_ALLOWED` types."""
-    return _Unpickler(io.BytesIO(data)).load()
 
 
 class SocketChannel(Channel):
@@ -81,12 +60,13 @@ class SocketChannel(Channel):
 
     Until `authenticated()` it carries the handshake's raw frames, one per
     read, each at most HELLO_MAX_FRAME bytes; after it, messages whose
-    frames carry the session's MAC, checked before they are unpickled."""
-
-    loads = staticmethod(restricted_loads)
+    frames carry the session's MAC, checked before they are decoded. Which
+    side's messages it reads follows from the session: a coordinator's
+    session sends to a shard, so it reads a shard's messages, and back."""
 
     def __init__(self, sock: socket.socket, max_frame: int | None = HELLO_MAX_FRAME) -> None:
         self.max_frame = max_frame
+        self.reads = TO_SHARD  # set again by `authenticated`
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = sock
@@ -102,6 +82,7 @@ class SocketChannel(Channel):
     def authenticated(self, session: Session) -> None:
         """From now on every frame either way carries `session`'s MAC."""
         self.session = session
+        self.reads = TO_SHARD if session.sends == TO_COORDINATOR else FROM_SHARD
         self.max_frame = AUTH_MAX_FRAME
 
     def send_raw(self, data: bytes) -> None:
@@ -123,17 +104,13 @@ class SocketChannel(Channel):
     def _encode(self, message: tuple) -> bytes:
         if self.session is None:
             raise AuthError("no message before the handshake")
-        return self.session.seal(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+        return self.session.seal(super()._encode(message))
 
     def _decode(self, body: bytes) -> object:
         if self.session is None:
-            return body  # a handshake frame: read by bench/distributed/peer_auth.py, never unpickled
-        payload = self.session.open(body)  # AuthError unless authentic: nothing unpickled
-        try:
-            return self.loads(payload)
-        except Exception as exc:  # noqa: BLE001 - whatever the bytes make the unpickler do
-            raise BadMessage(f"a frame that does not unpickle ({type(exc).__name__}: "
-                             f"{printable(str(exc), 120)})") from None
+            return body  # a handshake frame: read by bench/distributed/peer_auth.py alone
+        payload = self.session.open(body)  # AuthError unless authentic: nothing decoded
+        return self.reads.decode(payload)  # BadMessage unless a message of the schema
 
     def read(self) -> list[tuple] | None:
         messages = super().read()
@@ -198,8 +175,7 @@ def join(channel: SocketChannel, secret: bytes, index: int, n: int, timeout_s: f
         check_challenge(secret, hello, challenge)
         channel.send_raw(proof_frame(secret, hello, challenge))
         channel.authenticated(Session(secret, hello, challenge, TO_COORDINATOR))
-        reply = recv_one(channel, timeout_s)
-        check_to_shard(reply)
+        reply = recv_one(channel, timeout_s)  # decoded against the schema, or BadMessage
     except AuthError as exc:
         raise RunError(f"{me} cannot join {where}: {exc}; nothing but the handshake "
                        "was sent to it") from None
@@ -212,10 +188,6 @@ def join(channel: SocketChannel, secret: bytes, index: int, n: int, timeout_s: f
         raise RunError(f"{where} refused {me}: {printable(reply[1])}")
     if reply[0] != "setup":
         raise RunError(f"{where} sent {me} a {reply[0]!r} message before its setup")
-    try:
-        check_setup(reply[1])
-    except BadMessage as exc:
-        raise RunError(f"{where} sent {me} {exc}") from None
     return reply[1]
 
 
@@ -244,7 +216,7 @@ def serve_shard(index: int, n: int, address: tuple[str, int], base_url: str,
         note(f"{me}: joined {where}; measuring {setup.info.model} as it says")
         if source_addresses:
             note(f"{me}: source addresses {', '.join(source_addresses)} (--source-address)")
-        shard = _Shard(channel, setup)
+        shard = ShardWorker(channel, setup)
         shard.exit_on_bug = False
         try:
             asyncio_run(shard.serve())

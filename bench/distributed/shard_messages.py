@@ -1,28 +1,46 @@
-"""Every message of the shard protocol checked, field by field, before it is used.
+"""The shard protocol's messages on the wire: a typed schema, checked as each frame is decoded.
 
-Why: a shard's records become published figures, and the coordinator used
-a message's parts as they came: a `done` whose records were a list of
-ints killed the whole run with a 62-line traceback. The unpickler
-(bench/distributed/remote.py) only limits which types can be built; this says which
-messages exist, how many parts each has and what each part must be (a
-request record with every field of its type, window delays, whole
-numbers), and names what is wrong in one line (BadMessage). The
-protocol itself is in bench/distributed/shard_worker.py.
+Why: a shard's records become published figures, and a coordinator once
+used a message's parts as they came (a `done` whose records were a list
+of ints killed the whole run with a 62-line traceback). Each message is
+one MessagePack array, `[kind, part, ...]`, decoded by msgspec against the
+schema below for the side that reads it: an unknown kind, a missing or
+extra part, or a part of the wrong type (a bool where a count belongs, a
+record without a field) is refused in one line (BadMessage) before
+anything uses it. The protocol itself is in bench/distributed/shard_worker.py.
+
+Why msgspec, not pickle or Arrow IPC: pickle builds whatever a frame names,
+so it needed an allow-list unpickler and then a check of every part by hand
+(both gone); msgspec decodes only what the schema says, in C, and a record's
+two stamp arrays cross as raw little-endian int64 bytes. Arrow IPC would
+suit the records alone, but most messages are a few integers (clock
+exchanges, slots that began producing) where an IPC stream's schema
+would outweigh the message, and the records stay Python objects on both
+ends. benchmarks/wire_format.py measures this format against pickle.
+
+In a process, a message is still a tuple, `(kind, part, ...)`: `encode`
+takes one and `Side.decode` gives one back, its records and delays as the
+collector's own types.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
+import functools
+import operator
+import re
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
+from bench.distributed.peer_auth import printable
 from bench.measure.cells import Settings
 from bench.measure.monitor import WindowDelays
 from bench.measure.records import RequestRecord
 from bench.server.server_info import ServerInfo
 from bench.workload.prompts import Prompt
+
+STAMPS = np.dtype("<i8")  # a record's chunk_ns and chunk_tokens on the wire, whatever the host's order
 
 
 @dataclass
@@ -42,189 +60,250 @@ class BadMessage(ValueError):
     """A message that is not one the protocol has, or holds a wrong part."""
 
 
-Check = Callable[[object, str], None]
+class WireRecord(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """A RequestRecord on the wire: its fields in order (a test holds them to
+    the dataclass's), the stamps as int64 bytes."""
+
+    phase: str
+    context: int
+    concurrency: int
+    request_id: str
+    purpose: str
+    stream_index: int
+    send_ns: int
+    end_ns: int | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    finish_reason: str | None
+    error: str | None
+    cancelled: bool
+    chunk_ns: bytes
+    chunk_tokens: bytes
+    content_tail: str | None
+    reasoning_tail: str | None
+    counting: str
+    final_usage_tokens: int | None
+    status: int
+    max_tokens: int | None
+    ignore_eos: bool
+    text: str | None
 
 
-def _kind(value: object) -> str:
-    """"an int", "a list": what a value is, for a message."""
-    name = type(value).__name__
-    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
+RECORD_FIELDS = WireRecord.__struct_fields__
+_ARRAYS = {RECORD_FIELDS.index("chunk_ns"), RECORD_FIELDS.index("chunk_tokens")}
 
 
-def _a(kind: type) -> str:
-    name = kind.__name__
-    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
+class _Message(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """A message: `[kind, part, ...]`, its kind the tag."""
 
 
-def _int(value: object, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise BadMessage(f"{what} is {_kind(value)}, not a whole number")
+# Shard -> coordinator (or parent)
+class Ready(_Message, tag="ready"):
+    pid: int
 
 
-def _opt(check: Check) -> Check:
-    def checked(value: object, what: str) -> None:
-        if value is not None:
-            check(value, what)
-    return checked
+class Warmed(_Message, tag="warmed"):
+    records: list[WireRecord]
 
 
-def _is(kind: type) -> Check:
-    def checked(value: object, what: str) -> None:
-        if not isinstance(value, kind):
-            raise BadMessage(f"{what} is {_kind(value)}, not {_a(kind)}")
-    return checked
+class Producing(_Message, tag="producing"):
+    slots: list[int]
 
 
-def _bool(value: object, what: str) -> None:
-    if not isinstance(value, bool | np.bool_):
-        raise BadMessage(f"{what} is {_kind(value)}, not true or false")
+class Failed(_Message, tag="failed"):
+    pass
 
 
-def _stamps(value: object, what: str) -> None:
-    if not (isinstance(value, np.ndarray) and value.dtype == np.int64 and value.ndim == 1):
-        raise BadMessage(f"{what} is {_kind(value)}, not an int64 array")
+class Done(_Message, tag="done"):
+    records: list[WireRecord]
+    delays: WindowDelays
+    window: tuple[int, int]
 
 
-def _list_of(check: Check, n: int | None = None) -> Check:
-    def checked(value: object, what: str) -> None:
-        if not isinstance(value, list | tuple) or (n is not None and len(value) != n):
-            size = f"{n} " if n is not None else ""
-            raise BadMessage(f"{what} is {_kind(value)}, not a list of {size}items")
-        for i, item in enumerate(value):
-            check(item, f"{what}[{i}]")
-    return checked
+class Crashed(_Message, tag="crashed"):
+    text: str
 
 
-def _dict_of(key: Check, item: Check) -> Check:
-    def checked(value: object, what: str) -> None:
-        if not isinstance(value, dict):
-            raise BadMessage(f"{what} is {_kind(value)}, not a mapping")
-        for k, v in value.items():
-            key(k, f"a key of {what}")
-            item(v, f"{what}[{k}]")
-    return checked
+class ClockAnswer(_Message, tag="clock"):
+    t0: int
+    t1: int
+    t2: int
 
 
-_str, _ostr, _oint = _is(str), _opt(_is(str)), _opt(_int)
-
-# Every field of a request record, and what it must be (tests check this
-# against the dataclass, so a new field cannot go unchecked).
-RECORD_FIELDS: dict[str, Check] = {
-    "phase": _str, "context": _int, "concurrency": _int, "request_id": _str, "purpose": _str,
-    "stream_index": _int, "send_ns": _int, "end_ns": _oint, "prompt_tokens": _oint,
-    "cached_tokens": _oint, "finish_reason": _ostr, "error": _ostr, "cancelled": _bool,
-    "chunk_ns": _stamps, "chunk_tokens": _stamps, "content_tail": _ostr,
-    "reasoning_tail": _ostr, "counting": _str, "final_usage_tokens": _oint, "status": _int,
-    "max_tokens": _oint, "ignore_eos": _bool, "text": _ostr,
-}
-
-DELAY_FIELDS: dict[str, Check] = {
-    "start_ns": _int, "end_ns": _int, "events": _int, "kernel_events": _int, "ticks": _int,
-    "read_delays": _dict_of(_int, _int), "stalls": _dict_of(_int, _list_of(_int, 2)),
-    "long_stalls": _list_of(_list_of(_int, 2)), "span_ns": _int,
-}
+# Coordinator (or parent) -> shard
+class Setup(_Message, tag="setup"):
+    setup: ShardSetup
 
 
-def _fields(kind: type, fields: dict[str, Check]) -> Check:
-    """An instance of the dataclass `kind` holding exactly `fields`, each as checked."""
-    def checked(value: object, what: str) -> None:
-        if type(value) is not kind:
-            raise BadMessage(f"{what} is {_kind(value)}, not {_a(kind)}")
-        state = vars(value)
-        if set(state) != set(fields):
-            odd = sorted(set(state) ^ set(fields))[:3]
-            raise BadMessage(f"{what} is a {kind.__name__} with other fields ({', '.join(odd)})")
-        for name, check in fields.items():
-            check(state[name], f"{what}.{name}")
-    return checked
+class Refused(_Message, tag="refused"):
+    why: str
 
 
-def _record(value: object, what: str) -> None:
-    _fields(RequestRecord, RECORD_FIELDS)(value, what)
-    assert isinstance(value, RequestRecord)
-    if len(value.chunk_ns) != len(value.chunk_tokens):
-        raise BadMessage(f"{what} has {len(value.chunk_ns)} chunk times for "
-                         f"{len(value.chunk_tokens)} token counts")
+class Warm(_Message, tag="warm"):
+    cell: tuple[str, int, int]
+    base: Prompt
+    base_tag: str
+    run_tag: str
+    slots: list[int]
 
 
-def _cell_key(value: object, what: str) -> None:
-    if not isinstance(value, list | tuple) or len(value) != 3:
-        raise BadMessage(f"{what} is {_kind(value)}, not a cell's (phase, context, concurrency)")
-    _str(value[0], f"{what}[0]")
-    _int(value[1], f"{what}[1]")
-    _int(value[2], f"{what}[2]")
+class Start(_Message, tag="start"):
+    pass
 
 
-_records = _list_of(_record)
-_delays = _fields(WindowDelays, DELAY_FIELDS)
-_window = _list_of(_int, 2)
-_slots = _list_of(_int)
-
-# kind -> the checks of its parts after the kind (bench/distributed/shard_worker.py's protocol)
-Parts = tuple[tuple[str, Check], ...]
-
-# kind -> its parts after the kind, named (bench/distributed/shard_worker.py's protocol)
-FROM_SHARD: dict[str, Parts] = {
-    "ready": (("pid", _int),),
-    "warmed": (("records", _records),),
-    "producing": (("slots", _slots),),
-    "failed": (),
-    "done": (("records", _records), ("delays", _delays), ("window", _window)),
-    "crashed": (("text", _str),),
-    "clock": (("t0", _int), ("t1", _int), ("t2", _int)),
-}
-
-TO_SHARD: dict[str, Parts] = {
-    "setup": (("setup", _is(object)),),  # checked in full by `check_setup`
-    "refused": (("why", _str),),
-    "warm": (("cell", _cell_key), ("base", _is(Prompt)), ("base_tag", _str),
-             ("run_tag", _str), ("slots", _slots)),
-    "start": (),
-    "window": (("start_ns", _int), ("end_ns", _int)),
-    "cancel": (),
-    "stop": (),
-    "clock": (("t0", _int),),
-    "offset": (("offset_ns", _int),),
-}
+class Window(_Message, tag="window"):
+    start_ns: int
+    end_ns: int
 
 
-def _check(message: object, kinds: dict[str, Parts], side: str) -> tuple:
-    if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
-        raise BadMessage(f"{_kind(message)} where a message of the shard protocol belongs")
-    kind = message[0]
-    if kind not in kinds:
-        raise BadMessage(f"a message {kind[:40]!r}, which {side} does not send")
-    parts = kinds[kind]
-    if len(message) != 1 + len(parts):
-        raise BadMessage(f"a {kind!r} message of {len(message) - 1} parts, not {len(parts)}")
-    for (name, check), value in zip(parts, message[1:], strict=True):
+class Cancel(_Message, tag="cancel"):
+    pass
+
+
+class Stop(_Message, tag="stop"):
+    pass
+
+
+class Clock(_Message, tag="clock"):
+    t0: int
+
+
+class Offset(_Message, tag="offset"):
+    offset_ns: int
+
+
+# -- encoding ------------------------------------------------------------------------------
+
+
+def _stamps(values: object) -> bytes:
+    return np.asarray(values, dtype=STAMPS).tobytes()
+
+
+def _row(record: RequestRecord) -> tuple:
+    """A record as WireRecord's array (no Struct built: the tuple encodes alike)."""
+    state = record.__dict__
+    return tuple(_stamps(state[name]) if i in _ARRAYS else state[name]
+                 for i, name in enumerate(RECORD_FIELDS))
+
+
+def _part(value: object) -> object:
+    if isinstance(value, list):
+        return [_row(v) if type(v) is RequestRecord else v for v in value]
+    return value
+
+
+def _hook(value: object) -> object:
+    """numpy scalars as the numbers they are; anything else is a bug of the sender."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    raise NotImplementedError(f"a {type(value).__name__} cannot cross the shard protocol")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_hook)
+
+
+def encode(message: tuple) -> bytes:
+    """A message's frame body: `(kind, part, ...)` as one MessagePack array. Nothing is
+    checked here: what a peer sends is checked where it is read (`Side.decode`)."""
+    return _ENCODER.encode(tuple(_part(p) for p in message))
+
+
+# -- decoding ------------------------------------------------------------------------------
+
+
+def _record(wire: WireRecord, kind: str, i: int) -> RequestRecord:
+    if len(wire.chunk_ns) % STAMPS.itemsize or len(wire.chunk_tokens) % STAMPS.itemsize:
+        raise BadMessage(f"a {kind!r} message whose records[{i}] has stamps that are not "
+                         "whole int64s")
+    if len(wire.chunk_ns) != len(wire.chunk_tokens):
+        raise BadMessage(f"a {kind!r} message whose records[{i}] has "
+                         f"{len(wire.chunk_ns) // 8} chunk times for "
+                         f"{len(wire.chunk_tokens) // 8} token counts")
+    values = list(msgspec.structs.astuple(wire))
+    for j in _ARRAYS:
+        values[j] = np.frombuffer(values[j], dtype=STAMPS)
+    return RequestRecord(*values)
+
+
+_WORDS = {"object": "a map", "array": "a list", "int": "an int", "str": "a str",
+          "bool": "a bool", "float": "a float", "null": "nothing", "bytes": "bytes",
+          "ext": "an extension value"}
+_TYPE_ERROR = re.compile(r"Expected `([^`]+)`, got `([^`]+)`")
+
+
+def _word(name: str) -> str:
+    base = name.split(" ")[0]
+    return _WORDS.get(base, f"a {base}")
+
+
+class Side:
+    """What one end reads: the messages the other end sends, and who that is."""
+
+    def __init__(self, sender: str, kinds: tuple[type[_Message], ...]) -> None:
+        self.sender = sender
+        self._decoder = msgspec.msgpack.Decoder(type=_union(kinds))
+        self._parts = {k.__struct_config__.tag: k.__struct_fields__ for k in kinds}
+
+    def decode(self, body: bytes | memoryview) -> tuple:
+        """The message in `body`, whole and typed; BadMessage (one line) if not."""
         try:
-            check(value, name)
-        except BadMessage as exc:
-            raise BadMessage(f"a {kind!r} message whose {exc}") from None
-    return message
+            message = self._decoder.decode(body)
+        except msgspec.ValidationError as exc:
+            raise BadMessage(self._why(body, str(exc))) from None
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise BadMessage(f"a frame that is not MessagePack ({type(exc).__name__}: "
+                             f"{printable(str(exc), 120)})") from None
+        kind = message.__struct_config__.tag
+        parts = [getattr(message, name) for name in message.__struct_fields__]
+        if kind in ("warmed", "done"):
+            parts[0] = [_record(w, kind, i) for i, w in enumerate(parts[0])]
+        return (kind, *parts)
+
+    def _why(self, body: bytes | memoryview, error: str) -> str:
+        """msgspec's complaint as the protocol's words: which message, which part."""
+        if error.startswith("Expected `str`") and error.endswith(" - at `$[0]`"):
+            return "a message that does not start with its kind"
+        try:
+            head = msgspec.msgpack.decode(body, type=list[msgspec.Raw])
+        except RecursionError:  # msgspec skips a nested part by recursing
+            return "a message nested too deep to read"
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            got = _TYPE_ERROR.match(error)
+            what = _word(got[2]) if got else "something"
+            return f"{what} where a message of the shard protocol belongs"
+        try:
+            kind = msgspec.msgpack.decode(head[0], type=str) if head else None
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            kind = None
+        if kind is None:
+            return "a message that does not start with its kind"
+        if kind not in self._parts:
+            return f"a message {printable(kind, 40)!r}, which {self.sender} does not send"
+        names = self._parts[kind]
+        if len(head) != 1 + len(names):
+            return f"a {kind!r} message of {len(head) - 1} parts, not {len(names)}"
+        text, _, at = error.partition(" - at `$")
+        where = re.match(r"\[(\d+)\](.*)`$", at)
+        if where is None or not 1 <= int(where[1]) <= len(names):
+            return f"a {kind!r} message that does not parse ({printable(error, 120)})"
+        part = names[int(where[1]) - 1] + where[2]
+        got = _TYPE_ERROR.match(text)
+        if got is None:
+            return f"a {kind!r} message whose {part}: {printable(text, 120)}"
+        wanted = _word(got[1])
+        if re.fullmatch(r"records\[\d+\]", part):
+            wanted = "a RequestRecord"
+        return f"a {kind!r} message whose {part} is {_word(got[2])}, not {wanted}"
 
 
-def check_from_shard(message: object) -> tuple:
-    """`message` if it is one a shard sends, whole and typed; BadMessage (one line) if not."""
-    return _check(message, FROM_SHARD, "a shard")
+def _union(kinds: tuple[type[_Message], ...]) -> object:
+    """Ready | Warmed | …: the type msgspec decodes a frame of one side into."""
+    return functools.reduce(operator.or_, kinds)
 
 
-def check_to_shard(message: object) -> tuple:
-    """`message` if it is one a coordinator (or a parent) sends; BadMessage if not."""
-    return _check(message, TO_SHARD, "a coordinator")
-
-
-def check_setup(value: object) -> None:
-    """A remote shard's setup, before it is used (its settings and server facts typed)."""
-    if type(value) is not ShardSetup:
-        raise BadMessage(f"a setup that is a {_kind(value)}")
-    _int(value.index, "the setup's index")
-    _str(value.id_prefix, "the setup's request-id prefix")
-    _is(ServerInfo)(value.info, "the setup's server facts")
-    _is(Settings)(value.settings, "the setup's settings")
-    for f in dataclasses.fields(Settings):
-        v = getattr(value.settings, f.name)
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise BadMessage(f"the setup's settings.{f.name} is a {_kind(v)}, not a number")
-    _str(value.info.model, "the setup's model")
+FROM_SHARD = Side("a shard", (Ready, Warmed, Producing, Failed, Done, Crashed, ClockAnswer))
+TO_SHARD = Side("a coordinator", (Setup, Refused, Warm, Start, Window, Cancel, Stop, Clock, Offset))

@@ -1,7 +1,8 @@
 """One shard of a decode cell's streams: a process of its own (`--workers N`).
 
 The parent (bench/distributed/shards.py) starts it with `multiprocessing`'s spawn and
-talks to it over a pipe, one pickled tuple a message. A shard has its own
+talks to it over a pipe, one typed MessagePack frame a message
+(bench/distributed/shard_messages.py). A shard has its own
 event loop, sockets and stream client, and runs the same stream code as the
 in-process path (`bench.measure.cells.CellRunner`), on its share of the cell's
 stream slots. Every stamp is CLOCK_MONOTONIC, host-wide, so the parent
@@ -30,8 +31,8 @@ Shard -> parent:
   delays, (start_ns, end_ns)) after the window, ("crashed", text) before
   exiting on a bug of ours. A shard whose parent goes away exits.
 
-Each end checks every message it reads, part by part, before using it
-(bench/distributed/shard_messages.py). A shard on another host gets its setup over the
+Each end decodes every message it reads against the protocol's schema
+before using it (bench/distributed/shard_messages.py). A shard on another host gets its setup over the
 same connection, ("setup", ShardSetup) or ("refused", why), once both ends
 proved the run's secret (bench/distributed/remote.py, bench/distributed/peer_auth.py).
 """
@@ -41,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import pickle
 import select
 import signal
 import struct
@@ -51,8 +51,8 @@ from multiprocessing.connection import Connection
 from bench.core.eventloop import asyncio_run
 from bench.core.plan import Cell
 from bench.distributed.clocksync import shift_delays, shift_record
-from bench.distributed.shard_messages import ShardSetup, check_to_shard
-from bench.measure.cells import CellRunner, _DecodeRun, slot_tag
+from bench.distributed.shard_messages import TO_SHARD, ShardSetup, Side, encode
+from bench.measure.cells import CellRunner, DecodeRun, slot_tag
 from bench.measure.monitor import gc_paused
 from bench.measure.stream import StreamClient
 from bench.workload.prompts import Prompt, retag
@@ -67,13 +67,13 @@ class Channel:
     """Messages one way each over two pipes: `reader` is read by the event
     loop, which makes its fd non-blocking (libuv does), so reads are
     framed here and may arrive in pieces; `writer` stays blocking, and a
-    message is written whole."""
+    message is written whole. `reads`: the side whose messages come in
+    (a parent reads a shard's, FROM_SHARD; a shard its parent's, TO_SHARD)."""
 
-    loads = staticmethod(pickle.loads)  # a remote peer's channel restricts what it builds
     max_frame: int | None = None  # the largest message accepted (None: any)
 
-    def __init__(self, reader: Connection, writer: Connection) -> None:
-        self.reader, self.writer = reader, writer
+    def __init__(self, reader: Connection, writer: Connection, reads: Side) -> None:
+        self.reader, self.writer, self.reads = reader, writer, reads
         self.rfd, self.wfd = reader.fileno(), writer.fileno()
         self._buf = bytearray()
 
@@ -88,11 +88,12 @@ class Channel:
 
     def _encode(self, message: tuple) -> bytes:
         """A message's frame body (a remote channel adds its MAC: bench/distributed/remote.py)."""
-        return pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        return encode(message)
 
     def _decode(self, body: bytes) -> object:
-        """A frame body's message (a remote channel checks its MAC first)."""
-        return self.loads(body)
+        """A frame body's message, typed (a remote channel checks its MAC first);
+        BadMessage if it is not one the other side sends."""
+        return self.reads.decode(body)
 
     one_at_a_time = False  # return after each frame (a handshake's, before a MAC key is known)
 
@@ -144,10 +145,13 @@ def main(reader: Connection, writer: Connection, setup: ShardSetup) -> None:
     """The process's entry point (multiprocessing spawn target)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
-    asyncio_run(_Shard(Channel(reader, writer), setup).serve())
+    asyncio_run(ShardWorker(Channel(reader, writer, TO_SHARD), setup).serve())
 
 
-class _Shard:
+class ShardWorker:
+    """A shard's end of the protocol: its share of each decode cell's stream
+    slots, run by a CellRunner of its own (`stream_loop`, `sleep_until`)."""
+
     def __init__(self, conn: Channel, setup: ShardSetup) -> None:
         s = setup.settings
         self.conn = conn
@@ -160,7 +164,7 @@ class _Shard:
         self.runner.id_prefix = setup.id_prefix
         self.inbox: asyncio.Queue = asyncio.Queue()
         self.abort = asyncio.Event()
-        self.run: _DecodeRun | None = None
+        self.run: DecodeRun | None = None
         self.slots: list[int] = []
         self.offset_ns = 0  # this shard's clock − the parent's
         self.fault: str | None = None  # why the parent's connection was given up (a bad frame)
@@ -172,9 +176,7 @@ class _Shard:
     def _on_message(self) -> None:
         arrived = time.monotonic_ns()
         try:
-            messages = self.conn.read()
-            for message in messages or ():
-                check_to_shard(message)
+            messages = self.conn.read()  # each decoded against the schema, or BadMessage
         except OSError:
             messages = None
         except ValueError as exc:  # a frame too long, or not authentic, or a bad message
@@ -233,7 +235,7 @@ class _Shard:
         prompts: list[Prompt | None] = [None] * cell.concurrency
         for i in slots:
             prompts[i] = base if i == 0 else retag(base, run_tag, base_tag, slot_tag(cell, i))
-        self.run = _DecodeRun(cell, prompts, self.abort)  # type: ignore[arg-type]
+        self.run = DecodeRun(cell, prompts, self.abort)  # type: ignore[arg-type]
         self.slots = list(slots)
         fills = await asyncio.gather(
             *(self.runner.send(cell, prompts[i], 1, PURPOSE_PREFIX_FILL, i, self.abort)
@@ -243,10 +245,10 @@ class _Shard:
     def _start(self) -> None:
         run = self.run
         assert run is not None
-        run.tasks = [asyncio.create_task(self.runner._stream_loop(run, i)) for i in self.slots]
+        run.tasks = [asyncio.create_task(self.runner.stream_loop(run, i)) for i in self.slots]
         self._reporter = asyncio.create_task(self._report(run))
 
-    async def _report(self, run: _DecodeRun) -> None:
+    async def _report(self, run: DecodeRun) -> None:
         """Tell the parent which slots began producing, and a failure, as they happen."""
         told: set[int] = set()
         failed = False
@@ -273,7 +275,7 @@ class _Shard:
         run.start_ns, run.end_ns = start_ns, end_ns
         with gc_paused():
             if not run.failure.is_set() and not self.abort.is_set():
-                await self.runner._sleep_until(end_ns, run.failure, self.abort)
+                await self.runner.sleep_until(end_ns, run.failure, self.abort)
             run.cancel.set()
             await asyncio.gather(*run.tasks)
             await asyncio.gather(*run.parsing)

@@ -16,10 +16,15 @@ hung before it said ready), fails its cell: Error, with a reason naming
 the shard, its pid and how it ended; the other shards' streams are
 cancelled and their records kept with the cell's; every cell stored before
 is untouched. The next sharded cell starts a fresh process in its place.
-Every message a shard sends is checked before it is used
-(bench/distributed/shard_messages.py), and its records must be its own (its request-id
-prefix, the cell, its slots): a shard that sends anything else is
-stopped and fails its cell the same way. The protocol: bench/distributed/shard_worker.py.
+Every message a shard sends is decoded against the protocol's schema
+before it is used (bench/distributed/shard_messages.py), and its records must be its
+own (its request-id prefix, the cell, its slots): a shard that sends
+anything else is stopped and fails its cell the same way. The protocol:
+bench/distributed/shard_worker.py.
+
+Where the shards come from is a `ShardSource`: this module's ShardPool (local
+processes, `--workers`) or the hosts of `--shard i/N`
+(bench/distributed/coordinator.py). One ShardedCellRunner runs a cell over either.
 """
 
 from __future__ import annotations
@@ -31,15 +36,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 
 from bench.core.plan import Cell
 from bench.core.workers import shard_slots
+from bench.distributed.clock_bounds import clock_reason
+from bench.distributed.clocksync import CellClock
 from bench.distributed.peer_auth import printable
-from bench.distributed.shard_messages import check_from_shard
-from bench.distributed.shard_worker import Channel, ShardSetup, main
-from bench.measure.cells import CellOutcome, CellRunner, _DecodeRun, slot_tag
+from bench.distributed.shard_messages import FROM_SHARD, ShardSetup
+from bench.distributed.shard_worker import Channel, main
+from bench.measure.cells import CellOutcome, CellRunner, DecodeRun, slot_tag
 from bench.measure.monitor import WindowDelays, gc_paused, shards_bound_reason
 from bench.measure.records import RequestRecord
 from bench.measure.stamp_bounds import table_bounds
@@ -96,9 +104,7 @@ class Shard:
         """The messages that came, each checked; None once the shard is gone
         or was stopped for what it sent (a bad frame or message)."""
         try:
-            messages = self.conn.read()
-            for message in messages or ():
-                check_from_shard(message)
+            messages = self.conn.read()  # each decoded against the schema, or BadMessage
         except OSError:
             messages = None
         except ValueError as exc:  # a frame too long or not authentic, a bad message
@@ -198,6 +204,35 @@ def _how(code: int | None) -> str:
     return f"exit status {code}"
 
 
+@dataclass(frozen=True)
+class ShardClock:
+    """A shard on another host over one cell: its clock offset to shard 0's and
+    the offset's bound (bench/distributed/clocksync.py)."""
+
+    index: int
+    host: str
+    prefix: str  # its request ids' prefix (the clock bound names its records by it)
+    clock: CellClock
+
+
+class ShardSource(Protocol):
+    """Where a sharded decode cell's streams run: local processes (ShardPool) or
+    the hosts of `--shard i/N` (bench/distributed/coordinator.py's Coordinator)."""
+
+    async def take(self, n: int, interrupted: asyncio.Event | None = None) -> list[Shard]:
+        """n shards, each alive and ready for a cell; ShardsDidNotStart naming
+        those that are not, WaitInterrupted on `interrupted` while waiting."""
+        ...
+
+    async def after_cell(self) -> list[ShardClock] | None:
+        """Each other host's clock over the cell just taken; None: one host, one clock."""
+        ...
+
+    def close(self) -> None:
+        """End every shard."""
+        ...
+
+
 class ShardPool:
     """Shard processes first..first+n-1 (1..n; a coordinator's own: 0),
     started when first needed and kept for the run; a dead one is replaced
@@ -212,8 +247,8 @@ class ShardPool:
         self._started: dict[int, int] = {}  # index -> processes started there
         self._ctx = multiprocessing.get_context("spawn")
 
-    async def take(self, n: int) -> list[Shard]:
-        """Shards first..first+n-1, each alive."""
+    async def take(self, n: int, interrupted: asyncio.Event | None = None) -> list[Shard]:
+        """Shards first..first+n-1, each alive (started at once: `interrupted` is not waited on)."""
         loop = asyncio.get_running_loop()
         ks = range(self.first, self.first + n)
         new = [k for k in ks if k not in self.shards or not self.shards[k].alive]
@@ -250,9 +285,13 @@ class ShardPool:
         proc.start()
         down_r.close()
         up_w.close()
-        shard = Shard(k, proc, Channel(up_r, down_w), prefix)
+        shard = Shard(k, proc, Channel(up_r, down_w, FROM_SHARD), prefix)
         shard.listen(loop)
         return shard
+
+    async def after_cell(self) -> list[ShardClock] | None:
+        """None: every shard is on this host, its stamps on this host's clock."""
+        return None
 
     def close(self) -> None:
         for shard in self.shards.values():
@@ -261,7 +300,7 @@ class ShardPool:
 
 
 class _Produced:
-    """A slot of another process that has received tokens (for `_wait_ready`)."""
+    """A slot of another process that has received tokens (for the readiness wait)."""
 
     producing = True
 
@@ -270,12 +309,14 @@ _PRODUCED = _Produced()
 
 
 @dataclass
-class _ShardedRun(_DecodeRun):
+class ShardedRun(DecodeRun):
+    """A decode run whose streams run in shards: what the runner keeps of them."""
+
     shards: list[Shard] = field(default_factory=list)
     slots: list[list[int]] = field(default_factory=list)  # per shard, its stream slots
     base: tuple = ()  # (base prompt, its tag)
     delays: list[tuple[int, WindowDelays]] = field(default_factory=list)
-
+    clocks: list[ShardClock] | None = None  # other hosts' clocks over the cell (None: one host)
     faults: list[str] = field(default_factory=list)  # what else fails the cell
 
     @property
@@ -284,56 +325,80 @@ class _ShardedRun(_DecodeRun):
         return [s.died for s in self.shards if s.died is not None] + self.faults
 
 
-class ShardedCellRunner(CellRunner):
-    """A CellRunner whose decode cells' streams run in `n` shard processes;
-    everything else (prompts, readiness, window, drain, judge, count check)
-    stays in this process, shared with `base`."""
+class ShardedCellRunner:
+    """A decode cell whose streams run in `n` shards from `source`; everything
+    else (prompts, readiness, window, drain, judge, count check) runs here,
+    in `base`'s phases (bench/measure/cells.py), as for one process. With
+    shards on other hosts each cell also states their clock offsets
+    (CellOutcome.clocks) and is client-bound when a bound could move a
+    published figure. A prefill cell is `base`'s alone."""
 
-    def __init__(self, base: CellRunner, pool: ShardPool, n: int) -> None:
-        super().__init__(base.info, base.client, base.prompts, base.sampler, base.settings,
-                         base.redact)
-        self._ids = base._ids  # the count check's request, numbered with the parent's
-        self.id_prefix = base.id_prefix
-        self.pool, self.n = pool, n
+    def __init__(self, base: CellRunner, source: ShardSource, n: int) -> None:
+        self.base, self.source, self.n = base, source, n
+
+    async def prefill(self, cell: Cell) -> CellOutcome:
+        return await self.base.prefill(cell)
 
     async def decode(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:
+        run: ShardedRun | None = None
         try:
-            shards = await self.pool.take(self.n)
+            shards = await self.source.take(self.n, interrupted)
         except ShardsDidNotStart as exc:
-            return CellOutcome([], ERROR, str(exc))
+            outcome = CellOutcome([], ERROR, str(exc))
         except WaitInterrupted:
             return CellOutcome([], PENDING, "interrupted")
-        base_tag = slot_tag(cell, 0)
-        base = await asyncio.to_thread(self.prompts.build, cell.context, base_tag)
-        run = _ShardedRun(cell, [], interrupted, shards=shards,
-                          slots=shard_slots(cell.concurrency, self.n), base=(base, base_tag))
-        for shard in shards:
+        else:
+            base_tag = slot_tag(cell, 0)
+            base = await asyncio.to_thread(self.base.prompts.build, cell.context, base_tag)
+            run = ShardedRun(cell, [], interrupted, shards=shards,
+                             slots=shard_slots(cell.concurrency, self.n), base=(base, base_tag))
+            outcome = await self._decode(run)
+        if outcome.status == PENDING:
+            return outcome
+        clocks = run.clocks if run is not None and run.clocks is not None else (
+            await self.source.after_cell())
+        if clocks is not None:
+            outcome.clocks = [dict(shard=c.index, host=c.host, offset_ns=c.clock.offset_ns,
+                                   uncertainty_ns=c.clock.uncertainty_ns, rtt_ns=c.clock.rtt_ns,
+                                   drift_ns=c.clock.drift_ns) for c in clocks]
+        if clocks:
+            worst = max(c.clock.uncertainty_ns for c in clocks)
+            note = (f"{self.n} hosts: every time is on shard 0's clock, each "
+                    f"shard's offset within ±{worst / 1e3:.0f} µs (clock_offsets.parquet)")
+            outcome.reason = "; ".join(filter(None, [outcome.reason, note]))
+        return outcome
+
+    async def _decode(self, run: ShardedRun) -> CellOutcome:
+        """The cell's phases over its shards; a dead shard or a fault fails it."""
+        for shard in run.shards:
             shard.on_producing = lambda slots: [run.live.__setitem__(i, _PRODUCED) for i in slots]
             shard.on_failed = run.failure.set
         try:
-            outcome = await self._warm_up(run)
+            outcome = await self.base.warm_up(run, await self._fills(run))
             if outcome is None and run.died:  # the other shards' warm-ups are kept
                 outcome = CellOutcome(run.records, ERROR, "prefix warm-up failed")
             if outcome is None:
-                await self._start(run)
+                await self.base.start(run, self._launch)
                 await self._measure(run)
-                if interrupted.is_set():
+                if run.interrupted.is_set():
                     return CellOutcome(run.records, PENDING, "interrupted",
                                        (run.start_ns, run.end_ns), run.warmup_s)
-                outcome = await self._judge(run)
+                # The other hosts' offsets after the window first: the judge weighs their bounds.
+                run.clocks = await self.source.after_cell()
+                outcome = await self.base.judge(run, self._bound_reason)
         finally:
-            for shard in shards:
+            for shard in run.shards:
                 shard.on_producing, shard.on_failed = (lambda _slots: None), (lambda: None)
         if run.died and outcome.status != PENDING:
             outcome.status = ERROR
             outcome.reason = "; ".join(filter(None, [*run.died, outcome.reason]))
         return outcome
 
-    async def _fills(self, run: _DecodeRun) -> list[RequestRecord]:
-        assert isinstance(run, _ShardedRun)
+    async def _fills(self, run: ShardedRun) -> list[RequestRecord]:
+        """Each shard warms its slots' prefixes: their records, in slot order."""
         base, base_tag = run.base
         for shard, slots in zip(run.shards, run.slots, strict=True):
-            shard.send(("warm", run.cell.key, base, base_tag, self.prompts.run_tag, slots))
+            shard.send(("warm", run.cell.key, base, base_tag, self.base.prompts.run_tag, slots))
         relay = asyncio.create_task(self._cancel_on(run, run.interrupted))
         try:
             got = await asyncio.gather(*(self._answer(s, "warmed") for s in run.shards))
@@ -346,7 +411,7 @@ class ShardedCellRunner(CellRunner):
         return sorted(fills, key=lambda r: r.stream_index)
 
     @staticmethod
-    def _own(shard: Shard, records: list[RequestRecord], run: _DecodeRun, slots: list[int]) -> bool:
+    def _own(shard: Shard, records: list[RequestRecord], run: DecodeRun, slots: list[int]) -> bool:
         """Whether every record is the shard's own, of this cell and its slots;
         if not, the shard is stopped and the cell fails naming it."""
         mine = set(slots)
@@ -363,7 +428,7 @@ class ShardedCellRunner(CellRunner):
             return False
         return True
 
-    async def _cancel_on(self, run: _ShardedRun, event: asyncio.Event) -> None:
+    async def _cancel_on(self, run: ShardedRun, event: asyncio.Event) -> None:
         await event.wait()
         for shard in run.shards:
             shard.send(("cancel",))
@@ -379,24 +444,23 @@ class ShardedCellRunner(CellRunner):
             shard.kill(f"no answer {timeout:.0f} s after the window")
             return None
 
-    def _launch(self, run: _DecodeRun) -> None:
-        assert isinstance(run, _ShardedRun)
+    def _launch(self, run: DecodeRun) -> None:
+        assert isinstance(run, ShardedRun)
         for shard in run.shards:
             shard.send(("start",))
 
-    async def _measure(self, run: _DecodeRun) -> None:
+    async def _measure(self, run: ShardedRun) -> None:
         """The window: opened here, at one instant for every shard, and
         closed by each at the same end_ns; ended early for all when a stream
         of any shard fails, a shard dies, or the run is interrupted."""
-        assert isinstance(run, _ShardedRun)
-        s = self.settings
+        s = self.base.settings
         run.start_ns = _now()
-        run.end_ns = run.start_ns + s.repeats * self._window_ns
+        run.end_ns = run.start_ns + s.repeats * self.base.window_ns
         for shard in run.shards:
             shard.send(("window", run.start_ns, run.end_ns))
         with gc_paused():
             if not run.failure.is_set() and not run.interrupted.is_set():
-                await self._sleep_until(run.end_ns, run.failure, run.interrupted)
+                await self.base.sleep_until(run.end_ns, run.failure, run.interrupted)
             if _now() < run.end_ns:
                 for shard in run.shards:
                     shard.send(("cancel",))
@@ -417,8 +481,11 @@ class ShardedCellRunner(CellRunner):
         measured.sort(key=lambda r: (r.send_ns, r.stream_index))
         run.records.extend(measured)
 
-    def _bound_reason(self, run: _DecodeRun, start_ns: int, end_ns: int, tbt_ms: float | None,
+    def _bound_reason(self, run: DecodeRun, start_ns: int, end_ns: int, tbt_ms: float | None,
                       table: pa.Table) -> str | None:
-        assert isinstance(run, _ShardedRun)
-        return shards_bound_reason(run.delays, tbt_ms, table_bounds(table, start_ns, end_ns))
-
+        """Any shard's reads that could have moved a figure, or another host's clock bound."""
+        assert isinstance(run, ShardedRun)
+        own = shards_bound_reason(run.delays, tbt_ms, table_bounds(table, start_ns, end_ns))
+        shards = [(c.index, c.prefix, c.clock.uncertainty_ns) for c in run.clocks or ()]
+        clock = clock_reason(table, start_ns, end_ns, shards) if shards else None
+        return "; ".join(filter(None, [own, clock])) or None

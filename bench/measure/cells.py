@@ -116,9 +116,14 @@ class CellOutcome:
 
 
 @dataclass
-class _DecodeRun:
+class DecodeRun:
     """What the phases of one decode cell share: the slots' prompts, the
-    records so far, the events that stop the streams, and the window."""
+    records so far, the events that stop the streams, and the window.
+
+    Public because the phases run in more than one place: a shard process
+    runs `CellRunner.stream_loop` on its slots of a run, and a sharded cell
+    (bench/distributed/shards.py) runs the warm-up's verdict, readiness and
+    the judge here on records its shards made."""
 
     cell: Cell
     prompts: list[Prompt]
@@ -141,6 +146,11 @@ class _DecodeRun:
     def streams(self) -> int:
         """The stream slots this process runs (a shard runs some of the cell's)."""
         return sum(p is not None for p in self.prompts)
+
+
+# Why the client could have moved a figure of a run's window (run, start_ns, end_ns,
+# the cell's TBT in ms, its records' table), or None: CellRunner.judge asks it.
+BoundReason = Callable[[DecodeRun, int, int, float | None, pa.Table], str | None]
 
 
 class CellRunner:
@@ -260,17 +270,20 @@ class CellRunner:
             await asyncio.sleep(0.1)
 
     # -- decode ---------------------------------------------------------
+    # A decode cell's phases, public: a sharded cell (bench/distributed/shards.py)
+    # runs warm_up's verdict, start and judge here, with its own fills, launch,
+    # window and client bound, and a shard process runs stream_loop on its slots.
     async def decode(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:
-        run = _DecodeRun(cell, await self._decode_prompts(cell), interrupted)
-        ended = await self._warm_up(run)
+        run = DecodeRun(cell, await self._decode_prompts(cell), interrupted)
+        ended = await self.warm_up(run, await self.fills(run))
         if ended is not None:
             return ended
-        await self._start(run)
-        await self._measure(run)
+        await self.start(run, self.launch)
+        await self.measure(run)
         if interrupted.is_set():
             return CellOutcome(run.records, PENDING, "interrupted", (run.start_ns, run.end_ns),
                                run.warmup_s)
-        return await self._judge(run)
+        return await self.judge(run, self.bound_reason)
 
     async def _decode_prompts(self, cell: Cell) -> list[Prompt]:
         """One prompt per stream slot: variants of one base, so each slot has
@@ -282,11 +295,10 @@ class CellRunner:
             for i in range(1, cell.concurrency)
         ]
 
-    async def _warm_up(self, run: _DecodeRun) -> CellOutcome | None:
-        """Warm each stream's prefix cache (one output token per prompt), so
-        the window measures decode and not a cold prefill; the cell's outcome
-        when it ends here (interrupted, refused, failed), else None."""
-        fills = await self._fills(run)
+    async def warm_up(self, run: DecodeRun, fills: list[RequestRecord]) -> CellOutcome | None:
+        """The verdict on each stream's prefix warm-up (one output token per
+        prompt, so the window measures decode and not a cold prefill): the
+        cell's outcome when it ends here (interrupted, refused, failed), else None."""
         run.records.extend(fills)
         if run.interrupted.is_set():
             return CellOutcome(run.records, PENDING, "interrupted")
@@ -298,28 +310,29 @@ class CellRunner:
         prefix = "server refused the context: " if refused else "prefix warm-up failed: "
         return CellOutcome(run.records, status, prefix + str(failed[0].error))
 
-    async def _fills(self, run: _DecodeRun) -> list[RequestRecord]:
+    async def fills(self, run: DecodeRun) -> list[RequestRecord]:
         """One prefix warm-up per stream slot, all at once (in slot order)."""
         return list(await asyncio.gather(
             *(self.send(run.cell, p, 1, PURPOSE_PREFIX_FILL, i, run.interrupted)
               for i, p in enumerate(run.prompts))
         ))
 
-    async def _start(self, run: _DecodeRun) -> None:
-        """Start C saturating streams and wait until the server runs them all."""
+    async def start(self, run: DecodeRun, launch: Callable[[DecodeRun], None]) -> None:
+        """Start C saturating streams (`launch`: where they run) and wait until
+        the server runs them all."""
         warm_start = time.monotonic()
-        self._launch(run)
+        launch(run)
         ready = await self._wait_ready(run.cell.concurrency, run.live, run.failure, run.interrupted)
         run.warmup_s = time.monotonic() - warm_start
         if not ready and not run.failure.is_set() and not run.interrupted.is_set():
             run.notes.append(f"readiness not reached in {self.settings.warmup_timeout_s:.0f} s")
 
-    def _launch(self, run: _DecodeRun) -> None:
-        """Start every stream slot's loop."""
-        run.tasks = [asyncio.create_task(self._stream_loop(run, i))
+    def launch(self, run: DecodeRun) -> None:
+        """Start every stream slot's loop in this process."""
+        run.tasks = [asyncio.create_task(self.stream_loop(run, i))
                      for i in range(run.cell.concurrency)]
 
-    async def _stream_loop(self, run: _DecodeRun, i: int) -> None:
+    async def stream_loop(self, run: DecodeRun, i: int) -> None:
         """Keep stream slot `i` busy: a stream that finishes is restarted at
         once, until the window ends or any stream fails."""
         while not run.cancel.is_set() and not run.failure.is_set():
@@ -336,31 +349,33 @@ class CellRunner:
                 run.failure.set()
                 return
 
-    async def _keep(self, run: _DecodeRun, result: StreamResult, rid: str, i: int,
+    async def _keep(self, run: DecodeRun, result: StreamResult, rid: str, i: int,
                     live: LiveParser) -> None:
         rec = await self._record(run.cell, rid, PURPOSE_MEASURE, i, result, live)
         run.records.append(rec)
         if rec.error:
             run.failure.set()
 
-    async def _measure(self, run: _DecodeRun) -> None:
+    async def measure(self, run: DecodeRun) -> None:
         """The measurement window: its full duration unless a stream fails or
         the run is interrupted; then every stream is cancelled and parsed.
         With --repeats k the window is k back-to-back windows on the same
         streams (docs/methodology.md, "Repeats and intervals"): one span of
         k durations, cut into windows when judged."""
         run.start_ns = time.monotonic_ns()
-        run.end_ns = run.start_ns + self.settings.repeats * self._window_ns
+        run.end_ns = run.start_ns + self.settings.repeats * self.window_ns
         with gc_paused():  # a full collection inside the window stalls the loop 8-20 ms
             if not run.failure.is_set() and not run.interrupted.is_set():
-                await self._sleep_until(run.end_ns, run.failure, run.interrupted)
+                await self.sleep_until(run.end_ns, run.failure, run.interrupted)
             run.cancel.set()
             await asyncio.gather(*run.tasks)
             await asyncio.gather(*run.parsing)
 
-    async def _judge(self, run: _DecodeRun) -> CellOutcome:
+    async def judge(self, run: DecodeRun, bound_reason: BoundReason) -> CellOutcome:
         """Drain the server, then judge the window's records (and, off the
-        clock, check a chunk count no usage confirmed)."""
+        clock, check a chunk count no usage confirmed); `bound_reason` says
+        whether the client could have moved a figure (`CellRunner.bound_reason`
+        for streams read here)."""
         if not await self._drain():
             run.notes.append(
                 f"the server was still busy {self.settings.drain_timeout_s:.0f} s after the window")
@@ -377,7 +392,7 @@ class CellRunner:
                             self.sampler.half_round_trips()) if self.sampler.enabled else None
         verdict: Verdict = judge_decode(
             records, run.cell.concurrency, start_ns, end_ns, metrics_table,
-            lambda tbt_ms: self._bound_reason(run, start_ns, end_ns, tbt_ms, table), table, server)
+            lambda tbt_ms: bound_reason(run, start_ns, end_ns, tbt_ms, table), table, server)
         why = verdict.client_bound
         bound = why is not None
         if bound:
@@ -388,19 +403,20 @@ class CellRunner:
             verdict.reason = "; ".join(filter(None, [verdict.reason, *run.notes]))
         windows = None
         if self.settings.repeats > 1:
-            windows = split_span(start_ns, end_ns, self.settings.repeats, self._window_ns)
+            windows = split_span(start_ns, end_ns, self.settings.repeats, self.window_ns)
         return CellOutcome(
             records, verdict.status, verdict.reason, (start_ns, end_ns), run.warmup_s,
             verdict.counting, bound, verdict.figures, table, windows,
         )
 
-    def _bound_reason(self, run: _DecodeRun, start_ns: int, end_ns: int, tbt_ms: float | None,
-                      table: pa.Table) -> str | None:
-        """Why the client could have moved a figure of the window (None: it could not)."""
+    def bound_reason(self, run: DecodeRun, start_ns: int, end_ns: int, tbt_ms: float | None,
+                     table: pa.Table) -> str | None:
+        """Why this process's reads could have moved a figure of the window (None: they could not)."""
         return self.client.client_bound_reason(start_ns, end_ns, tbt_ms, table)
 
     @property
-    def _window_ns(self) -> int:
+    def window_ns(self) -> int:
+        """One window's duration, in ns (--duration)."""
         return int(self.settings.duration_s * 1e9)
 
     async def _check_count(self, cell: Cell, records: list[RequestRecord]) -> CountCheck:
@@ -455,8 +471,9 @@ class CellRunner:
             await asyncio.sleep(0.1)
         return False
 
-    async def _sleep_until(self, end_ns: int, failure: asyncio.Event,
-                           interrupted: asyncio.Event) -> None:
+    async def sleep_until(self, end_ns: int, failure: asyncio.Event,
+                          interrupted: asyncio.Event) -> None:
+        """Until end_ns (CLOCK_MONOTONIC), or a failure or an interrupt first."""
         while True:
             left = (end_ns - time.monotonic_ns()) / 1e9
             if left <= 0 or failure.is_set() or interrupted.is_set():

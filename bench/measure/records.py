@@ -118,22 +118,6 @@ class RequestRecord:
     def tokens(self) -> int:
         return int(self.chunk_tokens[-1]) if len(self.chunk_tokens) else 0
 
-    _ARRAYS = ("chunk_ns", "chunk_tokens")
-
-    def __getstate__(self) -> dict:
-        """Pickled with its arrays as raw int64 bytes: a shard's records cross
-        a pipe or a socket whose unpickler builds only the collector's own
-        types (bench/distributed/remote.py), and bytes go faster than lists of ints."""
-        state = dict(self.__dict__)
-        for name in self._ARRAYS:
-            state[name] = np.asarray(state[name], dtype=np.int64).tobytes()
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        for name in self._ARRAYS:
-            state[name] = np.frombuffer(state[name], dtype=np.int64)
-        self.__dict__.update(state)
-
 
 def stream_error(result: StreamResult, parsed: ParsedStream) -> str | None:
     """Why a stream failed, or None (see `RequestRecord.from_stream`)."""

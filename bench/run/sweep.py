@@ -24,9 +24,9 @@ from bench.core.limits import ensure_open_files, out_of_memory
 from bench.core.plan import Cell, Plan
 from bench.core.sources import check_families, plan_sources, port_range
 from bench.core.workers import cell_shards
-from bench.distributed.coordinator import Coordinator, MultiHostCellRunner
-from bench.distributed.shard_worker import ShardSetup
-from bench.distributed.shards import ShardedCellRunner, ShardPool
+from bench.distributed.coordinator import Coordinator
+from bench.distributed.shard_messages import ShardSetup
+from bench.distributed.shards import ShardedCellRunner, ShardPool, ShardSource
 from bench.measure.cells import CellOutcome, CellRunner
 from bench.measure.stream import StreamClient
 from bench.run.progress import Progress
@@ -82,9 +82,10 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     runner = CellRunner(info, client, prompts, sampler, s, clean)
     pool = ShardPool(lambda k, prefix: ShardSetup(k, prefix, info, opts.api_key, s, tuple(secrets),
                                                   sources), tag)
-    hosts = None
+    hosts = None  # where a sharded decode cell's streams run (bench/distributed/shards.py)
+    source: ShardSource = pool
     if opts.shard is not None:  # shard 0 of --shard i/N: the hosts' shards (bench/distributed/coordinator.py)
-        hosts = Coordinator(opts.coordinator, opts.shard[1], lambda k, prefix: _setup(
+        source = hosts = Coordinator(opts.coordinator, opts.shard[1], lambda k, prefix: _setup(
             k, prefix, info, opts.api_key, s, secrets, sources), tag, progress.note,
             opts.join_timeout_s)
     interrupted = asyncio.Event()
@@ -118,10 +119,9 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     try:
         for cell in todo:
             progress.begin(cell)
-            shards = cell_shards(plan.workers, cell.concurrency) if cell.phase == DECODE else 1
-            cell_runner = runner if shards == 1 else ShardedCellRunner(runner, pool, shards)
-            if hosts is not None and cell.phase == DECODE:
-                cell_runner = MultiHostCellRunner(runner, hosts)
+            shards = (1 if cell.phase != DECODE else hosts.n if hosts is not None
+                      else cell_shards(plan.workers, cell.concurrency))
+            cell_runner = runner if shards == 1 else ShardedCellRunner(runner, source, shards)
             outcome = await _run_cell(cell_runner, cell, interrupted, store, clean, url)
             _save_cell(cell, outcome, store, sampler, telemetry, progress, clean)
             # Collect now and freeze the survivors, so a garbage-collection
@@ -159,8 +159,8 @@ def _setup(k: int, prefix: str, info: ServerInfo, api_key: str | None, s, secret
     return ShardSetup(k, prefix, dataclasses.replace(info, base_url=""), None, s, ())
 
 
-async def _run_cell(runner: CellRunner, cell: Cell, interrupted: asyncio.Event, store: RunStore,
-                    clean, url: str) -> CellOutcome:
+async def _run_cell(runner: CellRunner | ShardedCellRunner, cell: Cell, interrupted: asyncio.Event,
+                    store: RunStore, clean, url: str) -> CellOutcome:
     """Measure one cell; a server that fails, refuses the key or an interrupt
     ends the run here, before anything of the cell is stored."""
     try:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from bench.distributed.clocksync import Exchange, estimate, over_cell
-from rundir.contract import CLOCK_OFFSETS_FILE, PURPOSE_MEASURE, PURPOSE_PREFIX_FILL, ContractError
+from rundir.contract import CLOCK_OFFSETS_FILE, PURPOSE_PREFIX_FILL, ContractError
 from rundir.io import read_run
 from tests.collector.test_workers import FAST, MEDIANS, check_rows, figures
 from tests.conftest import REPO
@@ -251,31 +251,6 @@ def test_clock_rows_are_checked(tmp_path) -> None:
         check_table(CLOCK_OFFSETS_FILE, pa.Table.from_pylist([row, row], CLOCK_OFFSETS_SCHEMA))
 
 
-def test_a_parsed_record_crosses_the_restricted_unpickler() -> None:
-    """Records hold int64 arrays (bench/measure/chunks.py); a shard's message is
-    unpickled with the collector's own types only (bench/distributed/remote.py): the
-    arrays cross as bytes, while a bare numpy array is still refused."""
-    import pickle
-
-    import numpy as np
-
-    from bench.distributed.remote import restricted_loads
-    from bench.measure.chunks import parse_events
-    from bench.measure.records import RequestRecord
-    from bench.measure.sse import StreamResult
-
-    events = [(10 + i, b'{"choices":[{"delta":{"content":"a"}}],"usage":{"completion_tokens":%d}}'
-               % (i + 1)) for i in range(3)]
-    rec = RequestRecord.from_stream(("decode", 256, 2), "r-w1-0", PURPOSE_MEASURE, 0,
-                                    StreamResult(status=200, send_ns=1, end_ns=20, done=True),
-                                    parse_events(events), str)
-    back = restricted_loads(pickle.dumps(("records", [rec]), pickle.HIGHEST_PROTOCOL))[1][0]
-    assert back.chunk_ns.tolist() == [10, 11, 12] and back.chunk_tokens.tolist() == [1, 2, 3]
-    assert back.tokens == 3 and back.request_id == "r-w1-0"
-    with pytest.raises(pickle.UnpicklingError, match="may not hold"):
-        restricted_loads(pickle.dumps(np.arange(3)))
-
-
 def test_each_host_connects_from_its_own_source_address(tmp_path) -> None:
     """`--source-address` is a host's own: the coordinator's streams come
     from its address, shard 1's from the one on shard 1's command line (the
@@ -307,11 +282,11 @@ def test_each_host_connects_from_its_own_source_address(tmp_path) -> None:
 # -- what a shard sends, checked; the waits, interruptible (faults by message) ----------
 
 _ON_SEND = ("import bench.distributed.shard_worker as w\n"
-            "_send = w._Shard.send\n"
+            "_send = w.ShardWorker.send\n"
             "def send(self, m):\n"
             "    {body}\n"
             "    _send(self, m)\n"
-            "w._Shard.send = send\n")
+            "w.ShardWorker.send = send\n")
 # the shard's records of the window replaced by ints
 BAD_DONE = _ON_SEND.format(body="m = ('done', [1, 2, 3], *m[2:]) if m[0] == 'done' else m")
 # the shard announces a 3 GiB message where its records go, and sends 1 MiB of it

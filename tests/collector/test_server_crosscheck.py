@@ -5,7 +5,7 @@ Records lost, counted twice or made up change every figure with nothing in
 any stream to show it: a shard that lies, loses or duplicates records must
 not produce a Valid figure. Through the real `bench run` against the
 reference server, the cell's records are tampered with at the seam where
-the cell is judged (`CellRunner._judge`: what a shard's records become once
+the cell is judged (`CellRunner.judge`: what a shard's records become once
 merged), in the collector's own process; the server's generation counter
 and running gauge refute them. Plus the rules, pure, on constructed records
 and samples, and a server reporting more cached tokens than the prompt."""
@@ -72,13 +72,13 @@ def tampered_main() -> None:
     from bench.cli import main
     from bench.measure import cells
 
-    judge = cells.CellRunner._judge
+    judge = cells.CellRunner.judge
 
-    async def _judge(self, run):
+    async def judged(self, run, bound_reason):
         run.records[:] = tamper(list(run.records), os.environ[TAMPER])
-        return await judge(self, run)
+        return await judge(self, run, bound_reason)
 
-    cells.CellRunner._judge = _judge
+    cells.CellRunner.judge = judged
     sys.exit(main())
 
 

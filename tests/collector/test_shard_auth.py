@@ -93,7 +93,7 @@ def _deliver(to: socket.socket, channel: SocketChannel, data: bytes) -> list:
 
 def test_frames_cannot_be_forged_replayed_reordered_or_sent_back() -> None:
     shard, coord, a, b = _pair()
-    # an honest frame each way verifies and unpickles
+    # an honest frame each way verifies and decodes
     coord.send(("window", 1, 2))
     assert shard.read() == [("window", 1, 2)]
     first = _wire(shard, b, ("producing", [0]))
@@ -130,38 +130,78 @@ def test_frames_cannot_be_forged_replayed_reordered_or_sent_back() -> None:
 
 
 def test_a_frame_that_verifies_is_still_checked_before_use() -> None:
-    """An authentic frame that does not unpickle, or holds another type, is a
-    one-line refusal, not a traceback; so is a message of the wrong shape."""
-    from bench.distributed.shard_messages import check_from_shard
+    """An authentic frame that is not MessagePack, or not a message of the
+    schema, is a one-line refusal, not a traceback; so is a message of the
+    wrong shape, through the channel's own decoding."""
+    import msgspec
 
-    for payload, text in ((b"\x80\x05not a pickle", "does not unpickle"),
-                          (pickle.dumps(socket.socket), "may not hold")):
+    pickled = pickle.dumps(("ready", 1))  # the format of protocol 2: refused, not unpickled
+    for payload, text in ((b"\xc1 not msgpack", "not MessagePack"),
+                          (pickled, "where a message of the shard protocol belongs"),
+                          (msgspec.msgpack.encode({"ready": 1}), "a map where a message"),
+                          (b"\x91" * 100_000 + b"\xc0", "does not start with its kind")):
         shard, coord, a, b = _pair()
         sealed = shard.session.seal(payload)  # type: ignore[union-attr]
         with pytest.raises(BadMessage, match=text) as got:
             _deliver(a, coord, raw_frame(sealed))
         assert "\n" not in str(got.value)
-    for bad, text in ((("done", [1, 2, 3], None, (0, 1)), "records\\[0\\] is an int, not a "
-                       "RequestRecord"),
+    for bad, text in ((("done", [1, 2, 3], None, (0, 1)), "a 'done' message whose "
+                       "records\\[0\\] is an int, not a RequestRecord"),
                       (("warmed",), "a 'warmed' message of 0 parts, not 1"),
-                      (("sing", 1), "'sing', which a shard does not send"),
-                      ([("ready", 1)], "a list where a message"),
-                      (("clock", 1, "2", 3), "t1 is a str, not a whole number"),
-                      (("ready", True), "pid is a bool")):
+                      (("ready", 1, 2), "a 'ready' message of 2 parts, not 1"),
+                      (("sing", 1), "a message 'sing', which a shard does not send"),
+                      ([("ready", 1)], "does not start with its kind"),
+                      (("clock", 1, "2", 3), "a 'clock' message whose t1 is a str, not an int"),
+                      (("ready", True), "pid is a bool, not an int"),
+                      (("done", [], {"start_ns": 1}, (0, 1)),
+                       "a 'done' message whose delays: Object missing required field `end_ns`"),
+                      (("warm", ("decode", 1, 1), None, "t", "r", [0]),
+                       "a message 'warm', which a shard does not send")):
+        shard, coord, a, b = _pair()
+        sealed = shard.session.seal(msgspec.msgpack.encode(bad))  # type: ignore[union-attr]
         with pytest.raises(BadMessage, match=text):
-            check_from_shard(bad)
+            _deliver(a, coord, raw_frame(sealed))
+
+
+def test_a_record_crosses_whole_and_its_stamps_must_pair() -> None:
+    """A parsed record (int64 stamp arrays) comes back equal, its stamps
+    int64 again; a record whose stamps do not pair is refused in one line."""
+    import dataclasses
+
+    import numpy as np
+
+    from bench.distributed.shard_messages import FROM_SHARD, encode
+    from bench.measure.chunks import parse_events
+    from bench.measure.records import RequestRecord
+    from bench.measure.sse import StreamResult
+
+    events = [(10 + i, b'{"choices":[{"delta":{"content":"a"}}],"usage":{"completion_tokens":%d}}'
+               % (i + 1)) for i in range(3)]
+    rec = RequestRecord.from_stream(("decode", 256, 2), "r-w1-0", "measure", 0,
+                                    StreamResult(status=200, send_ns=1, end_ns=20, done=True),
+                                    parse_events(events), str)
+    kind, (back,) = FROM_SHARD.decode(encode(("warmed", [rec])))
+    assert kind == "warmed" and back.chunk_ns.dtype == np.int64
+    assert back.chunk_ns.tolist() == [10, 11, 12] and back.chunk_tokens.tolist() == [1, 2, 3]
+    assert {f.name: getattr(back, f.name) for f in dataclasses.fields(rec)
+            if f.name not in ("chunk_ns", "chunk_tokens")} == {
+        f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)
+        if f.name not in ("chunk_ns", "chunk_tokens")}
+    odd = dataclasses.replace(rec, chunk_tokens=[1, 2])
+    with pytest.raises(BadMessage, match=r"records\[0\] has 3 chunk times for 2 token counts"):
+        FROM_SHARD.decode(encode(("warmed", [odd])))
 
 
 def test_every_record_field_is_checked() -> None:
-    """A new RequestRecord field cannot cross unchecked (bench/distributed/shard_messages.py)."""
+    """A new RequestRecord field cannot cross unchecked, nor out of order
+    (bench/distributed/shard_messages.py: the wire record lists them by position)."""
     import dataclasses
 
-    from bench.distributed.shard_messages import DELAY_FIELDS, RECORD_FIELDS
-    from bench.measure.monitor import WindowDelays
+    from bench.distributed.shard_messages import RECORD_FIELDS, WireRecord
     from bench.measure.records import RequestRecord
 
-    assert set(RECORD_FIELDS) == {f.name for f in dataclasses.fields(RequestRecord)}
-    assert set(DELAY_FIELDS) == {f.name for f in dataclasses.fields(WindowDelays)}
+    assert RECORD_FIELDS == tuple(f.name for f in dataclasses.fields(RequestRecord))
+    assert WireRecord.__struct_config__.forbid_unknown_fields
 
 
 # -- joining through the real command line ------------------------------------------
@@ -230,7 +270,7 @@ def test_peers_without_the_secret_are_refused_and_the_run_goes_on(refserver, tmp
         "a message of 1,000,000,000 bytes (at most 1,024 here) before its hello",
         "a message of 40,000 bytes (at most 1,024 here) before its hello",
         "not a shard's hello (it holds list)",
-        f"shard runs bench 0.0.1 (protocol 1); this coordinator {__version__} (protocol 2)",
+        f"shard runs bench 0.0.1 (protocol 1); this coordinator {__version__} (protocol {PROTOCOL})",
     ], text
     assert "Traceback" not in coord.stderr and SECRET not in coord.stderr
     assert {c["status"] for c in read_run(out).cells.to_pylist()} == {"valid"}

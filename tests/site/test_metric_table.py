@@ -55,6 +55,30 @@ def test_all_measurements_columns_are_the_tables() -> None:
     assert [td.text() for td in parse_html(html).find("tbody").find_all("td")][4:] == ["fmt"]
 
 
+def test_every_figure_on_the_pages_is_downloaded_once() -> None:
+    """A column of All measurements is a column of the downloads (the measured ones in
+    every run's, the energy ones in telemetry runs'), and every download column is a
+    cell's figure or field, named once."""
+    for m in metrictable.MEASURED:
+        assert metrictable.downloaded(m) == "cells", m.key
+    for m in metrictable.ENERGY:
+        assert metrictable.downloaded(m) == "energy", m.key
+    names = [c for cols in metrictable.DOWNLOAD_COLUMNS.values() for c in cols]
+    assert len(names) == len(set(names))
+    fields = set(CellResult.__dataclass_fields__)
+    assert [c for c in names if c not in fields] == []
+
+
+def test_page_order_and_download_order_are_declared_apart(monkeypatch) -> None:
+    """Where a record stands in TABLE (its place on the pages) does not move its
+    download column: a new metric can sit beside its kin on the page while its
+    column goes at the end of the downloads' group, which tools read by position."""
+    published = metrictable.download_columns("cells"), metrictable.download_columns("energy")
+    monkeypatch.setattr(metrictable, "TABLE", tuple(reversed(metrictable.TABLE)))
+    assert (metrictable.download_columns("cells"), metrictable.download_columns("energy")) == (
+        published)
+
+
 def test_cell_page_figures_and_tooltips_come_from_the_table() -> None:
     got = pages.Pages._cell_metrics(None, DECODE_CELL)  # type: ignore[arg-type]
     assert [h for h, _, _ in got] == [m.header for m in metrictable.on_cell_page(contract.DECODE)]
@@ -108,7 +132,7 @@ def test_end_to_end_latency_is_a_decode_latency_published_by_its_percentiles() -
         "End-to-end latency", "lower", (contract.DECODE,), formats.ttft)
     # the published layout stays: no All measurements column, tooltip, comparison or download
     assert e2e not in [*metrictable.MEASURED, *metrictable.TOOLTIP, *metrictable.COMPARED]
-    assert e2e.download is None and "e2e_ms" not in metrictable.download_columns("cells")
+    assert metrictable.downloaded(e2e) is None
     cell = replace(DECODE_CELL, tails={"e2e_ms_p50": 1234.4, "e2e_ms_p99": 2500.0})
     assert e2e.cell_text(cell) == e2e.tail_text(cell, "p50") == "1,234 ms"
     assert e2e.tail_text(cell, "p99") == "2,500 ms" and e2e.tail_text(cell, "p90") == "—"

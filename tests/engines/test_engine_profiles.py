@@ -72,7 +72,8 @@ def test_engine_is_told_without_owned_by(refserver, row: EngineRow) -> None:
     srv = refserver(engine=row.dialect, kv_budget_tokens=40_000, endpoint_answers={
         "/v1/models": {"body": '{"object": "list", "data": [{"id": "ref"}]}'}})
     info = probe_server(srv.base_url, None)
-    assert info.engine == row.profile.name and info.kv_budget is not None and info.notes == []
+    assert (info.engine, info.notes) == (row.profile.name, [])
+    assert info.kv_budget == row.expected_kv_budget(40_000, None), info.kv_budget_source
 
 
 def test_sglang_without_metrics_still_reads_its_server_info(refserver) -> None:

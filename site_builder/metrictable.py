@@ -4,11 +4,16 @@ A metric's computation lives in rundir/metrics.py and its definition in
 docs/methodology.md (the glossary reads it there, by the record's `term`).
 Everything else is here: its header (a table column, a glossary name and a
 chart tooltip field at once), its hover text, unit, number format, which way
-is better, the phases it applies to, its downloads' columns and whether it
-has tails (percentiles: rundir/tails.py). The run page's All measurements,
-the cell pages' figures, the chart tooltips, the compare page's choices and
-its script (given `js_rules` as JSON by the build), the glossary's metric
-terms and the downloads' metric columns iterate this table.
+is better, the phases it applies to and whether it has tails (percentiles:
+rundir/tails.py). The run page's All measurements, the cell pages' figures,
+the chart tooltips, the compare page's choices and its script (given
+`js_rules` as JSON by the build) and the glossary's metric terms iterate
+this table, in its order: a record's place in TABLE is its place on the pages.
+
+The downloads' metric columns are declared apart, in DOWNLOAD_COLUMNS: their
+order is a published format (tools read cells.csv by position), so a new
+metric's column goes at the end of its group there, wherever its record
+stands on the pages.
 
 Adding a metric is one record here, its computation and its methodology
 entry (docs/contributing.md, "A metric"). The table is the builder's: the
@@ -49,12 +54,6 @@ class Metric:
     prefill_words: str | None = None  # the compare page's prefill table caption
     # a prefill cell's number where it differs (the prefill list's whole tok/s)
     prefill_fmt: Format | None = None
-    # cells.csv / cells.json: "cells" (every run), "energy" (runs with telemetry), None (no
-    # column of its own: e2e_ms is published by its percentiles, e2e_ms_p50 the median)
-    download: str | None = None
-    # cell fields the downloads write right after this column (the published order):
-    # what qualifies the figure (avg_active_source) or the window it was measured over
-    download_after: tuple[str, ...] = ()
 
     def text(self, value: Any) -> str:
         """The value as the pages print it."""
@@ -94,49 +93,43 @@ TABLE: tuple[Metric, ...] = (
     Metric("total_tok_s", "Total tok/s", "total-tok-s", "Output tokens per second across all streams.",
            formats.tok_s, "tok/s", "higher", (DECODE,), on_cell={DECODE: ""},
            column="measured", tooltip=True, compare=True,
-           prefill_fmt=lambda v: formats.tok_s(v, whole=True), download="cells"),
+           prefill_fmt=lambda v: formats.tok_s(v, whole=True)),
     Metric("per_request_tok_s", "Per request tok/s", "per-request-tok-s",
            "Median decode speed one stream sees.", formats.tok_s, "tok/s", "higher", (DECODE,),
-           on_cell={DECODE: ""}, column="measured", tooltip=True, compare=True,
-           download="cells"),
+           on_cell={DECODE: ""}, column="measured", tooltip=True, compare=True),
     Metric("ttft_ms", "TTFT", "ttft", "Time to first token (median).", formats.ttft, "ms", "lower",
            (PREFILL, DECODE),
            on_cell={PREFILL: "median of the samples used", DECODE: "median over the requests"},
-           column="measured", tooltip=True, compare=True, prefill_words="cold TTFT",
-           download="cells"),
+           column="measured", tooltip=True, compare=True, prefill_words="cold TTFT"),
     Metric("tbt_ms", "Time between tokens", "time-between-tokens",
            "Median time per generated token within a stream.", formats.tbt, "ms", "lower",
-           (DECODE,), on_cell={DECODE: ""}, column="measured", tooltip=True, compare=True,
-           download="cells"),
+           (DECODE,), on_cell={DECODE: ""}, column="measured", tooltip=True, compare=True),
     # Published by its percentiles only (e2e_ms_p50 …): no column of All measurements.
     Metric("e2e_ms", "End-to-end latency", "end-to-end-latency",
            "Time from sending a request to the end of its stream (median, completed requests).",
            formats.ttft, "ms", "lower", (DECODE,)),
     Metric("avg_active", "Average active requests", "average-active-requests",
            "Time-weighted mean of requests in flight minus those waiting.", formats.average,
-           "requests", None, (DECODE,), on_cell={DECODE: ""}, column="measured",
-           download="cells", download_after=("avg_active_source",)),
+           "requests", None, (DECODE,), on_cell={DECODE: ""}, column="measured"),
     Metric("completed", "Completed requests", "completed-requests",
            "Requests that finished in the window.", formats.count, "requests", None,
            (PREFILL, DECODE),
            on_cell={PREFILL: "cold samples used", DECODE: "ended inside the window"},
-           column="measured", download="cells"),
+           column="measured"),
     Metric("output_tokens", "Output tokens", "output-tokens", "Tokens generated inside the window.",
            formats.count, "tokens", None, (DECODE,), on_cell={DECODE: "inside the window"},
-           column="measured", download="cells"),
+           column="measured"),
     Metric("measured_s", "Measured for", "measured-for", "Length of the measurement window.",
-           formats.seconds, "s", None, (DECODE,), on_cell={DECODE: ""}, column="measured",
-           download="cells", download_after=("requests", "token_counting", "warmup_s")),
+           formats.seconds, "s", None, (DECODE,), on_cell={DECODE: ""}, column="measured"),
     # GPU telemetry (runs that recorded it): the methodology's Energy and throttling.
     Metric("j_per_token", "J/token", "j-per-token",
            "Energy of all GPUs per generated token, in joules.", formats.joules_3g, "J", "lower",
-           (PREFILL, DECODE), column="energy", download="energy"),
+           (PREFILL, DECODE), column="energy"),
     Metric("avg_w", "Avg W", "avg-w", "Average power of all GPUs over the window.",
-           formats.count, "W", None, (PREFILL, DECODE), column="energy", download="energy",
-           download_after=("peak_w", "energy_j", "energy_source")),
+           formats.count, "W", None, (PREFILL, DECODE), column="energy"),
     Metric("tok_s_per_kw", "Total tok/s per kW", None,
            "Total tok/s per kW of average GPU power.", formats.tok_s, "tok/s per kW", "higher",
-           (DECODE,), download="energy", download_after=("throttle",)),
+           (DECODE,)),
 )
 
 BY_TERM: dict[str, Metric] = {m.term: m for m in TABLE if m.term}
@@ -158,14 +151,30 @@ def on_cell_page(phase: str) -> list[Metric]:
     return [m for m in TABLE if phase in m.on_cell]
 
 
+# cells.csv / cells.json's metric columns in their published order: "cells" for every
+# run, "energy" for runs with telemetry (site_builder/runrows.py puts them after the
+# cell's key and status, before the tails). Each metric's key is followed by the cell
+# fields that qualify it (avg_active_source) or say what it was measured over. Not
+# TABLE's order, which is the pages': a new metric goes at the end of its group here
+# and wherever it reads best on the pages. e2e_ms has no column of its own (its
+# percentiles are published, e2e_ms_p50 the median).
+DOWNLOAD_COLUMNS: dict[str, tuple[str, ...]] = {
+    "cells": ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms", "avg_active",
+              "avg_active_source", "completed", "output_tokens", "measured_s", "requests",
+              "token_counting", "warmup_s"),
+    "energy": ("j_per_token", "avg_w", "peak_w", "energy_j", "energy_source", "tok_s_per_kw",
+               "throttle"),
+}
+
+
 def download_columns(group: str) -> list[str]:
-    """The downloads' columns of a group ("cells" or "energy"): each metric's, in the
-    table's order, followed by the cell fields it names in `download_after`."""
-    out: list[str] = []
-    for m in TABLE:
-        if m.download == group and m.key not in out:
-            out += [m.key, *m.download_after]
-    return out
+    """The downloads' columns of a group ("cells" or "energy"), in their published order."""
+    return list(DOWNLOAD_COLUMNS[group])
+
+
+def downloaded(metric: Metric) -> str | None:
+    """The download group whose columns carry this metric, or None (none does)."""
+    return next((g for g, cols in DOWNLOAD_COLUMNS.items() if metric.key in cols), None)
 
 
 def glossary_metrics(energy: bool = False) -> list[Metric]:

@@ -8,7 +8,9 @@ import pytest
 
 from rundir.contract import PURPOSE_MEASURE
 from rundir.io import read_run
+from tests.support.engine_expectations import BY_DIALECT
 
+ROW = BY_DIALECT["llamacpp"]
 pytestmark = pytest.mark.engine_llama
 
 
@@ -36,7 +38,7 @@ def thin_run(llama_server, tmp_path_factory) -> Path:
 
 def test_thin_slice_writes_a_valid_run(thin_run: Path) -> None:
     run = read_run(thin_run)  # validates against the contract
-    assert run.info.engine.name == "llama.cpp"
+    assert run.info.engine.name == ROW.profile.name
     assert run.info.model.served_name == "tiny"
     assert run.info.launch_command and "llama-server" in run.info.launch_command
     cells = {(r["phase"], r["concurrency"]): r for r in run.cells.to_pylist()}

@@ -11,6 +11,7 @@ import pytest
 
 from rundir.io import read_run
 from tests.conftest import run_cli
+from tests.support.engine_expectations import BY_DIALECT
 
 pytestmark = pytest.mark.engine_vllm
 
@@ -89,7 +90,7 @@ def test_usage_counts_and_server_counters_agree(vllm_server, tmp_path) -> None:
     delta = {k: after[k] - before[k] for k in after}
     run = read_run(out)
     cell = run.cells.to_pylist()[0]
-    assert cell["token_counting"] == "usage_continuous"
+    assert cell["token_counting"] == BY_DIALECT["vllm"].token_counting
     rows = run.requests.to_pylist()
     multi = 0
     whole = 0  # requests the client saw finish by length

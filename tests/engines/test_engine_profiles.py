@@ -2,7 +2,9 @@
 (issue 19, item 3): how the probe tells the engine, which gauges it reads
 and how they add up over label sets, what a streaming request asks for
 beyond the OpenAI fields, and which tokenize dialect sizes prompts and
-counts output. The last test runs `bench run` once per engine.
+counts output. The last test runs `bench run` once per engine. What each
+engine is expected to do is its row in tests/support/engine_expectations.py:
+these tests iterate the rows and never branch on an engine's name.
 
 The toy server counts a chat prompt's template as `chat_template_tokens`
 beyond its words, and SGLang's /tokenize adds a BOS unless told not to,
@@ -23,19 +25,11 @@ from bench.measure.cells import CellRunner, Settings
 from bench.measure.records import context_refused
 from bench.measure.stream import StreamClient
 from bench.server import engine_profiles
-from bench.server.engine_profiles import (
-    GENERIC,
-    LLAMACPP,
-    SGLANG,
-    VLLM,
-    EngineProfile,
-    profile_named,
-)
+from bench.server.engine_profiles import GENERIC, EngineProfile, profile_named
 from bench.server.engines import probe_server
 from bench.server.sampler import MetricsSampler
 from bench.workload.prompts import Prompt, PromptFactory, tolerance
 from rundir.contract import (
-    COUNT_CHUNKS_USAGE,
     COUNT_USAGE_CONTINUOUS,
     METRIC_RUNNING,
     METRIC_WAITING,
@@ -43,34 +37,43 @@ from rundir.contract import (
 )
 from rundir.io import read_run
 from tests.conftest import run_cli
+from tests.refserver.dialects import DIALECTS
 from tests.refserver.harness import refserver_fixture  # noqa: F401
+from tests.support.engine_expectations import REF_MAX_MODEL_LEN, ROWS, WITH_GAUGES, EngineRow, ids
 
-# (refserver engine, the profile the probe must pick)
-ENGINES = [("vllm", VLLM), ("sglang", SGLANG), ("llamacpp", LLAMACPP), ("generic", GENERIC)]
-WITH_GAUGES = [e for e in ENGINES if e[1].gauges]
 TEMPLATE = 40  # chat template tokens: far beyond a prompt's sizing tolerance
 
 
-@pytest.mark.parametrize("engine, profile", ENGINES, ids=[e[0] for e in ENGINES])
-def test_probe_picks_the_profile_and_reads_its_facts(refserver, engine, profile) -> None:
-    info = probe_server(refserver(engine=engine, kv_budget_tokens=40_000).base_url, None)
-    assert info.engine == profile.name and info.notes == []
-    assert info.tokenize == (profile.tokenize.name if profile.tokenize else None)
-    assert info.gauges == dict(profile.gauges) and info.has_metrics == bool(profile.gauges)
-    expected_budget = {"vllm": 40_000, "sglang": 40_000, "llamacpp": 32768, "generic": None}
-    assert info.kv_budget == expected_budget[engine], info.kv_budget_source
-    assert info.max_model_len == (None if engine == "generic" else 32768)
-    assert info.version == (None if engine == "generic" else "ref-0.1")
+def test_every_engine_has_one_row() -> None:
+    """Each profile and each of the reference server's dialects is exactly one row:
+    a new engine without its row fails here, not by running no test."""
+    from bench.server.engine_profiles import BY_NAME, PROFILES
+
+    assert sorted(r.dialect for r in ROWS) == sorted(DIALECTS)
+    assert sorted(r.profile.name for r in ROWS) == sorted(BY_NAME)
+    assert {r.profile.name for r in ROWS if r.gauges} <= {p.name for p in PROFILES}
 
 
-@pytest.mark.parametrize("engine, profile", WITH_GAUGES, ids=[e[0] for e in WITH_GAUGES])
-def test_engine_is_told_without_owned_by(refserver, engine, profile) -> None:
+@pytest.mark.parametrize("row", ROWS, ids=ids(ROWS))
+def test_probe_picks_the_profile_and_reads_its_facts(refserver, row: EngineRow) -> None:
+    info = probe_server(refserver(engine=row.dialect, kv_budget_tokens=40_000).base_url, None)
+    assert info.engine == row.profile.name and info.notes == []
+    assert info.tokenize == row.tokenize
+    assert info.gauges == dict(row.profile.gauges) and info.has_metrics == row.gauges
+    assert info.kv_budget == row.expected_kv_budget(40_000, None), info.kv_budget_source
+    assert info.max_model_len == (REF_MAX_MODEL_LEN if row.server_facts else None)
+    assert info.version == ("ref-0.1" if row.server_facts else None)
+
+
+@pytest.mark.parametrize("row", WITH_GAUGES, ids=ids(WITH_GAUGES))
+def test_engine_is_told_without_owned_by(refserver, row: EngineRow) -> None:
     """A gateway that rewrites /v1/models: the /metrics names (vLLM, SGLang)
     or /props (llama-server) still tell the engine."""
-    srv = refserver(engine=engine, kv_budget_tokens=40_000, endpoint_answers={
+    srv = refserver(engine=row.dialect, kv_budget_tokens=40_000, endpoint_answers={
         "/v1/models": {"body": '{"object": "list", "data": [{"id": "ref"}]}'}})
     info = probe_server(srv.base_url, None)
-    assert info.engine == profile.name and info.kv_budget is not None and info.notes == []
+    assert (info.engine, info.notes) == (row.profile.name, [])
+    assert info.kv_budget == row.expected_kv_budget(40_000, None), info.kv_budget_source
 
 
 def test_sglang_without_metrics_still_reads_its_server_info(refserver) -> None:
@@ -106,11 +109,12 @@ def open_streams(base_url: str, n: int, api_key: str | None = None) -> list[sock
     return socks
 
 
-@pytest.mark.parametrize("engine, profile", WITH_GAUGES, ids=[e[0] for e in WITH_GAUGES])
-def test_running_and_waiting_are_summed_over_label_sets(refserver, engine, profile) -> None:
+@pytest.mark.parametrize("row", WITH_GAUGES, ids=ids(WITH_GAUGES))
+def test_running_and_waiting_are_summed_over_label_sets(refserver, row: EngineRow) -> None:
     """2 slots, 5 requests: 2 running and 3 waiting, however many
     data-parallel ranks (label sets) the engine splits them over."""
-    srv = refserver(engine=engine, slots=2, dp_ranks=3, tokens_per_s=2, ttft_ms=0)
+    profile = row.profile
+    srv = refserver(engine=row.dialect, slots=2, dp_ranks=3, tokens_per_s=2, ttft_ms=0)
     info = probe_server(srv.base_url, None)
     socks = open_streams(srv.base_url, 5)
     sampler = MetricsSampler(info, None)
@@ -124,17 +128,17 @@ def test_running_and_waiting_are_summed_over_label_sets(refserver, engine, profi
     assert sums is not None and (sums[METRIC_RUNNING], sums[METRIC_WAITING]) == (2, 3), sums
     running = [r for r in rows if r["name"] == METRIC_RUNNING]
     assert {r["source"] for r in running} == {profile.gauges[METRIC_RUNNING]}
-    assert len(running) == (1 if engine == "llamacpp" else 3)  # one row per label set
+    assert len(running) == (3 if row.label_set_per_rank else 1)  # one row per label set
     assert {r["source"] for r in rows} <= set(profile.gauges.values())
 
 
-@pytest.mark.parametrize("engine, profile", ENGINES, ids=[e[0] for e in ENGINES])
-def test_payload_extras_come_from_the_profile(refserver, engine, profile) -> None:
-    info = probe_server(refserver(engine=engine).base_url, None)
+@pytest.mark.parametrize("row", ROWS, ids=ids(ROWS))
+def test_payload_extras_come_from_the_profile(refserver, row: EngineRow) -> None:
+    info = probe_server(refserver(engine=row.dialect).base_url, None)
     runner = CellRunner(info, None, None, None, Settings(), lambda text: text)
     body = runner.payload(Prompt("a b c", None), 64)
     assert body["messages"] == [{"role": "user", "content": "a b c"}] and body["stream"] is True
-    if engine == "generic":  # nothing beyond the OpenAI fields
+    if not row.run_to_max:  # nothing beyond the OpenAI fields
         assert "ignore_eos" not in body and body["stream_options"] == {"include_usage": True}
         assert not runner.ignore_eos
     else:
@@ -142,11 +146,11 @@ def test_payload_extras_come_from_the_profile(refserver, engine, profile) -> Non
         assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
 
 
-@pytest.mark.parametrize("engine, profile", ENGINES, ids=[e[0] for e in ENGINES])
-def test_tokenize_dialect_sizes_prompts_and_counts_output(refserver, engine, profile) -> None:
+@pytest.mark.parametrize("row", ROWS, ids=ids(ROWS))
+def test_tokenize_dialect_sizes_prompts_and_counts_output(refserver, row: EngineRow) -> None:
     """A sized prompt is what the server itself counts in a chat request
     (template included), and streamed text is counted bare (no BOS)."""
-    srv = refserver(engine=engine, chat_template_tokens=TEMPLATE)
+    srv = refserver(engine=row.dialect, chat_template_tokens=TEMPLATE)
     factory = PromptFactory(probe_server(srv.base_url, None), None, "run1")
     try:
         prompt = factory.build(500, "a")
@@ -154,7 +158,7 @@ def test_tokenize_dialect_sizes_prompts_and_counts_output(refserver, engine, pro
         output = factory.count_output("w1 w2 w3")
     finally:
         factory.close()
-    if profile.tokenize is None:  # sized from a words-per-token ratio, exact length unknown
+    if row.tokenize is None:  # sized from a words-per-token ratio, exact length unknown
         assert prompt.tokens is None and output is None and served > 0
         return
     assert prompt.tokens == served, (prompt.tokens, served)
@@ -188,8 +192,8 @@ def test_sglang_refusal_of_a_long_request_reads_as_over_capacity(refserver) -> N
 
 
 def test_profiles_by_name() -> None:
-    for profile in (VLLM, SGLANG, LLAMACPP, GENERIC):
-        assert profile_named(profile.name) is profile
+    for row in ROWS:
+        assert profile_named(row.profile.name) is row.profile
     assert profile_named("tgi") is GENERIC  # an engine without a profile: the standard fields
 
 
@@ -219,17 +223,17 @@ FAST = ["--duration", "2", "--warmup-stable", "0.5", "--no-prefill", "--server-w
         "--contexts", "512", "--concurrency", "2"]
 
 
-@pytest.mark.parametrize("engine, profile", ENGINES, ids=[e[0] for e in ENGINES])
-def test_bench_run_on_each_engine(refserver, tmp_path: Path, engine, profile) -> None:
+@pytest.mark.parametrize("row", ROWS, ids=ids(ROWS))
+def test_bench_run_on_each_engine(refserver, tmp_path: Path, row: EngineRow) -> None:
     """One whole run per engine behind an API key: the run card names the
     engine and its KV budget, the gauges are the engine's, tokens are
     counted from per-chunk usage where the profile asks for it (several
     tokens in a chunk, as SGLang's --stream-interval sends), and every
     measured prompt sized by the engine's tokenizer is the size asked for,
     template included."""
-    generic = engine == "generic"
-    srv = refserver(engine=engine, api_key="sk-ref-123", tokens_per_s=200, slots=2,
-                    tokens_per_chunk=1 if generic else [1, 3], chat_template_tokens=TEMPLATE,
+    profile, several = row.profile, row.token_counting == COUNT_USAGE_CONTINUOUS
+    srv = refserver(engine=row.dialect, api_key="sk-ref-123", tokens_per_s=200, slots=2,
+                    tokens_per_chunk=[1, 3] if several else 1, chat_template_tokens=TEMPLATE,
                     kv_budget_tokens=200_000)
     out = tmp_path / "run"
     res = run_cli("bench", "run", "--base-url", srv.base_url, "--api-key", "sk-ref-123",
@@ -237,16 +241,15 @@ def test_bench_run_on_each_engine(refserver, tmp_path: Path, engine, profile) ->
     assert res.returncode == 0, res.stderr
     run = read_run(out)
     assert run.info.engine.name == profile.name
-    assert run.info.kv_budget.tokens == (None if generic else {"llamacpp": 2 * 32768}.get(
-        engine, 200_000))  # llama-server: the sum of its 2 slots' contexts
+    assert run.info.kv_budget.tokens == row.expected_kv_budget(200_000, 2)
     (cell,) = [c for c in run.cells.to_pylist() if c["phase"] == "decode"]
     assert cell["status"] == "valid", cell
-    assert cell["token_counting"] == (COUNT_CHUNKS_USAGE if generic else COUNT_USAGE_CONTINUOUS)
+    assert cell["token_counting"] == row.token_counting
     sources = set(run.server_metrics.column("source").to_pylist())
-    assert (not sources) if generic else (profile.gauges[METRIC_RUNNING] in sources)
+    assert (profile.gauges[METRIC_RUNNING] in sources) if row.gauges else (not sources)
     assert sources <= set(profile.gauges.values())
     measured = [r["prompt_tokens"] for r in run.requests.to_pylist()
                 if r["purpose"] == PURPOSE_MEASURE]
     assert measured, run.requests.to_pylist()
-    if not generic:  # sized by the engine's tokenizer (without one: a ratio, no promise)
+    if row.tokenize:  # sized by the engine's tokenizer (without one: a ratio, no promise)
         assert all(abs(n - 512) <= tolerance(512) for n in measured), measured

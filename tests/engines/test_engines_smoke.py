@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.server.engine_profiles import LLAMACPP, VLLM, EngineProfile
 from bench.server.engines import probe_server
 from rundir.contract import METRIC_RUNNING, METRIC_WAITING
+from tests.support.engine_expectations import REAL, EngineRow
 from tests.support.real_engines import EngineProcess
 
 PROMPT = "Write a long story about the weather in the mountains."
@@ -146,21 +146,15 @@ def test_engines_tokenize_alike(llama_server: EngineProcess, vllm_server: Engine
     assert llama_ids == vllm_ids
 
 
-def assert_profile(engine: EngineProcess, profile: EngineProfile) -> None:
+@pytest.mark.parametrize("row", [
+    pytest.param(r, marks=getattr(pytest.mark, r.real_marker), id=r.dialect) for r in REAL])
+def test_real_engine_is_its_profile(request: pytest.FixtureRequest, row: EngineRow) -> None:
     """The probe picks the engine's profile from its real answers, with no
-    note, and finds the running and waiting gauges under the profile's names."""
+    note, and finds the running and waiting gauges under the profile's names
+    (each real engine's row in tests/support/engine_expectations.py)."""
+    engine: EngineProcess = request.getfixturevalue(row.real_fixture)
     info = probe_server(engine.base_url, None)
-    assert (info.engine, info.tokenize, info.notes) == (profile.name, profile.tokenize.name, [])
+    assert (info.engine, info.tokenize, info.notes) == (row.profile.name, row.tokenize, [])
     for gauge in (METRIC_RUNNING, METRIC_WAITING):
-        assert info.gauges[gauge] == profile.gauges[gauge]
+        assert info.gauges[gauge] == row.profile.gauges[gauge]
     assert info.kv_budget and info.kv_budget_source
-
-
-@pytest.mark.engine_llama
-def test_llama_server_is_the_llamacpp_profile(llama_server: EngineProcess) -> None:
-    assert_profile(llama_server, LLAMACPP)
-
-
-@pytest.mark.engine_vllm
-def test_vllm_is_the_vllm_profile(vllm_server: EngineProcess) -> None:
-    assert_profile(vllm_server, VLLM)

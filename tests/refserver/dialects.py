@@ -42,6 +42,7 @@ class Dialect:
     queue, counters), read for the gauges."""
 
     owned_by = "generic"
+    default_slots: int | None = None  # slots when the scenario sets none (None: unlimited)
 
     def __init__(self, sc, engine) -> None:
         self.sc, self.engine = sc, engine
@@ -127,6 +128,7 @@ class LlamaCpp(Dialect):
     """llama-server: /health, /props, /slots, /tokenize ({"content"} -> tokens), /metrics."""
 
     owned_by = "llamacpp"
+    default_slots = 1  # llama-server always has slots; -np 1 is the classic default
 
     def routes(self) -> dict:
         return {**super().routes(),

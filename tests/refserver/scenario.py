@@ -86,7 +86,6 @@ from tests.refserver.answers import check as check_answers
 from tests.refserver.inject import check as check_inject
 from tests.refserver.variation import check as check_variation
 
-ENGINES = ("vllm", "generic", "llamacpp", "sglang")
 USAGE_MODES = ("continuous", "final", "none")
 ROLE_CHUNK = ("start", "first_token")
 
@@ -96,7 +95,7 @@ class Scenario:
     # identity and limits
     model: str = "ref"
     max_model_len: int = 32768
-    engine: str = "vllm"  # "vllm" | "generic" | "llamacpp" | "sglang"
+    engine: str = "vllm"  # a key of tests/refserver/dialects.py DIALECTS
     chat_template_tokens: int = 0  # a chat prompt's tokens beyond its words
     metrics_enabled: bool = True  # False: no /metrics (SGLang without --enable-metrics)
     seed: int = 0
@@ -118,7 +117,7 @@ class Scenario:
     half_speed_every: int | None = None
     half_speed_steps: int | list[int] = 2
     # capacity
-    slots: int | None = None  # None: unlimited (llamacpp engine: 1)
+    slots: int | None = None  # None: the dialect's default_slots (unlimited; llamacpp: 1)
     kv_budget_tokens: int | None = None
     refuse_over_kv: bool = False
     dp_ranks: int = 1
@@ -183,7 +182,8 @@ class Scenario:
             if not ok:
                 raise ValueError(f"scenario: {what}")
 
-        need(self.engine in ENGINES, f"engine must be one of {ENGINES}, got {self.engine!r}")
+        engines = tuple(_dialects())
+        need(self.engine in engines, f"engine must be one of {engines}, got {self.engine!r}")
         need(self.usage_mode in USAGE_MODES, f"usage_mode must be one of {USAGE_MODES}")
         need(self.role_chunk in ROLE_CHUNK, f"role_chunk must be one of {ROLE_CHUNK}")
         need(self.tokens_per_s > 0, "tokens_per_s must be > 0")
@@ -243,9 +243,7 @@ class Scenario:
 
     @property
     def effective_slots(self) -> int | None:
-        if self.slots is None and self.engine == "llamacpp":
-            return 1  # llama-server always has slots; -np 1 is the classic default
-        return self.slots
+        return self.slots if self.slots is not None else _dialects()[self.engine].default_slots
 
     def step_interval_ns(self, running: int) -> int:
         base = 1e9 / self.tokens_per_s
@@ -302,3 +300,11 @@ def prompt_words(prompt: Any) -> list[str]:
 
 def token_ids(words: list[str]) -> list[int]:
     return [int(w) if w.isdigit() else zlib.crc32(w.encode()) % 100000 for w in words]
+
+
+def _dialects() -> dict:
+    """The engines the server can speak as: one Dialect each (dialects.py imports this
+    module, hence the late import), so a new dialect is named there and only there."""
+    from tests.refserver.dialects import DIALECTS
+
+    return DIALECTS

@@ -22,6 +22,10 @@ DECODE_CELL = CellResult(phase=contract.DECODE, context=8192, concurrency=16,
                          status=contract.VALID, total_tok_s=12_345.67, per_request_tok_s=81.25,
                          ttft_ms=4.84, tbt_ms=12.34, avg_active=15.96, completed=1648,
                          output_tokens=370_401, measured_s=30.04)
+# DECODE_CELL's figures as All measurements prints them, by column header.
+SAMPLE_ROW = {"Total tok/s": "12.3K", "Per request tok/s": "81.3", "TTFT": "4.8 ms",
+              "Time between tokens": "12.3 ms", "Average active requests": "16.0",
+              "Completed requests": "1,648", "Output tokens": "370,401", "Measured for": "30.0 s"}
 PREFILL_CELL = CellResult(phase=contract.PREFILL, context=8192, concurrency=1,
                           status=contract.VALID, total_tok_s=8820.44, ttft_ms=928.7, completed=5)
 
@@ -47,12 +51,39 @@ def test_all_measurements_columns_are_the_tables() -> None:
     run = type("Run", (), {"measurement_rows": [DECODE_CELL], "agg": type("A", (), {"telemetry": False})})
     html = r.env.get_template("_partials/measurements.html").render(run=run, root="", links=False)
     cells = [td.text() for td in parse_html(html).find("tbody").find_all("td")]
-    assert cells[4:] == ["12.3K", "81.3", "4.8 ms", "12.3 ms", "16.0", "1,648", "370,401", "30.0 s"]
+    assert len(cells) == len(glossary.MEASUREMENT_HEADERS)
+    # by header, so a new metric's column (wherever it stands) leaves these as they are
+    shown = dict(zip(glossary.MEASUREMENT_HEADERS[4:], cells[4:], strict=True))
+    assert {h: shown[h] for h in SAMPLE_ROW} == SAMPLE_ROW
     # a record's format is what the column prints
     fast = replace(metrictable.MEASURED[0], fmt=lambda v: "fmt")
     html = r.env.get_template("_partials/measurements.html").render(
         run=run, root="", links=False, measured_metrics=[fast])
     assert [td.text() for td in parse_html(html).find("tbody").find_all("td")][4:] == ["fmt"]
+
+
+def test_every_figure_on_the_pages_is_downloaded_once() -> None:
+    """A column of All measurements is a column of the downloads (the measured ones in
+    every run's, the energy ones in telemetry runs'), and every download column is a
+    cell's figure or field, named once."""
+    for m in metrictable.MEASURED:
+        assert metrictable.downloaded(m) == "cells", m.key
+    for m in metrictable.ENERGY:
+        assert metrictable.downloaded(m) == "energy", m.key
+    names = [c for cols in metrictable.DOWNLOAD_COLUMNS.values() for c in cols]
+    assert len(names) == len(set(names))
+    fields = set(CellResult.__dataclass_fields__)
+    assert [c for c in names if c not in fields] == []
+
+
+def test_page_order_and_download_order_are_declared_apart(monkeypatch) -> None:
+    """Where a record stands in TABLE (its place on the pages) does not move its
+    download column: a new metric can sit beside its kin on the page while its
+    column goes at the end of the downloads' group, which tools read by position."""
+    published = metrictable.download_columns("cells"), metrictable.download_columns("energy")
+    monkeypatch.setattr(metrictable, "TABLE", tuple(reversed(metrictable.TABLE)))
+    assert (metrictable.download_columns("cells"), metrictable.download_columns("energy")) == (
+        published)
 
 
 def test_cell_page_figures_and_tooltips_come_from_the_table() -> None:
@@ -108,7 +139,7 @@ def test_end_to_end_latency_is_a_decode_latency_published_by_its_percentiles() -
         "End-to-end latency", "lower", (contract.DECODE,), formats.ttft)
     # the published layout stays: no All measurements column, tooltip, comparison or download
     assert e2e not in [*metrictable.MEASURED, *metrictable.TOOLTIP, *metrictable.COMPARED]
-    assert e2e.download is None and "e2e_ms" not in metrictable.download_columns("cells")
+    assert metrictable.downloaded(e2e) is None
     cell = replace(DECODE_CELL, tails={"e2e_ms_p50": 1234.4, "e2e_ms_p99": 2500.0})
     assert e2e.cell_text(cell) == e2e.tail_text(cell, "p50") == "1,234 ms"
     assert e2e.tail_text(cell, "p99") == "2,500 ms" and e2e.tail_text(cell, "p90") == "—"
@@ -132,8 +163,10 @@ def test_the_glossary_lists_every_metric_term_from_the_table_in_its_order() -> N
     assert metric_terms == [m.term for m in (*metrictable.glossary_metrics(),
                                              *metrictable.glossary_metrics(energy=True))]
     # a decode cell's figures first (the table's order), prefill's own after; energy last
-    assert metric_terms[:6] == ["total-tok-s", "per-request-tok-s", "ttft",
-                                "time-between-tokens", "end-to-end-latency",
-                                "average-active-requests"]
+    # (these in this order; a new metric's term may stand between them)
+    decode = ["total-tok-s", "per-request-tok-s", "ttft", "time-between-tokens",
+              "end-to-end-latency", "average-active-requests"]
+    assert [t for t in metric_terms if t in decode] == decode
+    assert metric_terms.index("average-active-requests") < metric_terms.index("prompt-tok-s")
     assert metric_terms[-3:] == ["prompt-tok-s", "j-per-token", "avg-w"]
     assert {"percentile-levels", "end-to-end-latency"} <= {t.key for t in glossary.TERMS}

@@ -20,7 +20,7 @@ from rundir.words import STATUS_NOTES, context_label
 from site_builder import formats
 from site_builder.glossary import TERM_BY_NAME, definitions, methodology_path
 from site_builder.publish import build_site
-from tests.site.test_site_seed import _seed_table
+from tests.site.test_site_seed import _seed_table, assert_seed_columns
 from tests.support.chromium import Node, parse_html
 
 FIXTURE = Path(__file__).parents[1] / "data" / "import" / "published-1m-fidelity.txt"
@@ -65,11 +65,8 @@ def test_imported_page_matches_the_published_one_row_for_row(tmp_path: Path) -> 
 
     # All measurements, row for row: Looped zeros, Over capacity with values.
     meas = doc.find("section", id="measurements")
-    ours = meas.find("table", "measurements").rows()
-    published = _seed_table(lines, "| Phase | Context |")
-    assert len(ours) == len(published)
-    for got, want_row in zip(ours, published, strict=True):
-        assert got == want_row
+    assert_seed_columns(meas.find("table", "measurements").rows(),
+                        _seed_table(lines, "| Phase | Context |"))
 
     # The legend: the published order and wording (our Error note follows it:
     # the published wording of an Error note is not in the fixture).

@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from rundir import contract
-from site_builder.glossary import TERMS
+from site_builder.glossary import MEASUREMENT_HEADERS, TERMS
 from site_builder.publish import build_site
 from site_builder.render import markdown
 from tests.support.chromium import Node, parse_html, site_pages
@@ -149,10 +149,8 @@ def test_links_are_relative_and_resolve(site: Path) -> None:
 def test_table_headers_link_to_their_glossary_terms(site: Path) -> None:
     doc = _doc(site, "runs/synth-a/index.html")
     heads = doc.find("table", "measurements").find("thead").find_all("a")
-    assert [a.text() for a in heads] == [
-        "Phase", "Context", "Requests at once", "Status", "Total tok/s", "Per request tok/s",
-        "TTFT", "Time between tokens", "Average active requests", "Completed requests",
-        "Output tokens", "Measured for"]
+    # the table's declared headers (the published ones are pinned by the seed pages' tests)
+    assert [a.text() for a in heads] == MEASUREMENT_HEADERS
     anchors = {t.anchor for t in TERMS}
     assert all(a.attrs["href"].split("#")[1] in anchors for a in heads)
     glossary = _doc(site, "methodology.html").find("dl", "glossary")

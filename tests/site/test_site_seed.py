@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from rundir.words import MISSING
+from site_builder import metrictable
 from site_builder.publish import build_site
 from tests.support.chromium import Node, parse_html
 from tests.support.synthetic_runs import QWEN_SEED_TEXT, make_seed_run
@@ -50,6 +52,28 @@ def _seed_block(lines: list[str], start: str, stop: str) -> list[tuple[str, str]
 def _facts(doc: Node, heading: str) -> list[tuple[str, str]]:
     block = doc.find("section", "facts-block", **{"aria-labelledby": f"facts-{heading.lower()}"})
     return [(d.find("dt").text(), d.find("dd").text()) for d in block.find("dl").find_all("div")]
+
+
+def assert_seed_columns(ours: list[list[str]], seed: list[list[str]]) -> None:
+    """Our All measurements table (header row first) gives back every column of the
+    published one exactly: each seed header once, in the seed's order, every row's
+    text equal. Between or after them it may have columns the page was published
+    without, but only a metric table's column (a metric added since) and only empty
+    (MISSING) on every row: the published page has no such figure, so a new metric
+    may add a column to an imported page, never a number, and never change one."""
+    header, seed_header = ours[0], seed[0]
+    missing = [h for h in seed_header if header.count(h) != 1]
+    assert not missing, f"published columns missing or doubled: {missing}"
+    where = [header.index(h) for h in seed_header]
+    assert where == sorted(where), f"published columns out of their order: {header}"
+    assert len(ours) == len(seed), (len(ours), len(seed))
+    for got, want in zip(ours[1:], seed[1:], strict=True):
+        assert [got[i] for i in where] == want
+    metric_headers = {m.header for m in metrictable.TABLE}
+    for i in sorted(set(range(len(header))) - set(where)):
+        assert header[i] in metric_headers, f"column {header[i]!r}: not a metric's"
+        values = {row[i] for row in ours[1:]}
+        assert values <= {MISSING}, f"column {header[i]!r} adds figures: {sorted(values)[:3]}"
 
 
 def check_page_matches_seed(doc: Node, lines: list[str]) -> None:
@@ -98,12 +122,8 @@ def check_page_matches_seed(doc: Node, lines: list[str]) -> None:
     meas = doc.find("section", id="measurements")
     assert meas.find("p", "sub").text() == (
         "Latencies are medians. Total tok/s is output across all simultaneous requests.")
-    seed_rows = _seed_table(lines, "| Phase | Context |")
-    ours = meas.find("table", "measurements").rows()
-    assert ours[0] == seed_rows[0]
-    assert len(ours) == len(seed_rows)
-    for got, want in zip(ours[1:], seed_rows[1:], strict=True):
-        assert got == want
+    assert_seed_columns(meas.find("table", "measurements").rows(),
+                        _seed_table(lines, "| Phase | Context |"))
     assert [p.text() for p in meas.find_all("p", "note")] == [lines[-1]]
 
 

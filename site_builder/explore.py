@@ -114,13 +114,8 @@ def point_levels(x: Any) -> dict[str, Any]:
 
 
 def meets(point: list[Any], limits: slo.Slo) -> bool:
-    """slo.judge's rule on a point's levels: each limited level exists and is ≤ its limit."""
-    lv = point[POINT_FIELDS.index("levels")]
-    for lim in limits.limits:
-        value = lv[lim.metric][tails.LEVELS.index(lim.level)]
-        if value is None or value > lim.ms:
-            return False
-    return True
+    """slo.judge's rule on a point's levels (slo.levels_meet)."""
+    return slo.levels_meet(point[POINT_FIELDS.index("levels")], limits)
 
 
 def slo_frontier(data: dict[str, Any], scope: str, context: int, mode: str,

@@ -173,8 +173,8 @@ def rank(runs: list[RunView], point: Point, by: str = "per_gpu") -> list[Entry]:
     with_value = [e for e in entries if e.values[by] is not None]
     without = [e for e in entries if e.values[by] is None]
     with_value.sort(key=lambda e: (not e.exact, sign * e.values[by],  # type: ignore[operator]
-                                   e.run.title, e.run.run_id))
-    without.sort(key=lambda e: (e.run.title, e.run.run_id))
+                                   e.run.title, e.run.slug))
+    without.sort(key=lambda e: (e.run.title, e.run.slug))
     return with_value + without
 
 
@@ -345,9 +345,9 @@ def slo_rank(runs: list[RunView], limits: slo.Slo, by: str = "per_gpu") -> list[
         out.append(SloEntry(run, cell, cell_values(run, cell, run.price)))
     sign = -1 if better(by) else 1
     ranked = sorted((e for e in out if e.values[by] is not None),
-                    key=lambda e: (sign * e.values[by], e.run.title, e.run.run_id))  # type: ignore[operator]
+                    key=lambda e: (sign * e.values[by], e.run.title, e.run.slug))  # type: ignore[operator]
     rest = sorted((e for e in out if e.values[by] is None),  # a meeting cell first
-                  key=lambda e: (e.cell is None, e.run.title, e.run.run_id))
+                  key=lambda e: (e.cell is None, e.run.title, e.run.slug))
     for above, e in zip(ranked, ranked[1:], strict=False):
         e.tied = overlaps(interval(above.run, above.cell, by), interval(e.run, e.cell, by))
     return ranked + rest

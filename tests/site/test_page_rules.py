@@ -13,6 +13,7 @@ everything come up often; the rules' data (levels, grammar, measures) is the bui
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -63,7 +64,9 @@ class JsError(Exception):
 @pytest.fixture(scope="module")
 def js() -> Iterator[Node]:
     if shutil.which("node") is None:
-        pytest.skip("node is not installed (.ci/run installs it)")
+        if os.environ.get("CI"):
+            pytest.fail("node is not installed (.ci/run installs nodejs)")
+        pytest.skip("node is not installed (.ci/run installs nodejs)")
     node = Node()
     node.call("use", pagerules.js_rules())
     yield node

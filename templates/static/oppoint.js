@@ -54,7 +54,7 @@
   Array.prototype.forEach.call(selBy.options, function (o) { OFFERED[o.value] = 1; });
   var data = null;  /* the data of the family shown (or of all of them), once loaded */
   var metricIndex = {};
-  var LEVELS = ["p50"];
+  var LEVELS = window.SpeedMatrixRules.levels();  /* the build's (#page-rules) */
   var AT_LEVEL = { per_request: 1, ttft: 1 };  /* the columns the percentile switches */
   var DEFAULT_FAM = selFam ? (selFam.querySelector("option[selected]") || selFam.options[0]).value
     : FAMILY;
@@ -189,7 +189,7 @@
     data = d;
     metricIndex = {};
     data.metrics.forEach(function (m, i) { metricIndex[m.key] = i; });
-    LEVELS = data.levels || ["p50"];
+    LEVELS = data.levels || LEVELS;
   }
 
   /* The metrics shown as columns: those the page offers, in the data's order. */

@@ -13,9 +13,10 @@ Under latency limits (site_builder/slo.py) the reader may keep only the cells
 meeting them: each point carries its TTFT, time between tokens and per-request
 tok/s at every level of rundir.tails.LEVELS (`levels`, with the texts the
 tooltips print), so the page marks the cells meeting the limits the reader sets
-and draws the frontier through those, with `pareto_front`'s rule (explore.js
-repeats it, since the limits and the percentile are chosen in the page;
-`slo_frontier` here is its reference). The default view draws what it always did.
+and draws the frontier through those, with `pareto_front`'s rule (its twin in
+templates/static/rules.js, since the limits and the percentile are chosen in the
+page; tests/site/test_page_rules.py runs both; `slo_frontier` here is its reference).
+The default view draws what it always did.
 
 When the build has a price table (build-site --prices), each point also carries
 its $ per 1M output tokens (site_builder/prices.py's formula and $ format) and
@@ -114,13 +115,8 @@ def point_levels(x: Any) -> dict[str, Any]:
 
 
 def meets(point: list[Any], limits: slo.Slo) -> bool:
-    """slo.judge's rule on a point's levels: each limited level exists and is ≤ its limit."""
-    lv = point[POINT_FIELDS.index("levels")]
-    for lim in limits.limits:
-        value = lv[lim.metric][tails.LEVELS.index(lim.level)]
-        if value is None or value > lim.ms:
-            return False
-    return True
+    """slo.judge's rule on a point's levels (slo.levels_meet)."""
+    return slo.levels_meet(point[POINT_FIELDS.index("levels")], limits)
 
 
 def slo_frontier(data: dict[str, Any], scope: str, context: int, mode: str,

@@ -42,17 +42,29 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rundir import contract, words
-from site_builder import prices, slo
+from site_builder import metrictable, prices, slo
 from site_builder.aggregate import CellResult
 from site_builder.views import RunView
 
-# key, label, higher is better
+# The ranking measures, from the metric table (site_builder/metrictable.py): (ranking
+# key, the decode metric it reads, divided over the run's GPUs?). A measure's label and
+# which way is better are its metric's; per GPU adds " per GPU" to the header.
+MEASURES: tuple[tuple[str, str, bool], ...] = (
+    ("total", "total_tok_s", False),
+    ("per_gpu", "total_tok_s", True),
+    ("per_request", "per_request_tok_s", False),
+    ("ttft", "ttft_ms", False),
+)
+
+
+def _decode_metric(key: str) -> metrictable.Metric:
+    return next(m for m in metrictable.TABLE if m.key == key and contract.DECODE in m.phases)
+
+
+# key, label, higher is better: what the pages and oppoint.js read of each measure
 METRICS: list[tuple[str, str, bool]] = [
-    ("total", "Total tok/s", True),
-    ("per_gpu", "Total tok/s per GPU", True),
-    ("per_request", "Per request tok/s", True),
-    ("ttft", "TTFT", False),
-]
+    (key, _decode_metric(metric).header + (" per GPU" if split else ""),
+     _decode_metric(metric).better == "higher") for key, metric, split in MEASURES]
 COST_METRIC = ("cost", "$ per 1M output tokens", False)
 SUMMARY_METRICS = ("total", "per_gpu")  # the columns of the "fastest at" summary
 NEAREST_NOTE = ("nearest: the run has no cell at this point; its nearest measured cell "
@@ -161,8 +173,8 @@ def rank(runs: list[RunView], point: Point, by: str = "per_gpu") -> list[Entry]:
     with_value = [e for e in entries if e.values[by] is not None]
     without = [e for e in entries if e.values[by] is None]
     with_value.sort(key=lambda e: (not e.exact, sign * e.values[by],  # type: ignore[operator]
-                                   e.run.title, e.run.run_id))
-    without.sort(key=lambda e: (e.run.title, e.run.run_id))
+                                   e.run.title, e.run.slug))
+    without.sort(key=lambda e: (e.run.title, e.run.slug))
     return with_value + without
 
 
@@ -283,18 +295,9 @@ def default_point(runs: list[RunView]) -> Point | None:
                 (points[0] if points else None))
 
 
-def page_context(runs: list[RunView], *, index: bool, models: list[Any]) -> dict[str, Any]:
-    """What templates/_partials/oppoint.html prints (site_builder/rankings.py, which
-    builds on this module, hence imported here only when a page is rendered)."""
-    from site_builder import rankings
-
-    return rankings.page_context(runs, index=index, models=models)
-
-
 # ---- under latency limits ----------------------------------------------------
 # The metric each ranking key reads its interval from (per GPU and cost scale total).
-INTERVAL_KEY = {"total": "total_tok_s", "per_gpu": "total_tok_s", "cost": "total_tok_s",
-                "per_request": "per_request_tok_s", "ttft": "ttft_ms"}
+INTERVAL_KEY = {**{key: metric for key, metric, _ in MEASURES}, "cost": "total_tok_s"}
 LEVEL_KEYS = {"ttft": "ttft_ms", "tbt": "tbt_ms", "per_request": "per_request_tok_s"}
 
 
@@ -342,9 +345,9 @@ def slo_rank(runs: list[RunView], limits: slo.Slo, by: str = "per_gpu") -> list[
         out.append(SloEntry(run, cell, cell_values(run, cell, run.price)))
     sign = -1 if better(by) else 1
     ranked = sorted((e for e in out if e.values[by] is not None),
-                    key=lambda e: (sign * e.values[by], e.run.title, e.run.run_id))  # type: ignore[operator]
+                    key=lambda e: (sign * e.values[by], e.run.title, e.run.slug))  # type: ignore[operator]
     rest = sorted((e for e in out if e.values[by] is None),  # a meeting cell first
-                  key=lambda e: (e.cell is None, e.run.title, e.run.run_id))
+                  key=lambda e: (e.cell is None, e.run.title, e.run.slug))
     for above, e in zip(ranked, ranked[1:], strict=False):
         e.tied = overlaps(interval(above.run, above.cell, by), interval(e.run, e.cell, by))
     return ranked + rest

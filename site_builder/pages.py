@@ -23,6 +23,7 @@ from site_builder import (
     metrictable,
     names,
     oppoint,
+    rankings,
     runrows,
 )
 from site_builder.aggregate import CellResult
@@ -314,7 +315,7 @@ class Pages:
         for page in indexpages.paginate(rows):
             extra: dict[str, Any] = {}
             if page.number == 1:  # the rankings and the model list: on the first page only
-                extra = {"oppoint": oppoint.page_context(runs, index=True, models=models),
+                extra = {"oppoint": rankings.page_context(runs, index=True, models=models),
                          "family_points": {m.slug: oppoint.default_point(m.runs)
                                            for m in models}}
             out.append((page.rel, self.r.render(
@@ -350,7 +351,7 @@ class Pages:
         return self.r.render("model.html", depth=1, model=model, charts=self.svg.fill(page_charts),
                              matrix_heads=heads,
                              peak_notes=_peak_notes(model.runs), nav="runs",
-                             oppoint=oppoint.page_context(model.runs, index=False, models=[model]),
+                             oppoint=rankings.page_context(model.runs, index=False, models=[model]),
                              tail_levels=lv, matrix_notes=family_matrix_notes())
 
     def compare_page(self, runs: list[RunView]) -> str:

@@ -110,7 +110,8 @@ def write_assets(writer: SiteWriter, folder: Path) -> dict[str, str]:
     static = folder / STATIC
     names = {"css": "style.css", "site_js": "site.js", "table_js": "table.js",
              "compare_js": "compare.js", "oppoint_js": "oppoint.js",
-             "explore_js": "explore.js", "slo_js": "slo.js", "tails_js": "tails.js", "favicon": "favicon.svg"}
+             "explore_js": "explore.js", "slo_js": "slo.js", "tails_js": "tails.js",
+             "address_js": "address.js", "rules_js": "rules.js", "favicon": "favicon.svg"}
     assets = {}
     for key, name in names.items():
         data = statusstyle.static_bytes(static / name)  # style.css: with its status rules

@@ -22,7 +22,7 @@ from markupsafe import Markup, escape
 
 from rundir import statuses, words
 from rundir.slugs import slugify
-from site_builder import formats, metrictable, runrows, views
+from site_builder import formats, metrictable, pagerules, runrows, views
 from site_builder.glossary import TERM_BY_NAME, TERMS
 
 _SAFE_SCHEMES = ("http://", "https://", "mailto:")
@@ -196,7 +196,7 @@ class Renderer:
         )
         self.env.globals.update(term=_term_link, TERMS=TERMS, MISSING=words.MISSING,
                                 FORMAT_RULES=formats.js_rules(), STATUS_RULES=statuses.js_rules(),
-                                METRIC_RULES=metrictable.js_rules(),
+                                METRIC_RULES=metrictable.js_rules(), PAGE_RULES=pagerules.js_rules(),
                                 index_record=runrows.index_record)
         # The percentile selector's choices and each figure's texts at every level
         # (site_builder/views.py; templates/_partials/tail_select.html, static/tails.js).

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,32 +108,51 @@ def _level(text: str) -> str | None:
     return wanted if wanted in tails.LEVELS else None
 
 
+# The grammar of one limit, which slo.js uses too (site_builder/pagerules.py hands it
+# over): METRIC_LEVEL=MS, ASCII spaces or tabs around the parts, the level checked
+# against rundir.tails.LEVELS after, the number plain decimal (no 1_000, no 0x10: the
+# two languages read those differently). Matched whole, ignoring case.
+NUMBER = r"[+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+LIMIT = rf"[ \t]*({'|'.join(METRICS)})_(p[0-9._]+)[ \t]*=[ \t]*({NUMBER})[ \t]*"
+_LIMIT = re.compile(LIMIT, re.IGNORECASE)
+
+
+def _why(part: str, levels: str) -> str:
+    """Why a part does not match LIMIT, as one line."""
+    name, eq, number = part.partition("=")
+    metric, _, level_text = name.strip().partition("_")
+    if not eq or metric.lower() not in METRICS or not level_text:
+        return (f"{part!r}: expected METRIC_LEVEL=MS with METRIC ttft or tbt "
+                f"and LEVEL one of {levels}, e.g. {DEFAULT_SPEC}")
+    if _level(level_text) is None:
+        return f"{part!r}: unknown level {level_text!r}; expected one of {levels}"
+    try:
+        ms = float(number)
+    except ValueError:
+        ms = None
+    if ms is not None and (not math.isfinite(ms) or ms <= 0):
+        return f"{part!r}: the limit must be a positive number of milliseconds"
+    return f"{part!r}: {number.strip()!r} is not a number of milliseconds"
+
+
 def parse(text: str) -> Slo:
-    """`ttft_p99=2000,tbt_p99=50` -> Slo; SloError (one line) when it cannot be read."""
+    """`ttft_p99=2000,tbt_p99=50` -> Slo; SloError (one line) when it cannot be read.
+    slo.js `parse` is its twin (tests/site/test_page_rules.py runs both)."""
     limits: list[Limit] = []
     levels = ", ".join(tails.LEVELS)
-    parts = [p.strip() for p in str(text).split(",")]
-    if not any(parts):
+    parts = str(text).split(",")
+    if not any(p.strip() for p in parts):
         raise SloError(f"expected limits like {DEFAULT_SPEC}, got nothing")
     for part in parts:
-        name, eq, number = part.partition("=")
-        metric, _, level_text = name.strip().partition("_")
-        metric = metric.lower()
-        if not eq or metric not in METRICS or not level_text:
-            raise SloError(f"{part!r}: expected METRIC_LEVEL=MS with METRIC ttft or tbt "
-                           f"and LEVEL one of {levels}, e.g. {DEFAULT_SPEC}")
-        level = _level(level_text)
-        if level is None:
-            raise SloError(f"{part!r}: unknown level {level_text!r}; expected one of {levels}")
-        try:
-            ms = float(number)
-        except ValueError:
-            raise SloError(f"{part!r}: {number.strip()!r} is not a number of milliseconds") \
-                from None
+        found = _LIMIT.fullmatch(part)
+        level = _level(found[2]) if found else None
+        if found is None or level is None:
+            raise SloError(_why(part.strip(), levels))
+        metric, ms = found[1].lower(), float(found[3])
         if not math.isfinite(ms) or ms <= 0:
-            raise SloError(f"{part!r}: the limit must be a positive number of milliseconds")
+            raise SloError(f"{part.strip()!r}: the limit must be a positive number of milliseconds")
         if any(lim.metric == metric for lim in limits):
-            raise SloError(f"{part!r}: {metric} is limited twice; give one limit per metric")
+            raise SloError(f"{part.strip()!r}: {metric} is limited twice; give one limit per metric")
         limits.append(Limit(metric, level, ms))
     return Slo(tuple(limits))
 
@@ -151,6 +171,21 @@ class Verdict:
 
 def _samples(cell: Any, limit: Limit) -> int | None:
     return (cell.tails or {}).get(METRICS[limit.metric].count_column())
+
+
+def levels_meet(lv: dict[str, list[float | None]] | None, slo: Slo) -> bool:
+    """`judge`'s rule on a cell's figures at every level (lv[metric][i]: its value at
+    tails.LEVELS[i], None where too few requests), as the page data carries them; slo.js
+    `meets` is its twin."""
+    if not lv:
+        return False
+    for lim in slo.limits:
+        values = lv.get(lim.metric) or []
+        i = tails.LEVELS.index(lim.level)
+        value = values[i] if i < len(values) else None
+        if value is None or value > lim.ms:
+            return False
+    return True
 
 
 def judge(cell: Any, slo: Slo) -> Verdict:

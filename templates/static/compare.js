@@ -366,7 +366,7 @@
      An address naming one side only (a run page's "Compare with another run") leaves
      the other unpicked: the page's default pair could put the run against itself. */
   function state() {
-    var params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+    var params = window.SpeedMatrixAddress.params();
     var unknown = [];
     if (params.get("a") && !params.get("b")) selB.selectedIndex = -1;
     if (params.get("b") && !params.get("a")) selA.selectedIndex = -1;
@@ -441,7 +441,7 @@
 
   function onChange() {
     var href = "#a=" + encodeURIComponent(selA.value) + "&b=" + encodeURIComponent(selB.value) + "&m=" + encodeURIComponent(selM.value);
-    window.history.replaceState(null, "", window.location.href.split("#")[0] + href);
+    window.SpeedMatrixAddress.replace(href.slice(1));
     render();
   }
 

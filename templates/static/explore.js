@@ -28,20 +28,12 @@
   var ALL = "*";
   var FRONTIER_COLOR = "#1f2328";
   var COST = "Cost per 1M output tokens";  /* site_builder/explore.py COST_FIELDS */
-  var SLOT = /\["@(\w+)@"\]|"@(\w+)@"/g;
   /* The statuses drawn hollow (numbers kept, but flagged): rundir/statuses.py. */
   var STATUS = JSON.parse(document.getElementById("status-rules").textContent);
 
-  /* A template's JSON with every hole filled and the rows in its datasets. */
-  function fill(text, values, datasets) {
-    var spec = JSON.parse(text.replace(SLOT, function (_, a, b) {
-      var name = a || b;
-      if (!values.hasOwnProperty(name)) throw new Error("template hole " + name + " not filled");
-      return JSON.stringify(values[name]);
-    }));
-    spec.datasets = datasets;
-    return spec;
-  }
+  var ADDRESS = window.SpeedMatrixAddress;
+  /* A template's JSON with every hole filled and the rows in its datasets (rules.js). */
+  function fill(text, values, datasets) { return window.SpeedMatrixRules.fill(text, values, datasets); }
 
   function field(name) { return DATA.fields.indexOf(name); }
 
@@ -146,21 +138,8 @@
     return r;
   }
 
-  /* explore.pareto_front: indices of the [x, y] no other beats on both, by x. */
-  function paretoFront(pts) {
-    var order = pts.map(function (_, i) { return i; }).sort(function (a, b) {
-      return (pts[b][0] - pts[a][0]) || (pts[b][1] - pts[a][1]);
-    });
-    var front = [], bestY = -Infinity;
-    order.forEach(function (i) {
-      var y = pts[i][1], last = front.length ? pts[front[front.length - 1]] : null;
-      if (y > bestY || (y === bestY && last && last[0] === pts[i][0] && last[1] === y)) {
-        front.push(i);
-        bestY = y;
-      }
-    });
-    return front.sort(function (a, b) { return (pts[a][0] - pts[b][0]) || (pts[b][1] - pts[a][1]); });
-  }
+  /* explore.pareto_front (rules.js). */
+  function paretoFront(pts) { return window.SpeedMatrixRules.paretoFront(pts); }
 
   /* The frontier's point indices of a view: the build's at the median without limits,
      else over the Valid points meeting the limits, at the chosen percentile. */
@@ -321,7 +300,7 @@
 
   /* The view in the address, else the build's default; names no run has are said. */
   function state() {
-    var params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+    var params = ADDRESS.params();
     var d = DATA["default"];
     var problems = [];
     var scope = params.get("family") || d.family;
@@ -393,7 +372,7 @@
 
   /* The address's keys this page does not own (pct, slo: kept for the other scripts). */
   function others() {
-    var p = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+    var p = ADDRESS.params();
     OWN.forEach(function (k) { p.delete(k); });
     var text = p.toString();
     return text ? "&" + text : "";
@@ -405,15 +384,15 @@
     look = { li: s.li, limits: s.limits, filtered: filtered };
     show(s);
     permalink.href = "explore.html" + hash();
-    shown = window.location.hash;
+    shown = ADDRESS.hash();
     var ctx = Number(selCtx.value);
     var scoped = members(selFamily.value);
     var runs = scoped.filter(function (i) { return passes(DATA.runs[i], s.filters); });
     /* the view's points: its runs' files at this context, loaded once, then drawn */
-    var asked = window.location.hash;
+    var asked = ADDRESS.hash();
     var here = need(runs, ctx, function (err) {
       if (err) { note.textContent = "Could not load this view's points (" + err + ")."; return; }
-      if (window.location.hash === asked) render();
+      if (ADDRESS.hash() === asked) render();
     });
     var texts = [];
     if (s.problems.length) texts.push("No run of this site has the " + s.problems.join(" or the ") +
@@ -493,14 +472,14 @@
       h = h.replace(/&ctx=[^&]*/, "");
     }
     /* a step in the history: back and forward walk through the views */
-    if (h !== window.location.hash) window.history.pushState(null, "", window.location.href.split("#")[0] + h);
+    ADDRESS.push(h);
     render();
   }
 
   /* Back, forward, or an edited address: draw what it says (once per address). */
   var shown = null;
   function onAddress() {
-    if (window.location.hash === shown) return;
+    if (ADDRESS.hash() === shown) return;
     render();
   }
 

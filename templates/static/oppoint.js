@@ -54,7 +54,7 @@
   Array.prototype.forEach.call(selBy.options, function (o) { OFFERED[o.value] = 1; });
   var data = null;  /* the data of the family shown (or of all of them), once loaded */
   var metricIndex = {};
-  var LEVELS = ["p50"];
+  var LEVELS = window.SpeedMatrixRules.levels();  /* the build's (#page-rules) */
   var AT_LEVEL = { per_request: 1, ttft: 1 };  /* the columns the percentile switches */
   var DEFAULT_FAM = selFam ? (selFam.querySelector("option[selected]") || selFam.options[0]).value
     : FAMILY;
@@ -76,7 +76,8 @@
     return name;
   }
 
-  function params() { return new URLSearchParams(window.location.hash.replace(/^#/, "")); }
+  var ADDRESS = window.SpeedMatrixAddress, RULES = window.SpeedMatrixRules;
+  function params() { return ADDRESS.params(); }
 
   /* The percentile in the address (index in LEVELS; 0: the median, the default). */
   function levelIndex() { return Math.max(0, LEVELS.indexOf(params().get("pct"))); }
@@ -188,7 +189,7 @@
     data = d;
     metricIndex = {};
     data.metrics.forEach(function (m, i) { metricIndex[m.key] = i; });
-    LEVELS = data.levels || ["p50"];
+    LEVELS = data.levels || LEVELS;
   }
 
   /* The metrics shown as columns: those the page offers, in the data's order. */
@@ -223,9 +224,7 @@
   }
 
   function writeHash(text) {
-    var base = window.location.href.split("#")[0];
-    window.history.replaceState(null, "", text ? base + "#" + text : base);
-    permalink.href = "#" + text;
+    permalink.href = "#" + ADDRESS.replace(text);
   }
 
   function syncControls(state) {
@@ -236,24 +235,12 @@
     if (selFam) selFam.value = state.fam;
   }
 
+  /* The runs at the chosen point, best first (oppoint.rank's rule: rules.js rankAt). */
   function entries(state) {
     var li = levelIndex();
-    var out = [];
-    data.runs.forEach(function (run, i) {
-      var c = data.choices[state.at][i];
-      var cell = c === -1 ? null : run.cells[c >= 0 ? c : -c - 2];
-      out.push({ run: run, cell: cell, exact: c >= 0,
-                 value: cell ? valueAt(cell, state.by, li) : null });
+    return RULES.rankAt(data.runs, data.choices[state.at], state.by, function (cell, key) {
+      return valueAt(cell, key, li);
     });
-    var sign = data.metrics[metricIndex[state.by]].higher ? -1 : 1;
-    out.sort(function (a, b) {
-      var na = a.value === null, nb = b.value === null;
-      if (na !== nb) return na ? 1 : -1;
-      if (!na && a.exact !== b.exact) return a.exact ? -1 : 1; /* nearest cells after */
-      if (!na && a.value !== b.value) return sign * (a.value - b.value);
-      return a.run.title < b.run.title ? -1 : a.run.title > b.run.title ? 1 : 0;
-    });
-    return out;
   }
 
   function famName(fam) {
@@ -412,68 +399,17 @@
     return b && b !== "ttft" && metricIndex.hasOwnProperty(b) && OFFERED[b] ? b : sloDefaultBy();
   }
 
-  /* A run's best cell meeting the limits by `by` (slo.best_cell: the first of the
-     sorted cells on a tie); without a value for `by`, its best by total tok/s. */
-  function bestCell(run, limits, by, li) {
-    var pickBy = function (key) {
-      var sign = data.metrics[metricIndex[key]].higher ? -1 : 1;
-      var best = null, bestV = null;
-      run.cells.forEach(function (c) {
-        if (!c.lv || c.values[metricIndex.total] === null || !SLO.meets(c.lv, limits)) return;
-        var v = valueAt(c, key, li);
-        if (v === null) return;
-        if (best === null || sign * (v - bestV) < 0) { best = c; bestV = v; }
-      });
-      return best;
-    };
-    return pickBy(by) || pickBy("total");
-  }
-
-  /* Why no cell of a run meets the limits (slo.py none_meets, the same words): an
-     imported run has medians only, so no level past p50 exists to judge it by. */
-  function noneMeets(run, limits) {
-    var past = LEVELS.slice(1).filter(function (lv) {
-      return limits.some(function (l) { return l.level === lv; });
-    });
-    var levels = past.join(" / ");
-    if (past.length && run.medians) {
-      return "no " + levels + " published (medians only): set the limits at " + LEVELS[0] +
-        " to rank it";
-    }
-    var cells = run.cells.filter(function (c) { return c.lv; });  /* the cells with numbers */
-    var tooFew = cells.length && cells.every(function (c) {
-      return limits.some(function (l) {
-        var v = (c.lv[l.metric] || [])[LEVELS.indexOf(l.level)];
-        return v === null || v === undefined;
-      });
-    });
-    if (past.length && tooFew) return "too few requests for " + levels + " in every cell: a lower level ranks it";
-    return "no cell meets the limits";
-  }
-
   function interval(cell, by, li) {
     if (!cell || !cell.ci || (li > 0 && AT_LEVEL[by])) return null;
     return cell.ci[metricIndex[by]];
   }
 
+  /* Each run's best cell meeting the limits, best run first (oppoint.slo_rank's rule:
+     rules.js rankSlo), tied places marked where both cells' 95% intervals overlap. */
   function sloEntries(limits, by, li) {
-    var sign = data.metrics[metricIndex[by]].higher ? -1 : 1;
-    var out = data.runs.map(function (run) {
-      var cell = bestCell(run, limits, by, li);
-      return { run: run, cell: cell, value: cell ? valueAt(cell, by, li) : null, tied: false };
-    });
-    var title = function (a, b) { return a.run.title < b.run.title ? -1 : a.run.title > b.run.title ? 1 : 0; };
-    var ranked = out.filter(function (e) { return e.value !== null; })
-      .sort(function (a, b) { return a.value !== b.value ? sign * (a.value - b.value) : title(a, b); });
-    var rest = out.filter(function (e) { return e.value === null; }).sort(function (a, b) {
-      return (a.cell === null) - (b.cell === null) || title(a, b);  /* a meeting cell first */
-    });
-    ranked.forEach(function (e, k) {
-      if (!k) return;
-      var a = interval(ranked[k - 1].cell, by, li), b = interval(e.cell, by, li);
-      e.tied = !!(a && b && a[0] <= b[1] && b[0] <= a[1]);
-    });
-    return ranked.concat(rest);
+    return RULES.rankSlo(data.runs, limits, by, function (cell, key) {
+      return valueAt(cell, key, li);
+    }, function (cell) { return interval(cell, by, li); });
   }
 
   function renderSlo(fam) {
@@ -511,7 +447,7 @@
         name.appendChild(badge);
       }
       tr.appendChild(name);
-      tr.appendChild(el("td", e.cell ? e.cell.label : noneMeets(e.run, limits)));
+      tr.appendChild(el("td", e.cell ? e.cell.label : RULES.noneMeets(e.run, limits)));
       shown.forEach(function (i) {
         var key = data.metrics[i].key;
         tr.appendChild(el("td", e.cell ? textAt(e.cell, key, li) : data.missing,

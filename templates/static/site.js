@@ -174,7 +174,7 @@
   }
 
   function hashLevel() {
-    return new URLSearchParams(window.location.hash.replace(/^#/, "")).get("pct");
+    return window.SpeedMatrixAddress.get("pct");
   }
 
   // Whether a level leaves a chart nothing to plot: a plotted field (a number at some

@@ -1,47 +1,22 @@
 /* The latency limits a reader sets (an SLO): TTFT and time between tokens, each at a
    percentile, kept in the address as slo=ttft_p99=2000,tbt_p99=50 (absent: the site's
-   default, the build's --slo). The syntax and its rules are site_builder/slo.py's: a
-   metric ttft or tbt, a level of rundir/tails.py (p99.9 written p99_9 or p99.9), a
-   positive number of milliseconds, one limit per metric.
-   Every `.slo-control` box gets a form; a change writes the address with
-   history.replaceState and dispatches `sm-slo` ({detail: {slo: spec}}), which the
+   default, the build's --slo). The syntax, the levels and the judgement are the
+   build's (site_builder/slo.py), read and applied by rules.js from #page-rules.
+   Every `.slo-control` box gets a form; a change writes the address
+   (address.js) and dispatches `sm-slo` ({detail: {slo: spec}}), which the
    rankings (oppoint.js) and the explorer (explore.js) listen for. They judge cells
    with `SpeedMatrixSlo.meets` on the percentiles the build put in their data. */
 (function () {
   "use strict";
-  var LEVELS = ["p50", "p90", "p95", "p99", "p99.9"];
-  var NAMES = { ttft: "TTFT", tbt: "Time between tokens" };
-  var METRICS = ["ttft", "tbt"];
-
-  /* "ttft_p99=2000,tbt_p99_9=50" -> [{metric, level, ms}], or null when it cannot be read. */
-  function parse(text) {
-    if (typeof text !== "string" || !text.trim()) return null;
-    var out = [], seen = {};
-    var parts = text.split(",");
-    for (var i = 0; i < parts.length; i++) {
-      var m = /^\s*(ttft|tbt)_(p[0-9._]+)\s*=\s*([^\s]+)\s*$/i.exec(parts[i]);
-      if (!m) return null;
-      var metric = m[1].toLowerCase();
-      var level = m[2].toLowerCase().replace(/_/g, ".");
-      var ms = Number(m[3]);
-      if (LEVELS.indexOf(level) < 0 || !isFinite(ms) || ms <= 0 || seen[metric]) return null;
-      seen[metric] = 1;
-      out.push({ metric: metric, level: level, ms: ms });
-    }
-    return out;
-  }
-
-  function spec(limits) {
-    return limits.map(function (l) {
-      return l.metric + "_" + l.level.replace(".", "_") + "=" + l.ms;
-    }).join(",");
-  }
-
-  function params() { return new URLSearchParams(window.location.hash.replace(/^#/, "")); }
+  var RULES = window.SpeedMatrixRules, ADDRESS = window.SpeedMatrixAddress;
+  var LEVELS = RULES.levels();
+  var NAMES = RULES.slo().names;
+  var METRICS = RULES.slo().metrics;
+  var parse = RULES.sloParse, spec = RULES.sloSpec, meets = RULES.meets;
 
   /* The limits in the address when they can be read, else the default's. */
   function current(defaultSpec) {
-    return parse(params().get("slo") || "") || parse(defaultSpec) || [];
+    return parse(ADDRESS.get("slo") || "") || parse(defaultSpec) || [];
   }
 
   /* As the pages print a latency (rundir/words.py ttft, formats.tbt). */
@@ -59,23 +34,11 @@
     }).join(" and ");
   }
 
-  /* A cell meets the limits when each limited percentile exists and is at most its
-     limit; lv: {ttft: [value per level], tbt: [...]} (null: too few requests). */
-  function meets(lv, limits) {
-    if (!lv) return false;
-    return limits.every(function (l) {
-      var v = (lv[l.metric] || [])[LEVELS.indexOf(l.level)];
-      return v !== null && v !== undefined && v <= l.ms;
-    });
-  }
-
   function write(limits, defaultSpec) {
-    var p = params();
+    var p = ADDRESS.params();
     var s = spec(limits);
     if (s === spec(parse(defaultSpec) || [])) p.delete("slo"); else p.set("slo", s);
-    var h = p.toString();
-    var base = window.location.href.split("#")[0];
-    window.history.replaceState(null, "", h ? base + "#" + h : base);
+    ADDRESS.replace(p);
     document.dispatchEvent(new CustomEvent("sm-slo", { detail: { slo: s } }));
   }
 

@@ -36,7 +36,7 @@
   var touched = false;  /* the reader (or the address) asked for a view of all runs */
 
   function readHash() {
-    var params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+    var params = window.SpeedMatrixAddress.params();
     keys.forEach(function (k) { state[k] = params.get(k) || ""; });
   }
 
@@ -46,15 +46,13 @@
 
   function writeHash() {
     /* Other keys in the address (the operating point chooser's) are kept. */
-    var params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+    var params = window.SpeedMatrixAddress.params();
     keys.forEach(function (k) { if (state[k]) params.set(k, state[k]); else params.delete(k); });
-    var text = params.toString();
-    var base = window.location.href.split("#")[0];
-    window.history.replaceState(null, "", text ? base + "#" + text : base);
+    window.SpeedMatrixAddress.replace(params);
   }
 
   function hashFor(page) {
-    var params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+    var params = window.SpeedMatrixAddress.params();
     if (page > 1) params.set("page", String(page)); else params.delete("page");
     return "#" + params.toString();
   }

@@ -29,16 +29,14 @@
   var current = median;
 
   function fromHash() {
-    var v = new URLSearchParams(window.location.hash.replace(/^#/, "")).get("pct");
+    var v = window.SpeedMatrixAddress.get("pct");
     return levels.indexOf(v) >= 0 ? v : median;
   }
 
   function writeHash(level) {
-    var params = new URLSearchParams(window.location.hash.replace(/^#/, ""));
+    var params = window.SpeedMatrixAddress.params();
     if (level === median) params.delete("pct"); else params.set("pct", level);
-    var text = params.toString();
-    var base = window.location.href.split("#")[0];
-    window.history.replaceState(null, "", text ? base + "#" + text : base);
+    window.SpeedMatrixAddress.replace(params);
   }
 
   function show(level) {

@@ -12,9 +12,12 @@ from typing import Any
 
 import pytest
 
-from rundir import tails
-from site_builder import explore, slo
+from rundir.io import read_run
+from rundir.slugs import unique_slugs
+from site_builder import explore, oppoint, slo
+from site_builder.aggregate import aggregate_run
 from site_builder.publish import build_site
+from site_builder.views import RunView
 from tests.support.chromium import Watcher, require_chromium
 from tests.support.synthetic_runs import make_sample_data
 
@@ -50,42 +53,20 @@ def _oppoint_data(site: Path) -> dict[str, Any]:
     return json.loads(text[text.index("] = ") + 4:].strip().rstrip(";"))
 
 
-def _expected(data: dict[str, Any], limits: slo.Slo) -> list[tuple[str, str]]:
-    """slo.py's rule on the page's data: per run its fastest cell (total tok/s) whose
-    limited levels exist and are within the limits; ranked, then the runs with none."""
-    total = [m["key"] for m in data["metrics"]].index("total")
-    rows = []
-    for run in data["runs"]:
-        best = None
-        for c in run["cells"]:
-            lv = c.get("lv")
-            if not lv or c["values"][total] is None:
-                continue
-            if all(lv[lim.metric][tails.LEVELS.index(lim.level)] is not None
-                   and lv[lim.metric][tails.LEVELS.index(lim.level)] <= lim.ms
-                   for lim in limits.limits):
-                if best is None or c["values"][total] > best["values"][total]:
-                    best = c
-        rows.append((run, best))
-    ranked = sorted((r for r in rows if r[1]), key=lambda r: (-r[1]["values"][total],
-                                                              r[0]["title"]))
-    rest = sorted((r for r in rows if not r[1]), key=lambda r: r[0]["title"])
-    return [(run["slug"], best["label"] if best else _none(run, limits))
-            for run, best in ranked + rest]
-
-
-def _none(run: dict[str, Any], limits: slo.Slo) -> str:
-    """What a run without a meeting cell says (slo.none_meets): an imported run has
-    medians only; every cell short of requests for the level; else no cell meets."""
-    past = [lv for lv in tails.LEVELS[1:] if any(lim.level == lv for lim in limits.limits)]
-    levels = " / ".join(past)
-    if past and run.get("medians"):
-        return f"no {levels} published (medians only): set the limits at p50 to rank it"
-    cells = [c for c in run["cells"] if c.get("lv")]
-    if past and cells and all(any(c["lv"][lim.metric][tails.LEVELS.index(lim.level)] is None
-                                  for lim in limits.limits) for c in cells):
-        return f"too few requests for {levels} in every cell: a lower level ranks it"
-    return slo.NONE_MEET
+def _expected(site: Path, data: dict[str, Any], limits: slo.Slo) -> list[tuple[str, str]]:
+    """The build's rule (oppoint.slo_rank, by total tok/s) on the runs the page ranks,
+    read from the site's data folder: per run its best cell meeting the limits, or why
+    none does (slo.none_meets)."""
+    dirs = sorted(p for p in (site.parent / "data").iterdir() if p.is_dir())
+    runs = [read_run(p) for p in dirs]
+    slugs = unique_slugs([r.info.run_id for r in runs])
+    shown = {r["slug"] for r in data["runs"]}
+    views = [RunView(r.info, aggregate_run(r), slug)
+             for r, slug in zip(runs, slugs, strict=True) if slug in shown]
+    assert len(views) == len(shown)
+    return [(e.run.slug, oppoint.Point(e.cell.context, e.cell.concurrency).label if e.cell
+             else slo.none_meets(e.run.agg.cells, limits))
+            for e in oppoint.slo_rank(views, limits, "total")]
 
 
 def _shown(page: Any) -> list[tuple[str, str]]:
@@ -100,7 +81,7 @@ def test_changing_the_limits_reranks_keeps_the_address_and_survives_a_reload(
     data = _oppoint_data(site)
     page.goto(watcher.site_root + "index.html#sloby=total")
     page.wait_for_selector("#slo-rank .slo-form")
-    assert _shown(page) == _expected(data, slo.DEFAULT)
+    assert _shown(page) == _expected(site, data, slo.DEFAULT)
     # a TTFT limit between two measured medians: some cells meet it, some do not
     medians = sorted({c["lv"]["ttft"][0] for r in data["runs"] for c in r["cells"]
                       if c.get("lv") and c["lv"]["ttft"][0] is not None})
@@ -111,8 +92,8 @@ def test_changing_the_limits_reranks_keeps_the_address_and_survives_a_reload(
     form.locator("select[name=tbt_level]").select_option("")
     form.locator("select[name=ttft_level]").select_option("p50")
     form.locator("input[name=ttft_ms]").fill(str(cut))
-    want = _expected(data, limits)
-    assert want != _expected(data, slo.DEFAULT)
+    want = _expected(site, data, limits)
+    assert want != _expected(site, data, slo.DEFAULT)
     page.wait_for_function(f"() => location.hash.includes({json.dumps('slo=ttft_p50%3D')})")
     assert _shown(page) == want
     assert "sloby=total" in page.evaluate("location.hash")  # the other script's key kept
@@ -125,7 +106,7 @@ def test_changing_the_limits_reranks_keeps_the_address_and_survives_a_reload(
     # the site default again: the address loses the key
     form.locator("button[name=reset]").click()
     page.wait_for_function("() => !location.hash.includes('slo=')")
-    assert _shown(page) == _expected(data, slo.DEFAULT)
+    assert _shown(page) == _expected(site, data, slo.DEFAULT)
     assert watcher.problems() == []
 
 

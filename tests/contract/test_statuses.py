@@ -123,7 +123,8 @@ def test_no_template_or_script_writes_a_status_code() -> None:
 
 def test_pages_hand_the_scripts_the_status_rules() -> None:
     r = Renderer(globals_={"assets": {k: k for k in ("css", "favicon", "vega", "explore_js",
-                                                      "compare_js", "site_js", "slo_js")},
+                                                      "compare_js", "site_js", "slo_js", "address_js",
+                                                      "rules_js")},
                            "version": "0", "nav": "", "cache_note": "", "medians_note": ""})
     for template, context in (("compare.html", {"groups": [], "pick": ("", ""), "metrics": []}),
                               ("explore.html", {"families": [], "view_text": "", "chart_title": "",

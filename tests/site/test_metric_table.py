@@ -110,7 +110,8 @@ def test_compare_choices_and_script_rules_come_from_the_table() -> None:
     for m in metrictable.COMPARED:
         assert m.key in COMPARE_FIELDS and f"{m.key}_text" in COMPARE_TEXT_FIELDS
     r = Renderer(globals_={"assets": {k: k for k in ("css", "favicon", "vega", "explore_js",
-                                                      "compare_js", "site_js")},
+                                                      "compare_js", "site_js", "address_js",
+                                                      "rules_js")},
                            "version": "0", "nav": "", "cache_note": ""})
     doc = parse_html(r.render("compare.html", depth=0, groups=[], pick=("", ""),
                               metrics=pages.COMPARE_METRICS))

@@ -303,7 +303,10 @@ def test_static_summary_and_hidden_chooser(sites: dict[str, Path]) -> None:
 def test_index_no_longer_inlines_the_ranking_data(sites: dict[str, Path]) -> None:
     site = sites["plain"]
     index = (site / "index.html").read_text("utf-8")
-    assert '"choices"' not in index and '"lv"' not in index and "application/json" not in index
+    assert '"choices"' not in index and '"lv"' not in index
+    # the one JSON inlined: the page's rules (site_builder/pagerules.py), no ranking data
+    assert re.findall(r'type="application/json"[^>]*', index) == ['type="application/json" '
+                                                                 'id="page-rules"']
     families = sorted(p.stem for p in (site / "models").glob("*.html"))
     files = sorted(p.stem for p in (site / rankings.DATA_DIR).glob("*.js"))
     assert files == families

@@ -151,3 +151,13 @@ def test_no_module_imports_another_modules_private_name():
         if taken and taken.startswith("_") and not taken.startswith("__") and target != module
     ]
     assert not borrowed, "\n".join(sorted(borrowed))
+
+
+def test_only_the_command_line_imports_the_importer():
+    """`bench import` is a command of the collector's CLI; nothing that measures uses it."""
+    users = sorted(
+        f"{MODULES[module].relative_to(ROOT)}:{line}"
+        for module, edges in GRAPH.items() if module.startswith("bench")
+        for target, _, line in edges if target.split(".")[0] == "importer" and module not in TOP
+    )
+    assert not users, "imports the importer below the command line:\n" + "\n".join(users)

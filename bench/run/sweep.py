@@ -15,6 +15,7 @@ import gc
 import math
 import signal
 import time
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import httpx
@@ -40,6 +41,16 @@ from rundir.redact import redact_url
 from rundir.words import context_label
 
 AUTH_DENIED = (401, 403)
+
+
+class Spread(NamedTuple):
+    """What a cell's streams were spread over, as cells.parquet records it: a
+    prefill cell and a one-process decode cell run in this process (1, 1);
+    --workers N spreads a decode cell over up to N processes here (N, 1);
+    --shard i/N over one process on each of N hosts (N, N)."""
+
+    processes: int
+    hosts: int
 
 
 def _streams_here(plan: Plan, todo: list[Cell], hosts: int) -> int:
@@ -120,10 +131,12 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
             progress.begin(cell)
             shards = cell_shards(plan.workers, cell.concurrency) if cell.phase == DECODE else 1
             cell_runner = runner if shards == 1 else ShardedCellRunner(runner, pool, shards)
+            spread = Spread(shards, 1)
             if hosts is not None and cell.phase == DECODE:
                 cell_runner = MultiHostCellRunner(runner, hosts)
+                spread = Spread(hosts_n, hosts_n)  # one process on each host
             outcome = await _run_cell(cell_runner, cell, interrupted, store, clean, url)
-            _save_cell(cell, outcome, store, sampler, telemetry, progress, clean)
+            _save_cell(cell, outcome, spread, store, sampler, telemetry, progress, clean)
             # Collect now and freeze the survivors, so a garbage-collection
             # pass over everything measured so far cannot stall the next window.
             gc.collect()
@@ -190,12 +203,13 @@ async def _run_cell(runner: CellRunner, cell: Cell, interrupted: asyncio.Event, 
     return outcome
 
 
-def _save_cell(cell: Cell, outcome: CellOutcome, store: RunStore, sampler: MetricsSampler,
-               telemetry, progress: Progress, clean) -> None:
-    """Store a measured cell and flush the run directory, then show it."""
+def _save_cell(cell: Cell, outcome: CellOutcome, spread: Spread, store: RunStore,
+               sampler: MetricsSampler, telemetry, progress: Progress, clean) -> None:
+    """Store a measured cell (with what measured it) and flush the run directory,
+    then show it."""
     if outcome.reason:
         outcome.reason = clean(outcome.reason)
-    store.record(cell, outcome)
+    store.record(cell, outcome, spread.processes, spread.hosts)
     gpu = telemetry.table() if telemetry.enabled else None  # saved, and the display's J/token
     try:
         store.flush(sampler.table() if sampler.enabled else None, gpu)

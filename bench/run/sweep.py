@@ -209,7 +209,10 @@ def _save_cell(cell: Cell, outcome: CellOutcome, spread: Spread, store: RunStore
     then show it."""
     if outcome.reason:
         outcome.reason = clean(outcome.reason)
-    store.record(cell, outcome, spread.processes, spread.hosts)
+    if not outcome.records:  # nothing sent (shard processes that did not start): nothing spread
+        store.record(cell, outcome)
+    else:
+        store.record(cell, outcome, spread.processes, spread.hosts)
     gpu = telemetry.table() if telemetry.enabled else None  # saved, and the display's J/token
     try:
         store.flush(sampler.table() if sampler.enabled else None, gpu)

@@ -84,6 +84,19 @@ def cells(table: pa.Table, figures: list[str]) -> str | None:
     return None
 
 
+def spread(table: pa.Table) -> str | None:
+    """A cell measured by at least one process on at least one host, and never by
+    more hosts than processes (each host runs one or more of them)."""
+    problem = at_least(table, "processes", 1) or at_least(table, "hosts", 1)
+    if problem:
+        return problem
+    row = _first(pc.greater(table.column("hosts"), table.column("processes")))
+    if row is not None:
+        return (f"column hosts: more hosts than processes ({table.column('hosts')[row].as_py()} > "
+                f"{table.column('processes')[row].as_py()}) in {row_name(table, row)}")
+    return None
+
+
 def requests(table: pa.Table) -> str | None:
     """Unique request ids, no negative counts, paired chunk lists, cumulative
     token counts that never go down and chunk times that never go back."""

@@ -442,6 +442,11 @@ CELLS_SCHEMA = pa.schema(
         pa.field("pub_completed", pa.int64()),
         pa.field("pub_output_tokens", pa.int64()),
         pa.field("pub_measured_s", pa.float64()),
+        # Optional (added within v1, see OPTIONAL_COLUMNS): the processes the cell's streams
+        # were spread over and the hosts they ran on (`bench run --workers N`, `--shard i/N`);
+        # per cell, since a resumed run may measure its new cells otherwise. Empty: unknown.
+        pa.field("processes", pa.int64()),
+        pa.field("hosts", pa.int64()),
     ]
 )
 
@@ -506,17 +511,26 @@ TABLE_SCHEMAS = {
 }
 _REQUEST_TABLES = (REQUESTS_FILE, SUPERSEDED_REQUESTS_FILE)
 
+# Columns added within schema v1: a table without one reads as if it were there and
+# empty (a run directory written before it did not record it), and a writer leaves one
+# out while every value is empty, so such a run directory stays byte for byte as it was.
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {CELLS_FILE: ("processes", "hosts")}
+
 
 def check_table(name: str, table: pa.Table, where: str | None = None) -> pa.Table:
     """Validate a table against its contract schema; return it cast to it.
 
     Extra columns are allowed (a newer writer may add some); missing columns
-    and columns of the wrong type are not.
+    (but OPTIONAL_COLUMNS, read as empty) and columns of the wrong type are not.
     """
     where = where or name
     schema = TABLE_SCHEMAS[name]
+    optional = OPTIONAL_COLUMNS.get(name, ())
     for fld in schema:
         if fld.name not in table.column_names:
+            if fld.name in optional:
+                table = table.append_column(fld, pa.nulls(len(table), fld.type))
+                continue
             raise ContractError(f"{where}: column {fld.name}: missing")
         actual = table.schema.field(fld.name).type
         if not _compatible(actual, fld.type):
@@ -558,7 +572,7 @@ def _check_values(name: str, table: pa.Table, where: str) -> None:
     if name == CELLS_FILE:
         problem = problem or checks.known(table, "status", STATUSES) or checks.cells(
             table, [f.name for f in CELLS_SCHEMA
-                    if f.name == "warmup_s" or f.name.startswith("pub_")])
+                    if f.name == "warmup_s" or f.name.startswith("pub_")]) or checks.spread(table)
     if name in _REQUEST_TABLES:
         problem = (problem or checks.known(table, "purpose", PURPOSES)
                    or checks.requests(table))
@@ -568,3 +582,10 @@ def _check_values(name: str, table: pa.Table, where: str) -> None:
 
 def empty_table(name: str) -> pa.Table:
     return TABLE_SCHEMAS[name].empty_table()
+
+
+def written_form(name: str, table: pa.Table) -> pa.Table:
+    """A checked table as it is written: its OPTIONAL_COLUMNS left out while empty."""
+    empty = [n for n in OPTIONAL_COLUMNS.get(name, ())
+             if table.column(n).null_count == len(table)]
+    return table.drop_columns(empty) if empty else table

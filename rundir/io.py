@@ -33,6 +33,7 @@ from rundir.contract import (
     RunInfo,
     check_table,
     empty_table,
+    written_form,
 )
 
 _SEQUENCE = itertools.count()  # temporary names: `.<name>.<pid>.<n>.tmp`
@@ -110,7 +111,7 @@ def write_run_info(run_dir: Path, info: RunInfo) -> None:
 
 def write_table(run_dir: Path, name: str, table: pa.Table) -> None:
     """Validate table against the contract and write it atomically."""
-    table = check_table(name, table)
+    table = written_form(name, check_table(name, table))
     atomic_write(Path(run_dir) / name, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 

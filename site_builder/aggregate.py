@@ -33,7 +33,7 @@ from rundir.metrics import (
 )
 from site_builder import drilldown, fingerprint
 
-CACHE_FORMAT = 5
+CACHE_FORMAT = 6
 # Statuses whose cells get numbers on the pages.
 NUMBER_STATUSES = statuses.NUMBER_STATUSES  # the status table (rundir/statuses.py)
 
@@ -54,6 +54,9 @@ class CellResult:
     client_bound: bool = False
     token_counting: str | None = None
     warmup_s: float | None = None
+    # What measured the cell (cells.parquet's processes, hosts); None: not recorded
+    processes: int | None = None
+    hosts: int | None = None
     total_tok_s: float | None = None
     per_request_tok_s: float | None = None
     ttft_ms: float | None = None
@@ -170,6 +173,8 @@ def _base_cell(row: dict[str, Any]) -> CellResult:
         client_bound=bool(row.get("client_bound") or False),
         token_counting=row.get("token_counting"),
         warmup_s=_num(row.get("warmup_s")),
+        processes=_int(row.get("processes")),
+        hosts=_int(row.get("hosts")),
     )
 
 

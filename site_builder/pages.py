@@ -117,6 +117,18 @@ def _peak_notes(runs: list[RunView]) -> list[str]:
     return [text for status, text in words.STATUS_NOTES.items() if status in marked]
 
 
+def measured_by(processes: int | None, hosts: int | None) -> str | None:
+    """What a cell's streams were spread over ("2 processes on 1 host"); None when the
+    run directory did not record it (written before cells.parquet had the columns):
+    nothing is shown rather than a guess."""
+    if processes is None:
+        return None
+    text = f"{formats.count(processes)} process{'' if processes == 1 else 'es'}"
+    if hosts is not None:
+        text += f" on {formats.count(hosts)} host{'' if hosts == 1 else 's'}"
+    return text
+
+
 def _count_rows(x: CellResult, d: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The cell's request counts, each labelled by what it counts; the disjoint
     outcomes add up to Requests sent (glossary: Requests sent)."""
@@ -288,6 +300,8 @@ class Pages:
                      ("Window length", "", formats.seconds((win[1] - win[0]) / 1e9))]
         if x.warmup_s is not None:
             rows.append(("Warm-up", "", formats.seconds(x.warmup_s)))
+        if (spread := measured_by(x.processes, x.hosts)) is not None:
+            rows.append(("Measured by", "", spread))
         if x.token_counting:
             how = TOKEN_COUNTING.get(x.token_counting, x.token_counting)
             rows.append(("Tokens counted by", "", how))

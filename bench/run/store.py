@@ -134,9 +134,11 @@ class RunStore:
         ids = self.requests.column("request_id").to_pylist()
         return set(ids) | set(self.superseded.column("request_id").to_pylist())
 
-    def record(self, cell: Cell, outcome: CellOutcome) -> None:
+    def record(self, cell: Cell, outcome: CellOutcome, processes: int | None = None,
+               hosts: int | None = None) -> None:
         """A finished cell replaces the cell's row and its raw rows; rows of
-        the attempt it replaces move to the superseded file."""
+        the attempt it replaces move to the superseded file. `processes`, `hosts`:
+        what the cell's streams were spread over (None: not known)."""
         if outcome.status == PENDING:
             raise ValueError("an interrupted cell is not recorded: it stays as it was")
         row = _cell_row(cell.key, outcome.status, outcome.reason)
@@ -145,6 +147,7 @@ class RunStore:
         row["warmup_s"] = outcome.warmup_s
         row["token_counting"] = outcome.counting
         row["client_bound"] = outcome.client_bound
+        row["processes"], row["hosts"] = processes, hosts
         self.windows.pop(cell.key, None)  # a re-measured cell's windows are its new attempt's
         if outcome.windows:
             self.windows[cell.key] = list(outcome.windows)

@@ -15,6 +15,7 @@ import gc
 import math
 import signal
 import time
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import httpx
@@ -40,6 +41,16 @@ from rundir.redact import redact_url
 from rundir.words import context_label
 
 AUTH_DENIED = (401, 403)
+
+
+class Spread(NamedTuple):
+    """What a cell's streams were spread over, as cells.parquet records it: a
+    prefill cell and a one-process decode cell run in this process (1, 1);
+    --workers N spreads a decode cell over up to N processes here (N, 1);
+    --shard i/N over one process on each of N hosts (N, N)."""
+
+    processes: int
+    hosts: int
 
 
 def _streams_here(plan: Plan, todo: list[Cell], hosts: int) -> int:
@@ -122,8 +133,10 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
             shards = (1 if cell.phase != DECODE else hosts.n if hosts is not None
                       else cell_shards(plan.workers, cell.concurrency))
             cell_runner = runner if shards == 1 else ShardedCellRunner(runner, source, shards)
+            # one process on each host; --workers: the cell's share, on this host
+            spread = Spread(shards, shards if hosts is not None else 1)
             outcome = await _run_cell(cell_runner, cell, interrupted, store, clean, url)
-            _save_cell(cell, outcome, store, sampler, telemetry, progress, clean)
+            _save_cell(cell, outcome, spread, store, sampler, telemetry, progress, clean)
             # Collect now and freeze the survivors, so a garbage-collection
             # pass over everything measured so far cannot stall the next window.
             gc.collect()
@@ -190,12 +203,16 @@ async def _run_cell(runner: CellRunner | ShardedCellRunner, cell: Cell, interrup
     return outcome
 
 
-def _save_cell(cell: Cell, outcome: CellOutcome, store: RunStore, sampler: MetricsSampler,
-               telemetry, progress: Progress, clean) -> None:
-    """Store a measured cell and flush the run directory, then show it."""
+def _save_cell(cell: Cell, outcome: CellOutcome, spread: Spread, store: RunStore,
+               sampler: MetricsSampler, telemetry, progress: Progress, clean) -> None:
+    """Store a measured cell (with what measured it) and flush the run directory,
+    then show it."""
     if outcome.reason:
         outcome.reason = clean(outcome.reason)
-    store.record(cell, outcome)
+    if not outcome.records:  # nothing sent (shard processes that did not start): nothing spread
+        store.record(cell, outcome)
+    else:
+        store.record(cell, outcome, spread.processes, spread.hosts)
     gpu = telemetry.table() if telemetry.enabled else None  # saved, and the display's J/token
     try:
         store.flush(sampler.table() if sampler.enabled else None, gpu)

@@ -147,6 +147,7 @@ def test_two_hosts_make_one_run(refserver, tmp_path) -> None:
     run = read_run(out)
     cells = run.cells.to_pylist()
     assert {c["status"] for c in cells} == {"valid"}, cells
+    assert {(c["processes"], c["hosts"]) for c in cells} == {(2, 2)}  # one process on each host
     clocks = run.clock_offsets.to_pylist()
     assert sorted((c["concurrency"], c["shard"]) for c in clocks) == [(2, 1), (4, 1)]
     for c in clocks:

@@ -19,7 +19,7 @@ import yaml
 from bench.core.plan import Cell
 from bench.measure.cells import Settings
 from bench.run.progress import estimate_s
-from rundir.contract import CELLS_FILE, PURPOSE_MEASURE, WINDOWS_FILE
+from rundir.contract import CELLS_FILE, CELLS_SCHEMA, PURPOSE_MEASURE, WINDOWS_FILE
 from rundir.io import read_run
 from site_builder.aggregate import aggregate_run
 from tests.conftest import run_cli
@@ -118,7 +118,8 @@ def test_one_window_writes_what_it_always_did(refserver, tmp_path) -> None:
     assert not (out / WINDOWS_FILE).exists()
     info = yaml.safe_load((out / "run.yaml").read_text())
     assert "repeats" not in info["parameters"]
-    assert pq.read_schema(out / CELLS_FILE).names[-1] == "pub_measured_s"  # no new column
+    # no column of its own: the contract's (processes, hosts: what measured the cell)
+    assert pq.read_schema(out / CELLS_FILE).names == CELLS_SCHEMA.names
     (cell,) = aggregate_run(read_run(out)).decode()
     assert cell.windows == 1 and cell.intervals == {}
 

@@ -294,6 +294,8 @@ def test_a_shard_that_does_not_start_fails_its_cell_in_one_line(refserver, tmp_p
     assert re.fullmatch(rf"shard 1 \(pid \d+\) did not start: {how} \(a fresh one starts with "
                         r"the next cell\)", reason), reason
     assert cells[4]["status"] == "valid", cells[4]["reason"]
+    # what measured each: nothing for the cell that sent no request, 2 processes after
+    assert [(cells[c]["processes"], cells[c]["hosts"]) for c in (2, 4)] == [(None, None), (2, 1)]
     assert {shard_of(r["request_id"]) for r in read_run(out).requests.to_pylist()} == {
         "w1g2", "w2"}
     assert "Traceback" not in proc.stderr

@@ -1,0 +1,281 @@
+"""`bench run`'s options, declared once: flag, field, default, help and check.
+
+Why: the command's options were once written three times (the click
+decorators, the command body that copied each value into `RunOptions`, and
+`RunOptions`' own defaults), and a flag added to one and forgotten in another
+was silently dropped. Here each option is one `RunOption`; the click options
+(`run_options`) and the `RunOptions` a run gets (`build_run_options`) are
+both made from the same list, so adding a flag is adding one entry here and
+the field it sets.
+
+A default is the field's own (`RunOptions`, or `Settings` for a
+`settings.<name>` field) unless the entry gives one, so the command line and
+a program that builds `RunOptions` itself cannot disagree about it. The
+checks are the click types of bench/params.py: a bad value fails at parse
+time, naming the flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bench.distributed.peer_auth import SECRET_ENV
+from bench.measure.cells import Settings
+from bench.params import (
+    Address,
+    ApiKey,
+    BaseUrl,
+    Contexts,
+    Levels,
+    Seconds,
+    ShardSpec,
+    SourceAddress,
+    Tokens,
+    Workers,
+)
+from bench.run.runcard import read_run_card
+from bench.run.runner import RunOptions
+from bench.server.telemetry import MODES, RATE_HZ
+
+SETTINGS = "settings."  # a field of RunOptions.settings (bench/measure/cells.py)
+
+
+class _FieldDefault:
+    def __repr__(self) -> str:
+        return "FIELD_DEFAULT"
+
+
+FIELD_DEFAULT: Any = _FieldDefault()  # the default of the field the option sets
+
+
+@dataclass(frozen=True)
+class RunOption:
+    """One option of `bench run`.
+
+    `field`: the `RunOptions` field it sets (`settings.<name>`: a `Settings`
+    field); `to_field`: the parsed value as that field holds it (a path, a
+    negated flag, a read file), applied to any value but None; `default`:
+    FIELD_DEFAULT takes the field's own (a flag's is False)."""
+
+    flag: str
+    field: str
+    help: str | None = None
+    type: Any = None
+    default: Any = FIELD_DEFAULT
+    show_default: bool = False
+    is_flag: bool = False
+    required: bool = False
+    multiple: bool = False
+    to_field: Callable[[Any], Any] | None = None
+
+    @property
+    def name(self) -> str:
+        """The click parameter's name: `--max-output` -> `max_output`."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def click_default(self, cls: type = RunOptions) -> Any:
+        """What click fills in when the flag is not given (MISSING: nothing)."""
+        if self.is_flag:
+            return False
+        if self.multiple:
+            return ()
+        if self.default is not FIELD_DEFAULT:
+            return self.default
+        return field_default(cls, self.field)
+
+    def decorator(self, cls: type = RunOptions) -> Callable:
+        kwargs: dict[str, Any] = {"help": self.help}
+        if self.is_flag:
+            kwargs["is_flag"] = True
+        else:
+            default = self.click_default(cls)
+            if default is not dataclasses.MISSING and not self.multiple:
+                kwargs["default"] = default
+            for key in ("type", "required", "multiple", "show_default"):
+                if getattr(self, key):
+                    kwargs[key] = getattr(self, key)
+        return click.option(self.flag, **kwargs)
+
+
+def _fields(cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _owner(cls: type, name: str) -> tuple[type, str]:
+    """(dataclass, field name) that `name` ('duration' or 'settings.duration_s') points into."""
+    if name.startswith(SETTINGS):
+        return Settings, name[len(SETTINGS):]
+    return cls, name
+
+
+def field_default(cls: type, name: str) -> Any:
+    """A field's default value (MISSING for a required field); KeyError: no such field."""
+    owner, short = _owner(cls, name)
+    f = _fields(owner)[short]
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def check_options(options: Iterable[RunOption], cls: type = RunOptions) -> None:
+    """Every option sets a field that exists, and no two set the same field or flag.
+
+    Called at import for RUN_OPTIONS: a typo'd field fails loudly, never a flag
+    whose value is thrown away."""
+    seen_fields: set[str] = set()
+    seen_flags: set[str] = set()
+    for opt in options:
+        owner, short = _owner(cls, opt.field)
+        if short not in _fields(owner):
+            raise ValueError(f"{opt.flag}: sets {opt.field}, which {owner.__name__} has not")
+        if opt.field in seen_fields or opt.flag in seen_flags:
+            raise ValueError(f"{opt.flag}: a second option for {opt.field}")
+        seen_fields.add(opt.field)
+        seen_flags.add(opt.flag)
+
+
+def run_options(options: Iterable[RunOption] | None = None, cls: type = RunOptions) -> Callable:
+    """A decorator adding every option, in the listed order, to a click command."""
+    listed = list(RUN_OPTIONS if options is None else options)
+
+    def add(f: Callable) -> Callable:
+        for opt in reversed(listed):  # click lists the last decorator applied first
+            f = opt.decorator(cls)(f)
+        return f
+
+    return add
+
+
+def build_run_options(values: dict[str, Any], given: dict[str, object],
+                      options: Iterable[RunOption] | None = None,
+                      cls: type = RunOptions, **fixed: Any) -> Any:
+    """`cls` (RunOptions) from click's parsed `values` (parameter name -> value),
+    through each option's field; `given`: the options set on the command line;
+    `fixed`: fields the command decides itself (the API key's default from the
+    environment). A None value leaves the field at its default. Raises what an
+    option's to_field raises (a bad run card: ContractError)."""
+    top: dict[str, Any] = {}
+    settings: dict[str, Any] = {}
+    for opt in RUN_OPTIONS if options is None else options:
+        value = values[opt.name]
+        if value is None:
+            continue
+        if opt.to_field is not None:
+            value = opt.to_field(value)
+        owner, short = _owner(cls, opt.field)
+        (settings if owner is Settings else top)[short] = value
+    top.update(fixed)
+    return cls(**top, settings=Settings(**settings), given=given)
+
+
+def _path(value: str) -> Path:
+    return Path(value)
+
+
+def _not(value: bool) -> bool:
+    return not value
+
+
+def _run_card(value: str) -> Any:
+    return read_run_card(Path(value))
+
+
+# The options, in the order `bench run --help` lists them.
+RUN_OPTIONS: tuple[RunOption, ...] = (
+    RunOption("--base-url", "base_url", "Server URL, e.g. http://127.0.0.1:8000",
+              type=BaseUrl(), required=True),
+    RunOption("--api-key", "api_key", "API key (default: $OPENAI_API_KEY).", type=ApiKey()),
+    RunOption("--model", "model", "Served model name (default: the first listed)."),
+    RunOption("--contexts", "contexts", "e.g. 8k,16k,32k,max (default: 8K…128K and max).",
+              type=Contexts()),
+    RunOption("--concurrency", "concurrency", "e.g. 1,2,4 (default: 1,2,…,128; at most 16,384).",
+              type=Levels()),
+    RunOption("--prefill-contexts", "prefill_contexts",
+              "Prefill contexts (default: the decode ones).", type=Contexts()),
+    RunOption("--no-prefill", "prefill", "Skip the prefill phase.", is_flag=True, to_field=_not),
+    RunOption("--duration", "settings.duration_s", "Window (s).", type=Seconds(),
+              show_default=True),
+    RunOption("--repeats", "settings.repeats",
+              "Windows per decode cell, back to back on the same streams; with 2 or "
+              "more the pages show each figure's median over them with a 95% interval.",
+              type=click.IntRange(1, 100), show_default=True),
+    RunOption("--max-output", "settings.max_output", "Max output tokens.", type=Tokens(),
+              show_default=True),
+    RunOption("--prefill-repeats", "settings.prefill_repeats", type=click.IntRange(1, 1000),
+              show_default=True),
+    RunOption("--warmup-timeout", "settings.warmup_timeout_s", type=Seconds(), show_default=True),
+    RunOption("--warmup-stable", "settings.stable_s",
+              "Seconds every stream must be producing before the window opens.",
+              type=Seconds(zero_ok=True), show_default=True),
+    RunOption("--server-wait", "server_wait_s",
+              "How long to wait for a server that is still starting (nothing listening, "
+              "HTTP 502/503/504) before the first request, and for it to answer again "
+              "after a failed cell (s).", type=Seconds(zero_ok=True), show_default=True),
+    RunOption("--stall-timeout", "settings.stall_timeout_s",
+              "Fail a stream that sends no bytes for this long once tokens flow (s).",
+              type=Seconds(), show_default=True),
+    RunOption("--ttft-timeout", "settings.ttft_timeout_s",
+              "Fail a request with no first token after this long (s): queued "
+              "long-context prefills legitimately take minutes.", type=Seconds(),
+              show_default=True),
+    RunOption("--kv-budget", "kv_budget", "KV-cache budget in tokens (overrides detection).",
+              type=Tokens()),
+    RunOption("--launch-command", "launch_command", "The server's launch command, if not local."),
+    RunOption("--run-card", "run_card",
+              "YAML with hardware/engine/model fields, launch_command, notes, submitter.",
+              type=click.Path(dir_okay=False), default=None, to_field=_run_card),
+    RunOption("--out", "out", "Run directory.", type=click.Path(file_okay=False), to_field=_path),
+    RunOption("--resume", "resume",
+              "Continue run directory R: its matrix and parameters come from R's run.yaml; "
+              "--contexts/--concurrency/--prefill-contexts add cells; finished cells are kept.",
+              type=click.Path(file_okay=False), to_field=_path),
+    RunOption("--retry-errors", "retry_errors",
+              "With --resume: measure R's Error cells again (their earlier rows are kept "
+              "in superseded_requests.parquet).", is_flag=True),
+    RunOption("--gpu-telemetry", "gpu_telemetry",
+              "auto: sample this host's GPUs (power, energy, clocks, throttling) "
+              f"{RATE_HZ}× a second into gpu_metrics.parquet when NVML or amdsmi finds "
+              "some and the server runs here; off: none.", type=click.Choice(MODES),
+              show_default=True),
+    RunOption("--workers", "workers",
+              "Processes a decode cell's streams are spread over, each with its own "
+              "event loop and sockets (the plan says how many and why). auto: as many "
+              "as the planned event rate needs (250 tok/s a stream, 35,000 events/s a "
+              "process), at most cores - 1; 1: every cell in this process.",
+              type=Workers(), show_default=True),
+    RunOption("--shard", "shard",
+              "i/N: this host is shard i of N hosts driving one run (with --coordinator). "
+              "Shard 0 coordinates: it plans, writes the run directory and spreads each "
+              "decode cell's streams over the N hosts; shard i ≥ 1 measures for it "
+              f"(deploy/kubernetes/README.md). Every host needs the same secret in "
+              f"${SECRET_ENV} (16 characters or more): the hosts prove it to each "
+              "other, and every message between them is authenticated with it.",
+              type=ShardSpec()),
+    RunOption("--coordinator", "coordinator",
+              "HOST:PORT where shard 0 listens for the other shards (shard 0 binds it).",
+              type=Address()),
+    RunOption("--join-timeout", "join_timeout_s",
+              "With --shard: how long shard 0 waits for every shard to join (before the "
+              "first cell, and for a lost shard before the next) and a shard for shard 0.",
+              type=Seconds(), show_default=True),
+    RunOption("--source-address", "source_addresses",
+              "Local address the streams' connections come from, repeatable: each "
+              "brings its own ephemeral ports (one address reaches one server address "
+              "with about 28,000). Automatic on a 127.0.0.1 server: 127.0.0.x. With "
+              "--shard, each host's own.", type=SourceAddress(), multiple=True, to_field=tuple),
+    RunOption("--dry-run", "dry_run", "Print the plan and exit.", is_flag=True),
+)
+
+# Fields no flag sets: `given` is the command's own record of what was typed;
+# the drain timeout is the collector's, not the user's.
+NOT_FLAGS = frozenset({"given", "settings", "settings.drain_timeout_s"})
+
+check_options(RUN_OPTIONS)

@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from bench.measure.figure_bound import bound_text
 from bench.measure.stamp_bounds import FigureBound, stamp_reason
 from bench.measure.stamp_bounds import tok_s_step as total_display_step
 
@@ -213,8 +214,8 @@ def delay_reason(delays: WindowDelays, tbt_ms: float | None) -> str | None:
         moved = rate * max(across) / 1e9 / (delays.window_ns / 1e9)  # tok/s, at most
         if moved > step / 2:
             reasons.append(f"a {_ms(max(across))} ms event-loop stall across the window's "
-                           f"{name} could move total tok/s by up to {moved:.3g} "
-                           f"(shown to {step:g})")
+                           f"{name} could move total tok/s by up to {bound_text(moved, step)}, "
+                           f"over half the {bound_text(step, step)} it is shown to")
     return "; ".join(reasons) or None
 
 

@@ -20,13 +20,17 @@ from rich.text import Text
 
 from bench.core.plan import Cell, Plan
 from bench.run.summary import (
+    MARK_LEGEND,
     CellLine,
     ThrottleWatch,
     cell_label,
     cell_line,
     gpu_lines,
     header,
+    legend,
+    matrix_text,
     row,
+    stored_line,
     table_lines,
 )
 from bench.server.telemetry import GpuTelemetry
@@ -40,10 +44,11 @@ from rundir.contract import (
     REQUESTS_QUEUED,
     VALID,
 )
-from rundir.statuses import carries_numbers
-from rundir.words import context_label, status_label, tok_s
+from rundir.words import context_label, status_label
 
 NOT_RUN_YET = "…"  # the live table's mark for a cell still to run (not a status)
+# A log or CI (stderr not a terminal): plain lines, never wrapped at 80 columns
+LOG_WIDTH = 10_000
 
 
 PREFILL_TOK_S_GUESS = 20_000  # until a prefill cell is measured: a mid-size model on one GPU
@@ -120,9 +125,21 @@ def summary_line(counts: Mapping[str, int]) -> str:
     return f"{total} cell{'' if total == 1 else 's'}: " + ", ".join(parts)
 
 
+def stderr_console() -> Console:
+    """The terminal's console; on a log or CI (stderr not a terminal) one that
+    prints every line whole instead of wrapping it at Rich's default 80 columns."""
+    console = Console(stderr=True)
+    if console.is_terminal:
+        return console
+    return Console(stderr=True, width=LOG_WIDTH, soft_wrap=True)
+
+
 class Progress:
+    """The plan, then one line per finished cell as it ends, then the matrix:
+    live in a terminal, printed once at the end on a log."""
+
     def __init__(self, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or stderr_console()
         self.live: Live | None = None
         self.plan: Plan | None = None
         self.results: dict[tuple[str, int, int], str] = {}
@@ -132,6 +149,7 @@ class Progress:
         self.telemetry: GpuTelemetry | None = None  # None: nothing GPU-related is shown
         self.watch = ThrottleWatch()
         self.lines: list[CellLine] = []  # this session's finished cells, for the end table
+        self.earlier: list[CellLine] = []  # cells an earlier session measured (a resumed run)
 
     def show_plan(self, info, plan: Plan, todo: list[Cell], settings, kv_budget, kv_source, run_dir) -> None:
         self.eta = Eta(settings)
@@ -165,12 +183,28 @@ class Progress:
 
     def start(self, plan: Plan, store, telemetry: GpuTelemetry | None = None) -> None:
         """The live view; `telemetry` (an enabled sampler) adds the GPU panel,
-        read by the display's own refresh thread, never the event loop."""
+        read by the display's own refresh thread, never the event loop. Cells
+        an earlier session measured (a resumed run) show their figures, read
+        back from the run directory, in the matrix and in the cell list."""
         self.plan = plan
         self.telemetry = telemetry if telemetry is not None and telemetry.enabled else None
-        for key, status in ((k, r["status"]) for k, r in store.rows.items()):
-            self.results[key] = NOT_RUN_YET if status == PENDING else status_label(status)
+        again = {c.key for c in self.remaining}
+        requests = getattr(store, "requests", None)
+        gpu = getattr(store, "resumed_gpu", None) if self.telemetry is not None else None
+        for key, r in store.rows.items():
+            status = r["status"]
+            if status == PENDING:
+                self.results[key] = NOT_RUN_YET
+            elif key in again or status == OVER_CAPACITY or requests is None:
+                self.results[key] = status_label(status)  # to measure now, or never measured
+            else:
+                line = stored_line(Cell(*key), r, requests, gpu)
+                self.earlier.append(line)
+                self.results[key] = matrix_text(line)
         self.note(header(self.telemetry is not None))
+        for line, r in sorted(((x, store.rows[x.cell.key]) for x in self.earlier),
+                              key=lambda p: (p[0].cell.phase != PREFILL, p[0].cell.key[1:])):
+            self._say(line, r.get("reason"))
         if self.console.is_terminal:
             self.live = Live(console=self.console, refresh_per_second=2, get_renderable=self._view)
             self.live.start()
@@ -186,22 +220,24 @@ class Progress:
     def end(self, cell: Cell, outcome, gpu: pa.Table | None = None) -> None:
         """A finished cell: its line of figures (`gpu`, the run's telemetry so
         far, gives J/token); in the matrix its decode total tok/s or its status."""
-        text = status_label(outcome.status)
-        if outcome.window and carries_numbers(outcome.status) and outcome.figures:
-            text = tok_s(outcome.figures.total_tok_s) + ("*" if outcome.status != VALID else "")
-        self.results[cell.key] = text
+        line = cell_line(cell, outcome, gpu if self.telemetry is not None else None)
+        self.results[cell.key] = matrix_text(line)
         if self.eta is not None and outcome.status != PENDING:  # interrupted: not a full cell
             self.eta.end(cell)
         if cell in self.remaining:
             self.remaining.remove(cell)
-        line = cell_line(cell, outcome, gpu if self.telemetry is not None else None)
         self.lines.append(line)
-        self.note(row(line, self.telemetry is not None))
-        if outcome.reason and outcome.status != VALID:
-            self.note(f"  {cell_label(cell)}: {outcome.reason}")
+        self._say(line, outcome.reason)
         if self.live is None:  # no refresh thread: look at the GPUs now
             self._look()
         self._refresh()
+
+    def _say(self, line: CellLine, reason: str | None) -> None:
+        """A cell's line, and its reason when it is not Valid or is client-bound
+        (a Valid client-bound cell is marked, so its reason is printed too)."""
+        self.note(row(line, self.telemetry is not None))
+        if reason and (line.status != VALID or line.client_bound):
+            self.note(f"  {cell_label(line.cell)}: {reason}")
 
     def note(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False)  # may quote the server
@@ -211,14 +247,21 @@ class Progress:
         self.console.print(summary_line(counts), markup=False, highlight=False)
 
     def stop(self) -> None:
-        """The matrix, then every cell measured in this session, one line each."""
+        """The final matrix (every cell's figures, earlier sessions' too). In a
+        terminal the live view ends on it and every cell's line follows, in
+        order; on a log, where each line was printed as its cell ended, the
+        matrix is printed once and the legend under it."""
+        every = [*self.earlier, *self.lines]
         if self.live is not None:
+            self.live.update(self._table(final=True), refresh=True)
             self.live.stop()
             self.live = None
+            if every:
+                for text in table_lines(every, self.telemetry is not None):
+                    self.note(text)
         elif self.plan is not None:
-            self.console.print(self._table())
-        if self.lines:
-            for text in table_lines(self.lines, self.telemetry is not None):
+            self.console.print(self._table(final=True))
+            for text in legend(every):
                 self.note(text)
 
     def _look(self) -> list[str]:
@@ -242,10 +285,16 @@ class Progress:
         if self.live is not None:
             self.live.update(self._table())
 
-    def _table(self) -> Table:
+    def _table(self, final: bool = False) -> Table:
+        """The decode matrix (prefill in its caption), as the run page lays it out;
+        `final`: the run's last, without an ETA."""
         plan = self.plan
-        eta = self.eta.remaining_s(self.remaining) if self.eta else 0
-        table = Table(title=f"decode total tok/s (ETA {eta / 60:.1f} min)")
+        if final:
+            title = "decode total tok/s"
+        else:
+            eta = self.eta.remaining_s(self.remaining) if self.eta else 0
+            title = f"decode total tok/s (ETA {eta / 60:.1f} min)"
+        table = Table(title=title)
         table.add_column("context")
         for c in plan.concurrency if plan else []:
             table.add_column(str(c), justify="right")
@@ -256,6 +305,9 @@ class Progress:
             table.add_row(*row)
         pre = [f"{context_label(c)}: {self.results.get((PREFILL, c, 1), '')}"
                for c in (plan.prefill_contexts if plan else [])]
-        if pre:
-            table.caption = "prefill " + "  ".join(pre)
+        caption = ["prefill prompt tok/s " + "  ".join(pre)] if pre else []
+        if any(x.client_bound for x in (*self.earlier, *self.lines)):
+            caption.append(MARK_LEGEND)
+        if caption:
+            table.caption = "\n".join(caption)
         return table

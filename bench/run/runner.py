@@ -25,6 +25,7 @@ from bench.core.lock import LOCK_FILE, LockHeld, RunLock
 from bench.core.plan import Cell, Plan, make_plan
 from bench.core.workers import AUTO, WorkerPlan, host_cores, plan_workers
 from bench.measure.cells import Settings
+from bench.run.nextstep import next_steps
 from bench.run.progress import Progress
 from bench.run.resume import FlagConflict, resumed_inputs
 from bench.run.runcard import RunCard
@@ -292,6 +293,8 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
         hint = f" ({errors} Error cells: add --retry-errors to measure them again)" if errors else ""
         progress.note(f"nothing left to measure in {run_dir}{hint}")
         counts = Counter(r["status"] for r in store.rows.values())
+        for line in next_steps(run_dir):
+            progress.note(line)
         progress.summary(counts)
         return RunResult(run_dir, counts)
     tag = session_tag(old.run_id, store.request_ids())
@@ -401,5 +404,7 @@ def _shown(info: ServerInfo, clean) -> ServerInfo:
 def _measure(opts, info, plan, todo, store: RunStore, progress: Progress, clean, tag: str) -> RunResult:
     asyncio_run(sweep(opts, info, plan, todo, store, progress, clean, tag, secrets_of(opts)))
     counts = Counter(r["status"] for r in store.rows.values())
+    for line in next_steps(store.run_dir):  # the counts stay the last line
+        progress.note(line)
     progress.summary(counts)
     return RunResult(store.run_dir, counts)

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.core.plan import Cell
-from rundir.contract import DECODE, PREFILL, REQUESTS_QUEUED, VALID
+from rundir.contract import DECODE, PREFILL, PURPOSE_MEASURE, REQUESTS_QUEUED, VALID
 from rundir.energy import THROTTLE_CLASSES, cell_energy
-from rundir.metrics import Chunks, prefill_metrics, prefill_used
+from rundir.metrics import Chunks, decode_metrics, prefill_metrics, prefill_used
 from rundir.words import (
     MISSING,
     context_label,
@@ -48,6 +48,7 @@ class CellLine:
     per_request_tok_s: float | None = None
     ttft_ms: float | None = None
     j_per_token: float | None = None
+    client_bound: bool = False  # the collector may have limited it: MARK beside its figures
 
 
 def cell_label(cell: Cell) -> str:
@@ -61,31 +62,80 @@ def cell_line(cell: Cell, outcome: Any, gpu: pa.Table | None = None) -> CellLine
     """The figures of a finished cell: the decode judge's own, a prefill cell's
     from its samples (rundir.metrics.prefill_used, as on the pages), joules per
     output token over the decode window when `gpu` (the run's telemetry) has it."""
-    line = CellLine(cell, outcome.status)
+    line = CellLine(cell, outcome.status, client_bound=bool(getattr(outcome, "client_bound", False)))
     if outcome.status not in NUMBER_STATUSES:
         return line
     if cell.phase == DECODE:
         fig, window = getattr(outcome, "figures", None), getattr(outcome, "window", None)
-        if fig is None or window is None:
-            return line
-        line.tok_s = fig.total_tok_s
-        line.per_request_tok_s = getattr(fig, "per_request_tok_s", None)
-        line.ttft_ms = getattr(fig, "ttft_ms", None)
-        tokens = getattr(fig, "output_tokens", None)
-        if gpu is not None and gpu.num_rows and tokens:
-            energy = cell_energy(gpu, window[0], window[1], tokens)
-            line.j_per_token = energy.j_per_token if energy is not None else None
+        if fig is not None and window is not None:
+            _decode_figures(line, fig, window, gpu)
         return line
     table = getattr(outcome, "table", None)
     if table is not None and table.num_rows:
-        chunks = Chunks.from_table(table)
-        prompt = np.asarray(pc.fill_null(table.column("prompt_tokens"), 0)
-                            .to_numpy(zero_copy_only=False), dtype=np.int64)
-        used = prefill_used(table, chunks, prompt)
-        if used.any():
-            pm = prefill_metrics(chunks.subset(np.flatnonzero(used)), prompt[used])
-            line.tok_s, line.ttft_ms = pm.prompt_tok_s, pm.ttft_ms
+        _prefill_figures(line, table)
     return line
+
+
+def stored_line(cell: Cell, row: Mapping[str, Any], requests: pa.Table,
+                gpu: pa.Table | None = None) -> CellLine:
+    """The figures of a cell an earlier session measured (a resumed run), from
+    its row of cells.parquet and its rows of requests.parquet (`requests`, the
+    run's), computed as the judge and the pages compute them."""
+    line = CellLine(cell, row["status"], client_bound=bool(row.get("client_bound")))
+    if line.status not in NUMBER_STATUSES or not requests.num_rows:
+        return line
+    mine = requests.filter(pc.and_(pc.and_(pc.equal(requests.column("phase"), cell.phase),
+                                           pc.equal(requests.column("context"), cell.context)),
+                                   pc.equal(requests.column("concurrency"), cell.concurrency)))
+    if not mine.num_rows:
+        return line
+    if cell.phase != DECODE:
+        _prefill_figures(line, mine)
+        return line
+    start, end = row.get("window_start_ns"), row.get("window_end_ns")
+    if start is None or end is None or end <= start:
+        return line
+    measured = mine.filter(pc.equal(mine.column("purpose"), PURPOSE_MEASURE))
+    cancelled = np.asarray(pc.fill_null(measured.column("cancelled"), False)
+                           .to_numpy(zero_copy_only=False), dtype=bool)
+    failed = np.asarray(pc.is_valid(measured.column("error")).to_numpy(zero_copy_only=False),
+                        dtype=bool)
+    try:
+        fig = decode_metrics(Chunks.from_table(measured), start, end, ~cancelled & ~failed)
+    except ValueError:
+        return line
+    _decode_figures(line, fig, (start, end), gpu)
+    return line
+
+
+def _decode_figures(line: CellLine, fig: Any, window: tuple[int, int], gpu: pa.Table | None) -> None:
+    line.tok_s = fig.total_tok_s
+    line.per_request_tok_s = getattr(fig, "per_request_tok_s", None)
+    line.ttft_ms = getattr(fig, "ttft_ms", None)
+    tokens = getattr(fig, "output_tokens", None)
+    if gpu is not None and gpu.num_rows and tokens:
+        energy = cell_energy(gpu, window[0], window[1], tokens)
+        line.j_per_token = energy.j_per_token if energy is not None else None
+
+
+def _prefill_figures(line: CellLine, table: pa.Table) -> None:
+    chunks = Chunks.from_table(table)
+    prompt = np.asarray(pc.fill_null(table.column("prompt_tokens"), 0)
+                        .to_numpy(zero_copy_only=False), dtype=np.int64)
+    used = prefill_used(table, chunks, prompt)
+    if used.any():
+        pm = prefill_metrics(chunks.subset(np.flatnonzero(used)), prompt[used])
+        line.tok_s, line.ttft_ms = pm.prompt_tok_s, pm.ttft_ms
+
+
+def matrix_text(line: CellLine) -> str:
+    """A cell in the live matrix, as the run page's matrix shows it: total
+    tok/s (MARK when client-bound), the status word under it when not Valid;
+    a cell without numbers, its status word."""
+    if line.status not in NUMBER_STATUSES or line.tok_s is None:
+        return status_label(line.status) + (MARK if line.client_bound else "")
+    text = tok_s(line.tok_s) + (MARK if line.client_bound else "")
+    return text if line.status == VALID else f"{text}\n{status_label(line.status)}"
 
 
 # Columns: cell, tok/s, tok/s per request, TTFT, J/token (with telemetry), status.
@@ -100,6 +150,8 @@ def header(energy: bool) -> str:
 
 
 LEGEND = "tok/s: decode output of all streams, prefill prompt; medians per request"
+MARK = "*"  # client-bound, and nothing else: the pages' mark (site_builder/glossary.py)
+MARK_LEGEND = f"{MARK} client-bound: the collector may have limited it (reason under its line)"
 
 
 def row(line: CellLine, energy: bool) -> str:
@@ -116,7 +168,7 @@ def row(line: CellLine, energy: bool) -> str:
     first = shown(ttft(line.ttft_ms))
     j = f"{shown(j_per_token(line.j_per_token), decode):>{_J}}" if energy else ""
     return (f"{cell_label(line.cell):<{_LABEL}}{tok:>{_TOK}}{req:>{_REQ}}{first:>{_TTFT}}{j}"
-            f"  {status_label(line.status)}")
+            f"  {status_label(line.status)}{MARK if line.client_bound else ''}")
 
 
 def table_lines(lines: Iterable[CellLine], energy: bool) -> list[str]:
@@ -125,7 +177,13 @@ def table_lines(lines: Iterable[CellLine], energy: bool) -> list[str]:
     def order(x: CellLine) -> tuple[int, int, int]:
         return (0 if x.cell.phase == PREFILL else 1, x.cell.context, x.cell.concurrency)
 
-    return [header(energy), *(row(x, energy) for x in sorted(lines, key=order)), LEGEND]
+    lines = sorted(lines, key=order)
+    return [header(energy), *(row(x, energy) for x in lines), *legend(lines)]
+
+
+def legend(lines: Iterable[CellLine]) -> list[str]:
+    """What the figures are, and what the mark means when a cell carries it."""
+    return [LEGEND, *([MARK_LEGEND] if any(x.client_bound for x in lines) else [])]
 
 
 # -- the GPU panel ----------------------------------------------------------------

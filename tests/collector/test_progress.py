@@ -151,10 +151,10 @@ def test_every_line_fits_80_columns_and_every_cell_is_one_line() -> None:
     shown, plan = _whole_run(FakeTelemetry([[_gpu(g, 0x4) for g in range(8)]]), _energy_table())
     lines = shown.splitlines()
     assert len(plan.cells) == 9 + 9 * 8 and max(map(len, lines)) <= 80
-    for cell in plan.cells:  # each cell's figures on one unbroken line, live and in the end table
+    for cell in plan.cells:  # each cell's figures on one unbroken line, once on a log (issue 32)
         label = cell_label(cell)
         rows = [t for t in lines if t.startswith(label + " ")]
-        assert len(rows) == 2, label
+        assert len(rows) == 1, label
         if cell.phase == DECODE and rows[0].endswith(("Valid", "Requests queued")):
             assert all(x in rows[0] for x in ("9,", "123,456 ms", "0.001"))
 
@@ -201,3 +201,30 @@ def test_nothing_gpu_related_without_telemetry() -> None:
                              kv_budget=None, prefill=False),
                    SimpleNamespace(rows={}), SimpleNamespace(enabled=False))
     assert progress.telemetry is None and progress._look() == []
+
+
+def test_a_valid_client_bound_cell_is_marked_and_its_reason_printed() -> None:
+    """Issue 32: `*` meant "not Valid" here and "client-bound" on the page, and a
+    Valid client-bound cell's reason was never printed."""
+    plan = make_plan(contexts=[1024], concurrency=[1, 2], max_output=256, max_model_len=8192,
+                     kv_budget=10**6, prefill=False)
+    out = io.StringIO()
+    progress = Progress(Console(file=out, width=80))
+    progress.start(plan, SimpleNamespace(rows={c.key: {"status": PENDING} for c in plan.cells}))
+    bound, queued = (SimpleNamespace(**vars(_decode_outcome(s, i)))
+                     for i, s in enumerate((VALID, REQUESTS_QUEUED)))
+    bound.client_bound, bound.reason = True, "client-bound: the collector could not keep up"
+    for cell, outcome in zip(plan.cells, (bound, queued), strict=True):
+        progress.begin(cell)
+        progress.end(cell, outcome)
+    progress.stop()
+    shown = out.getvalue()
+    first, second = (cell_label(c) for c in plan.cells)
+    assert [t for t in shown.splitlines() if t.startswith(first + " ")][0].endswith("Valid*")
+    assert f"  {first}: client-bound: the collector could not keep up" in shown
+    assert [t for t in shown.splitlines() if t.startswith(second + " ")][0].endswith("Requests queued")
+    grid = [t for t in shown.splitlines() if "│" in t]
+    assert any("9,999.9*" in t for t in grid)  # the client-bound cell, marked
+    assert any("9,998.9" in t for t in grid) and "9,998.9*" not in shown  # not Valid: no star
+    assert "Requests queued" in shown.split("decode total tok/s")[1]  # its word, not a star
+    assert "* client-bound" in shown

@@ -117,8 +117,8 @@ def test_a_merged_read_at_the_first_token_moves_ttft() -> None:
     # stamped with the second token (TTFT 30 ms), truly anywhere after the send
     assert got["TTFT"].moved == pytest.approx(30.0)
     assert got["TTFT"].visible and got["TTFT"].step == 1.0
-    assert "TTFT median could be off by up to 30 ms (shown to 1 ms)" in stamp_bounds.stamp_reason(
-        list(got.values()))
+    said = stamp_bounds.stamp_reason(list(got.values()))
+    assert "TTFT median could be off by up to 30 ms, over half the 1 ms it is shown to" in said
     # one merged first token among nine TTFTs 0.01 ms apart: the median can move
     # only among its neighbours (the published one already moved one up)
     streams, sends = steady(9)
@@ -331,3 +331,17 @@ def test_levels_are_not_vacuous() -> None:
                 off += 1
                 quiet_median += b.name not in median_flagged
     assert off >= 5 and quiet_median >= 1, (off, quiet_median)
+
+
+def test_a_bound_reads_in_plain_digits_to_its_figures_step() -> None:
+    """Issue 32: "1.01e+03 ms" and "0.525 ms (shown to 1 ms)" read as noise."""
+    from bench.measure.figure_bound import FigureBound
+
+    said = [FigureBound("TTFT", m, s, u, "p99").describe()
+            for m, s, u in ((1010.4, 1.0, " ms"), (0.525, 1.0, " ms"), (15.3, 0.1, ""),
+                            (1.2e6, 1e5, ""))]
+    assert said == [
+        "TTFT p99 could be off by up to 1,010 ms, over half the 1 ms it is shown to",
+        "TTFT p99 could be off by up to 0.53 ms, over half the 1 ms it is shown to",
+        "TTFT p99 could be off by up to 15.3, over half the 0.1 it is shown to",
+        "TTFT p99 could be off by up to 1,200,000, over half the 100,000 it is shown to"]

@@ -8,6 +8,7 @@ index, CSV and JSON downloads describe a run with the same words.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rundir import contract, slugs, tails, words
 from rundir.contract import RunInfo
@@ -15,6 +16,9 @@ from site_builder import formats, metrictable, throttle
 from site_builder.aggregate import CellResult, RunAggregate
 from site_builder.families import family_of
 from site_builder.prices import Price
+
+if TYPE_CHECKING:  # changes imports oppoint, which imports this module
+    from site_builder.changes import Fall
 
 _CODES = {
     "fixed_duration": "Fixed duration",
@@ -169,11 +173,12 @@ class RunView:
     # Its site-wide distinct name (site_builder/names.py), set by publish; the title until then.
     name: str = ""
     # Its history (site_builder/series.py), set by publish: the series' slug (empty: no
-    # series), its previous and next run as (slug, name), and a regression note.
+    # series), its previous and next run as (slug, name), and its headline's fall
+    # against the previous run (a regression, or a change not established).
     series_slug: str = ""
     series_prev: tuple[str, str] | None = None
     series_next: tuple[str, str] | None = None
-    regression: str = ""
+    regression: Fall | None = None
 
     def __post_init__(self) -> None:
         self.name = self.name or self.title

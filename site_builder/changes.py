@@ -29,6 +29,7 @@ from rundir import words
 from site_builder import formats
 from site_builder.aggregate import CellResult
 from site_builder.oppoint import overlaps
+from site_builder.views import Fall
 
 THRESHOLD = 0.05
 # (CellResult field, header, higher is better, format)
@@ -63,30 +64,6 @@ class Move:
     better: bool
     established: bool  # the bands do not overlap (else it may be noise)
     why: str  # how it was judged (APART, OVERLAP, NO_BAND, ...)
-
-
-@dataclass(frozen=True)
-class Fall:
-    """A headline figure's largest fall from a series' previous run (its badge)."""
-
-    note: str  # "Total tok/s at 1K × 1 −13.4% vs vllm 0.29.0 (Sep 2, 2026)"
-    established: bool
-    why: str
-
-    @property
-    def label(self) -> str:
-        return "regression" if self.established else "change not established"
-
-    @property
-    def title(self) -> str:
-        """The full sentence (the badge's title, the run page's note)."""
-        if self.established:
-            return f"Regression: {self.note}"
-        return f"Change not established: {self.note}; {self.why}"
-
-    @property
-    def badge_class(self) -> str:
-        return "badge regression" if self.established else "badge"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ index, CSV and JSON downloads describe a run with the same words.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from rundir import contract, slugs, tails, words
 from rundir.contract import RunInfo
@@ -16,9 +15,6 @@ from site_builder import formats, metrictable, throttle
 from site_builder.aggregate import CellResult, RunAggregate
 from site_builder.families import family_of
 from site_builder.prices import Price
-
-if TYPE_CHECKING:  # changes imports oppoint, which imports this module
-    from site_builder.changes import Fall
 
 _CODES = {
     "fixed_duration": "Fixed duration",
@@ -157,6 +153,32 @@ def _plural(n: int, word: str) -> str:
 class MatrixRow:
     context: int
     cells: list[CellResult]
+
+
+@dataclass(frozen=True)
+class Fall:
+    """A headline figure's largest fall from a series' previous run, as its badge
+    says it (site_builder/series.py finds it by site_builder/changes.py's rule)."""
+
+    note: str  # "Total tok/s at 1K × 1 −13.4% vs vllm 0.29.0 (Sep 2, 2026)"
+    established: bool
+    why: str
+
+    @property
+    def label(self) -> str:
+        return "regression" if self.established else "change not established"
+
+    @property
+    def title(self) -> str:
+        """The full sentence (the badge's title, the run page's note)."""
+        if self.established:
+            return f"Regression: {self.note}"
+        return f"Change not established: {self.note}; {self.why}"
+
+    @property
+    def badge_class(self) -> str:
+        return "badge regression" if self.established else "badge"
+
 
 
 @dataclass

@@ -20,11 +20,17 @@ difference drawn from it is a conservative claim.
 
 Deterministic: the generator is seeded from the caller's key (the cell and
 the figure), so the same build gives the same bytes whatever the order of
-cells. Nothing here runs for a one-window cell: it has no interval.
+cells. None of the bootstrap runs for a one-window cell: it has no published
+interval. What a one-window cell has instead is its *noise band*
+(`one_window_bands`): the interval its own samples give, widened for the
+drift one window cannot see. The pages never print it as an interval; the
+change rule (site_builder/changes.py) alone reads it, so a series' badge
+calls a one-window change only when it clears that band.
 """
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +45,14 @@ REPLICATES = 2000
 _BLOCK = 4_000_000  # resampled values held at once (32 MB of float64)
 STATISTICS = ("median", "mean")  # a window's figure: median of its requests, or mean of its slices
 SLICES = 10  # total tok/s: a window's equal time slices, resampled as its noise
+# One window's noise band (one_window_bands): Student's t at 97.5% for SLICES - 1 = 9
+# degrees of freedom; the fewest requests whose median gets a 95% rank interval
+# (6: [min, max] covers it with 1 - 2/2**6 = 96.9%); and how much wider than its own
+# slices' spread windows of one steady state were measured to differ (the llama.cpp
+# sample's sub-windows: 1.5-3.2x; docs/methodology.md, "One window: its noise band").
+T975_SLICES = 2.2622
+MIN_REQUESTS = 6
+DRIFT = 3.2
 
 
 def median_over_windows(values: Sequence[float | None]) -> float | None:
@@ -129,6 +143,59 @@ def window_value(samples: dict[str, np.ndarray], key: str) -> float | None:
     if FIGURES[key] == "mean":
         return float(values.mean()) if len(values) else None
     return float(np.median(values)) if len(values) else None
+
+
+def mean_band(values: np.ndarray) -> tuple[float, float] | None:
+    """The 95% Student's t interval of the mean of a window's SLICES slice rates."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if len(values) != SLICES:
+        return None
+    mean, half = float(values.mean()), T975_SLICES * float(values.std(ddof=1)) / math.sqrt(SLICES)
+    return mean - half, mean + half
+
+
+def median_band(values: np.ndarray) -> tuple[float, float] | None:
+    """The distribution-free 95% rank interval of the median of a window's requests:
+    [x_(j), x_(n+1-j)] for the largest j with 2 P(Binomial(n, 1/2) < j) <= 5%;
+    None under MIN_REQUESTS values (no pair of ranks reaches 95%)."""
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n < MIN_REQUESTS:
+        return None
+    tail, j, log_half = 0.0, 0, n * math.log(0.5)
+    while True:  # P(B <= j) accumulated term by term, in logs (n may be thousands)
+        term = math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+                        + log_half)
+        if 2 * (tail + term) > 1.0 - LEVEL:
+            break
+        tail, j = tail + term, j + 1
+    return float(x[j - 1]), float(x[n - j])
+
+
+def widened(center: float, band: tuple[float, float], factor: float = DRIFT) -> list[float]:
+    """`band` stretched `factor` times about `center`, each side on its own (never
+    below 0: every figure it is used for is a rate or a time)."""
+    return [max(0.0, center - factor * (center - band[0])), center + factor * (band[1] - center)]
+
+
+def one_window_bands(samples: dict[str, np.ndarray]) -> dict[str, list[float]]:
+    """A one-window cell's noise band per figure of FIGURES: its own 95% interval
+    (the slices' t interval for total tok/s, the requests' rank interval for the
+    medians) widened DRIFT times about the window's figure. Why widened: inside one
+    window the slices and requests show only the noise of that window; windows of
+    the same steady state were measured to differ up to DRIFT times more, and two
+    runs minutes apart differ by at least that. Figures without enough samples get
+    none (their changes are not established)."""
+    out: dict[str, list[float]] = {}
+    for name, statistic in FIGURES.items():
+        values = np.asarray(samples[name], dtype=np.float64)
+        band = mean_band(values) if statistic == "mean" else median_band(values)
+        center = window_value(samples, name)
+        if band is not None and center is not None:
+            out[name] = widened(center, band)
+    return out
 
 
 @dataclass(frozen=True)

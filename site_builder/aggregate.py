@@ -33,7 +33,7 @@ from rundir.metrics import (
 )
 from site_builder import drilldown, fingerprint
 
-CACHE_FORMAT = 6
+CACHE_FORMAT = 7
 # Statuses whose cells get numbers on the pages.
 NUMBER_STATUSES = statuses.NUMBER_STATUSES  # the status table (rundir/statuses.py)
 
@@ -86,6 +86,10 @@ class CellResult:
     # metric key its 95% interval [lo, hi] over them (empty: one window, no interval).
     windows: int = 1
     intervals: dict[str, list[float]] = field(default_factory=dict)
+    # One window (no `--repeats`): per metric key its noise band [lo, hi]
+    # (rundir.intervals.one_window_bands), read only by the change rule
+    # (site_builder/changes.py), never printed as an interval.
+    noise: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -313,6 +317,10 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
                 _put_energy(cell, energy.cell_energy(gpu, start, end, m.output_tokens))
             if bounds is not None and len(bounds) > 1:
                 per_window = _put_repeats(cell, chunks, done, bounds)
+            else:
+                cell.noise = intervals.one_window_bands(intervals.window_samples(
+                    figures, np.zeros(chunks.n_requests, dtype=np.int64), 0,
+                    intervals.slice_rates(chunks, start, end)))
     if len(requests):
         details[cell.key] = drilldown.decode_detail(
             requests, chunks, start, end, done=done, running=running, waiting=waiting,

@@ -81,6 +81,13 @@ def _cell(value: Any, text: str, title: str = "", cls: str = "", note: str = "")
     return out
 
 
+def _badge(run: RunView) -> list[str] | str:
+    """The fall badge of a series' latest run as [text, title, classes] (red for a
+    regression, plain for a change not established); "" without one."""
+    fall = run.regression
+    return [fall.label, fall.title, fall.badge_class] if fall is not None else ""
+
+
 def table_row(run: RunView) -> dict[str, Any]:
     """The run's row of the index table, as the template and table.js draw it."""
     rec = runrows.index_record(run)
@@ -114,7 +121,7 @@ def table_row(run: RunView) -> dict[str, Any]:
     search = " ".join(str(v) for v in (run.title, run.run_id, rec["engine"], rec["engine_version"],
                                        rec["quantization"], rec["submitter"]) if v).lower()
     return {"page": run.page, "model": run.model, "imported": run.imported,
-            "regression": run.regression or "", "series_page": run.series_page if run.regression
+            "regression": _badge(run), "series_page": run.series_page if run.regression
             else "", "search": search,
             **{f"f_{name}": rec[key] or "" for name, _, key in FILTERS}, "cells": cells}
 

@@ -76,8 +76,9 @@ def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
     src_dir = Path(run.source_dir)
     base = f"runs/{run.slug}"
     key = digest(f"{fp}|{run.agg.digest}|{run.slug}|{run.family_slug}".encode())
+    fall = run.regression.title if run.regression else ""
     page_key = digest(f"{key}|{run.series_slug}|{run.series_prev}|{run.series_next}|"
-                      f"{run.regression}|{prices.page_key(run.price)}"  # and shows its cost
+                      f"{fall}|{prices.page_key(run.price)}"  # and shows its cost
                       .encode())  # the run page links its series' neighbours
     slo.attach(run, cache.folder if cache is not None else None,  # goodput: page, downloads
                lambda: run.agg.details or (_details(cache, run, src_dir) if cache else {}))

@@ -12,7 +12,8 @@ cell choice), run after run, a chart of them, and what changed between each
 two consecutive runs (site_builder/changes.py). `attach` gives each run its
 series, its previous and next run (run pages link them) and, for a series'
 latest run, a regression note when a headline figure went down beyond noise
-against the previous run (the index flags it). Pure but for `write_pages`.
+against the previous run, or a fall past 5% that is not established (the
+index badges either, changes.Fall). Pure but for `write_pages`.
 """
 
 from __future__ import annotations
@@ -107,29 +108,33 @@ def headlines(run: RunView, at: list[oppoint.Point]) -> list[tuple[str, CellResu
 
 
 def regression(older: RunView, older_name: str, newer: RunView,
-               at: list[oppoint.Point]) -> str:
-    """The largest fall beyond noise of a headline total tok/s from older to newer
-    (``Peak total tok/s −12.0% vs vllm 0.29.0 (Sep 2, 2026)``); empty when none fell."""
-    worst: tuple[float, str] | None = None
+               at: list[oppoint.Point]) -> changes.Fall | None:
+    """The largest fall of a headline total tok/s from older to newer
+    (``Peak total tok/s −12.0% vs vllm 0.29.0 (Sep 2, 2026)``): the largest
+    established one (changes.judge), else the largest fall past changes.THRESHOLD
+    that is not established, with why; None when nothing fell that far."""
+    worst: tuple[bool, float, str, str] | None = None  # (not established, ratio, text, why)
     for (label, a), (_, b) in zip(headlines(older, at), headlines(newer, at), strict=True):
         if a is None or b is None:
             continue
         move = changes.figure_move("", a, b, "total_tok_s", label, True, words.tok_s)
         if move is None or move.better:
             continue
-        ratio = (b.total_tok_s or 0) / (a.total_tok_s or 1)
-        if worst is None or ratio < worst[0]:
-            worst = (ratio, f"{label} {move.change}")
+        found = (not move.established, (b.total_tok_s or 0) / (a.total_tok_s or 1),
+                 f"{label} {move.change}", move.why)
+        if worst is None or found[:2] < worst[:2]:
+            worst = found
     if worst is None:
-        return ""
-    return f"{worst[1]} vs {older_name} ({older.measured_date or words.MISSING})"
+        return None
+    note = f"{worst[2]} vs {older_name} ({older.measured_date or words.MISSING})"
+    return changes.Fall(note, not worst[0], worst[3])
 
 
 def attach(views: list[RunView]) -> list[Series]:
     """Give every run its series, previous and next run and regression note (views'
     `series_*` and `regression` fields); return the series."""
     for r in views:
-        r.series_slug, r.series_prev, r.series_next, r.regression = "", None, None, ""
+        r.series_slug, r.series_prev, r.series_next, r.regression = "", None, None, None
     found = series_groups(views)
     for s in found:
         for i, r in enumerate(s.runs):
@@ -202,8 +207,12 @@ def series_page(pages: Pages, s: Series) -> str:
 
 
 def index_page(pages: Pages, found: list[Series]) -> str:
-    """Every series, those whose latest run regressed first."""
-    ordered = sorted(found, key=lambda s: (not s.latest.regression, s.title.lower()))
+    """Every series, those whose latest run regressed first, then those whose latest
+    run fell by a change not established."""
+    def rank(s: Series) -> int:
+        fall = s.latest.regression
+        return 2 if fall is None else 0 if fall.established else 1
+    ordered = sorted(found, key=lambda s: (rank(s), s.title.lower()))
     return pages.r.render("series.html", depth=1, series=None, all_series=ordered, nav="history",
                           charts=[])
 

@@ -155,6 +155,32 @@ class MatrixRow:
     cells: list[CellResult]
 
 
+@dataclass(frozen=True)
+class Fall:
+    """A headline figure's largest fall from a series' previous run, as its badge
+    says it (site_builder/series.py finds it by site_builder/changes.py's rule)."""
+
+    note: str  # "Total tok/s at 1K × 1 −13.4% vs vllm 0.29.0 (Sep 2, 2026)"
+    established: bool
+    why: str
+
+    @property
+    def label(self) -> str:
+        return "regression" if self.established else "change not established"
+
+    @property
+    def title(self) -> str:
+        """The full sentence (the badge's title, the run page's note)."""
+        if self.established:
+            return f"Regression: {self.note}"
+        return f"Change not established: {self.note}; {self.why}"
+
+    @property
+    def badge_class(self) -> str:
+        return "badge regression" if self.established else "badge"
+
+
+
 @dataclass
 class RunView:
     """One run as the pages present it."""
@@ -169,11 +195,12 @@ class RunView:
     # Its site-wide distinct name (site_builder/names.py), set by publish; the title until then.
     name: str = ""
     # Its history (site_builder/series.py), set by publish: the series' slug (empty: no
-    # series), its previous and next run as (slug, name), and a regression note.
+    # series), its previous and next run as (slug, name), and its headline's fall
+    # against the previous run (a regression, or a change not established).
     series_slug: str = ""
     series_prev: tuple[str, str] | None = None
     series_next: tuple[str, str] | None = None
-    regression: str = ""
+    regression: Fall | None = None
 
     def __post_init__(self) -> None:
         self.name = self.name or self.title

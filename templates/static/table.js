@@ -141,8 +141,8 @@
           td.appendChild(badge("span", "badge", "Imported from a published page; no raw data",
                                "imported"));
         }
-        if (r.regression) {
-          var reg = badge("a", "badge regression", "Regression: " + r.regression, "regression");
+        if (r.regression) {  /* [text, title, classes]: a regression, or a change not established */
+          var reg = badge("a", r.regression[2], r.regression[1], r.regression[0]);
           reg.href = root + r.series_page;
           td.appendChild(document.createTextNode(" "));
           td.appendChild(reg);

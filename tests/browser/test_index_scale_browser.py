@@ -171,9 +171,11 @@ def test_regression_badge_shows_in_rows_the_script_draws(browser: Any, site: Pat
                                f".endsWith(' of {N} runs') && document.querySelectorAll("
                                "'#runs-table tbody tr').length <= 3")
         row = page.locator(f"#runs-table tbody tr:has(a[href$='runs/{slug}/index.html'])")
-        badge = row.locator("a.badge.regression")
+        text, title, classes = flagged[-1]["regression"]  # [text, title, classes]
+        badge = row.locator("a.badge")
         assert badge.count() == 1
-        assert badge.get_attribute("title") == f"Regression: {flagged[-1]['regression']}"
+        assert badge.get_attribute("title") == title and badge.text_content() == text
+        assert badge.get_attribute("class") == classes
         assert badge.get_attribute("href") == flagged[-1]["series_page"]
         assert watcher.problems() == []
     finally:

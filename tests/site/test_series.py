@@ -14,7 +14,7 @@ import vl_convert as vlc
 from rundir import contract
 from rundir.io import read_run
 from site_builder import changes, chartkit, series, serieschart, setups
-from site_builder.aggregate import aggregate_run
+from site_builder.aggregate import CellResult, aggregate_run
 from site_builder.publish import build_site
 from site_builder.views import RunView
 from tests.site.test_repeats_site import run as repeated_run
@@ -60,27 +60,73 @@ def test_series_grouping_and_order(tmp_path: Path) -> None:
     assert lone == []  # one run per setup: no series
 
 
-def test_what_changed_without_intervals_uses_the_threshold(tmp_path: Path) -> None:
+def test_what_changed_without_spread_lists_large_moves_as_not_established(tmp_path: Path) -> None:
+    """Imported figures carry no spread: a move past 5% is listed with its numbers, but
+    as not established (issue 32: no regression from what may be noise)."""
     old = _view(_run(tmp_path, "a", "0.29.0", 2, total=100.0))
     same = _view(_run(tmp_path, "b", "0.30.1", 3, total=104.0))  # +4%: within 5%
     up = _view(_run(tmp_path, "c", "0.31.0", 4, total=110.0))
     assert changes.compare(old, same).moves == []
     found = changes.compare(old, up)
     assert found.compared == 2
-    assert {(m.where, m.figure, m.better, m.by_intervals) for m in found.moves} == {
-        ("8K × 1", "Total tok/s", True, False), ("8K × 1", "Per request tok/s", True, False),
-        ("8K × 8", "Total tok/s", True, False), ("8K × 8", "Per request tok/s", True, False)}
+    assert {(m.where, m.figure, m.better, m.established, m.why) for m in found.moves} == {
+        (w, f, True, False, changes.NO_BAND) for w in ("8K × 1", "8K × 8")
+        for f in ("Total tok/s", "Per request tok/s")}
+    assert {m.change for m in found.moves} == {"+10.0%"}
     assert found.rules == [changes.THRESHOLD_RULE]
     assert "5%" in changes.THRESHOLD_RULE and "noise" in changes.THRESHOLD_RULE
 
 
+def _cell(total: float, intervals: dict[str, list[float]] | None = None,
+          noise: dict[str, list[float]] | None = None) -> CellResult:
+    return CellResult(contract.DECODE, 1024, 1, contract.VALID, total_tok_s=total,
+                      intervals=intervals or {}, noise=noise or {},
+                      windows=3 if intervals else 1)
+
+
 def test_what_changed_with_intervals_needs_them_apart() -> None:
-    assert changes.beyond_noise(100.0, 130.0, [95.0, 105.0], [125.0, 135.0]) == (True, True)
-    # 30% apart but the intervals overlap: not claimed, whatever the threshold says
-    assert changes.beyond_noise(100.0, 130.0, [80.0, 128.0], [110.0, 150.0]) == (False, True)
-    # 3% apart, intervals apart: beyond noise although under the threshold
-    assert changes.beyond_noise(100.0, 103.0, [99.5, 100.5], [102.5, 103.5]) == (True, True)
-    assert changes.beyond_noise(100.0, 103.0, None, [102.5, 103.5]) == (False, False)
+    assert changes.judge([95.0, 105.0], [125.0, 135.0], True) == (True, changes.APART)
+    # 30% apart but the intervals overlap: not established, whatever the threshold says
+    assert changes.judge([80.0, 128.0], [110.0, 150.0], True) == (False, changes.OVERLAP)
+    assert changes.judge(None, [102.5, 103.5], False) == (False, changes.NO_BAND)
+
+    def move(a: CellResult, b: CellResult) -> changes.Move | None:
+        return changes.figure_move("1K × 1", a, b, "total_tok_s", "Total tok/s", True, str)
+
+    # 3% apart, intervals apart: established although under the threshold
+    found = move(_cell(100.0, {"total_tok_s": [99.5, 100.5]}),
+                 _cell(103.0, {"total_tok_s": [102.5, 103.5]}))
+    assert found is not None and found.established and found.why == changes.APART
+    # 30% apart, overlapping: listed (past 5%) with its numbers, not established
+    found = move(_cell(100.0, {"total_tok_s": [80.0, 128.0]}),
+                 _cell(130.0, {"total_tok_s": [110.0, 150.0]}))
+    assert found is not None and not found.established and found.change == "+30.0%"
+    # 3% apart and overlapping: not listed at all
+    assert move(_cell(100.0, {"total_tok_s": [95.0, 105.0]}),
+                _cell(103.0, {"total_tok_s": [98.0, 108.0]})) is None
+
+
+def test_one_window_bands_decide_where_no_repeats() -> None:
+    """A one-window cell is judged by its noise band (CellResult.noise); a repeated
+    cell's interval wins over it; a cell without either establishes nothing."""
+    def move(a: CellResult, b: CellResult) -> changes.Move | None:
+        return changes.figure_move("1K × 1", a, b, "total_tok_s", "Total tok/s", True, str)
+
+    tight = move(_cell(100.0, noise={"total_tok_s": [97.0, 103.0]}),
+                 _cell(80.0, noise={"total_tok_s": [78.0, 82.0]}))
+    assert tight is not None and tight.established and not tight.better
+    assert tight.why == changes.BANDS_APART
+    wide = move(_cell(100.0, noise={"total_tok_s": [80.0, 120.0]}),
+                _cell(86.6, noise={"total_tok_s": [70.0, 103.0]}))
+    assert wide is not None and not wide.established and wide.why == changes.BANDS_OVERLAP
+    assert wide.change == "−13.4%"
+    half = move(_cell(100.0, noise={"total_tok_s": [97.0, 103.0]}), _cell(80.0))
+    assert half is not None and not half.established and half.why == changes.NO_BAND
+    # repeats: the k windows' interval decides, not the (narrower) band
+    both = _cell(100.0, {"total_tok_s": [90.0, 110.0]}, {"total_tok_s": [99.0, 101.0]})
+    assert changes.band_of(both, "total_tok_s") == ([90.0, 110.0], True)
+    found = move(both, _cell(88.0, {"total_tok_s": [85.0, 95.0]}, {"total_tok_s": [87.0, 89.0]}))
+    assert found is not None and not found.established and found.why == changes.OVERLAP
 
 
 def test_what_changed_on_repeated_windows(tmp_path: Path) -> None:
@@ -88,9 +134,11 @@ def test_what_changed_on_repeated_windows(tmp_path: Path) -> None:
     b = _view(repeated_run(tmp_path, "b", 120.0, 2))
     c = _view(repeated_run(tmp_path, "c", 60.0, 3))
     faster = changes.compare(a, b)
-    assert faster.rules == [changes.INTERVAL_RULE]
-    assert any(m.figure == "Total tok/s" and m.better and m.by_intervals for m in faster.moves)
-    assert not [m for m in changes.compare(a, c).moves if m.figure == "Total tok/s"]
+    assert changes.INTERVAL_RULE in faster.rules
+    assert any(m.figure == "Total tok/s" and m.better and m.established and m.why == changes.APART
+               for m in faster.moves)
+    assert not [m for m in changes.compare(a, c).moves
+                if m.figure == "Total tok/s" and m.established]
 
 
 def test_status_changes_are_listed(tmp_path: Path) -> None:
@@ -110,14 +158,16 @@ def test_regression_flag_and_links(tmp_path: Path) -> None:
              _view(_run(tmp_path, "z", "0.30.1", 9, 80.0, gpus=2))]
     series.attach(views)
     a, b, z = views
-    assert a.regression == "" and z.regression == "" and z.series_slug == ""
-    assert b.regression == "Peak total tok/s −20.0% vs vllm 0.29.0 (Sep 2, 2026)"
+    assert a.regression is None and z.regression is None and z.series_slug == ""
+    # imported figures: no spread, so a −20% fall is shown but not established
+    assert b.regression == changes.Fall("Peak total tok/s −20.0% vs vllm 0.29.0 (Sep 2, 2026)",
+                                        False, changes.NO_BAND)
     assert a.series_next == ("b", "vllm 0.30.1") and a.series_prev is None
     assert b.series_prev == ("a", "vllm 0.29.0") and b.series_next is None
     assert a.series_page == b.series_page == "series/qwen3.5-4b-fp8-on-h200-sxm-141gb-8-vllm.html"
     faster = [_view(_run(tmp_path, "c", "0.29.0", 2)), _view(_run(tmp_path, "d", "0.30.1", 9, 120.0))]
     series.attach(faster)
-    assert faster[1].regression == ""
+    assert faster[1].regression is None
 
 
 def _text(html: str) -> str:
@@ -132,12 +182,14 @@ def test_series_page_and_next_link_after_a_new_run(tmp_path: Path) -> None:
     page = out / "series/qwen3.5-4b-fp8-on-h200-sxm-141gb-8-vllm.html"
     text = _text(page.read_text())
     assert text.index("Sep 2, 2026 0.29.0") < text.index("Sep 9, 2026 0.29.0")
-    assert "Sep 2, 2026 → Sep 9, 2026" in text and "worse" in text
-    assert "Moved by more than 5%" in text
+    assert "Sep 2, 2026 → Sep 9, 2026" in text and "not established" in text
+    assert "moves by more than 5%" in text
+    assert "Change not established: the latest run" in text
     assert 'class="chart"' in page.read_text()
-    assert "Regression" in _text((out / "series/index.html").read_text())
-    index = (out / "index.html").read_text()  # the index flags the latest run's regression
-    assert index.count('class="badge regression"') == 1
+    assert "(not established)" in _text((out / "series/index.html").read_text())
+    index = (out / "index.html").read_text()  # imported figures: a fall, not a regression
+    assert index.count('class="badge regression"') == 0
+    assert index.count('>change not established</a>') == 1
     assert 'href="series/qwen3.5-4b-fp8-on-h200-sxm-141gb-8-vllm.html"' in index
     b_page = out / "runs/b/index.html"
     assert 'rel="prev"' in b_page.read_text() and 'rel="next"' not in b_page.read_text()
@@ -218,7 +270,7 @@ def test_an_older_version_measured_later_is_no_regression_of_the_newer(tmp_path:
     (s,) = series.attach(views)
     new, old = views
     assert [r.run_id for r in s.runs] == ["old", "new"] and s.by_version
-    assert s.latest is new and new.regression == "" and old.regression == ""
+    assert s.latest is new and new.regression is None and old.regression is None
     assert old.series_next == ("new", "vllm 0.30.1") and new.series_prev == ("old", "vllm 0.29.0")
     assert s.order_words == "oldest engine version first"
     # the same version twice, and a newer one: by version, then date

@@ -451,12 +451,14 @@ def test_regression_badge_shows_in_the_paginated_rows(many: Path) -> None:
     found = {}
     for rel in _index_pages(many):
         for tr in _page(many, rel).find("table", "runs").find("tbody").find_all("tr"):
-            for badge in tr.find_all("a", "regression"):
+            for badge in tr.find_all("a", "badge"):
                 found[tr.find("a").attrs["href"]] = badge
     assert set(found) == set(flagged)
     for page, badge in found.items():
+        text, title, classes = flagged[page]["regression"]  # the same badge the script draws
         assert badge.attrs["href"] == flagged[page]["series_page"]
-        assert badge.attrs["title"] == f"Regression: {flagged[page]['regression']}"
+        assert badge.attrs["title"] == title and badge.text() == text
+        assert badge.attrs["class"] == classes
 
 
 def test_pager_lists_the_ends_and_the_pages_near_the_current_one() -> None:

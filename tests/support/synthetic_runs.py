@@ -116,8 +116,13 @@ class _Sim:
     """Generates one run's requests on a single monotonic timeline."""
 
     def __init__(self, rng: np.random.Generator, max_output: int, tokens_per_chunk: int,
-                 error_text: str) -> None:
+                 error_text: str, wobble: float = 0.0, seed: int = 0) -> None:
         self.rng = rng
+        # A busy host: the rate times a factor drawn per 250 ms block (lognormal, sigma
+        # `wobble`), from its own generator so wobble = 0 leaves every other draw as it was.
+        self.wobble = wobble
+        self.blocks: dict[int, float] = {}
+        self.block_rng = np.random.default_rng(seed + 7919)
         self.error_text = error_text
         self.max_output = max_output
         self.k = tokens_per_chunk
@@ -166,6 +171,14 @@ class _Sim:
         self.t = we + 200 * MS
         return ws, we
 
+    def _load(self, t: int) -> float:
+        if not self.wobble:
+            return 1.0
+        block = (t - T0) // (250 * MS)
+        if block not in self.blocks:
+            self.blocks[block] = float(self.block_rng.lognormal(0.0, self.wobble))
+        return self.blocks[block]
+
     def _stream(self, ctx, conc, slot, send, we, rate, ttft_s, status) -> int:
         rng = self.rng
         first = send + int(ttft_s * S * rng.uniform(0.8, 1.25))
@@ -176,7 +189,7 @@ class _Sim:
             k = int(rng.integers(1, self.k + 1))
             k = min(k, self.max_output - total)
             if total:  # the first chunk arrives at TTFT; later ones after k token gaps
-                t += int(sum(rng.lognormal(0.0, 0.15, size=k)) / rate * S)
+                t += int(sum(rng.lognormal(0.0, 0.15, size=k)) / (rate * self._load(t)) * S)
                 if t > cutoff:
                     break
             total += k
@@ -237,6 +250,7 @@ def make_measured_run(
     client_bound: set[tuple[int, int]] | None = None,
     server_metrics: bool = True,
     info: dict[str, Any] | None = None,
+    rate_wobble: float = 0.0,
 ) -> Path:
     """Write a measured run directory with simulated raw chunks; return its path.
 
@@ -244,13 +258,15 @@ def make_measured_run(
     exceeds kv_budget_tokens; `statuses` forces a status per (context,
     concurrency) (requests_queued also makes the server's waiting gauge rise);
     `reasons` overrides a cell's reason text, `error_text` the failed stream's
-    error, and `client_bound` marks cells the client limited.
+    error, and `client_bound` marks cells the client limited. `rate_wobble` > 0
+    simulates a busy host: the decode rate moves by a lognormal factor (that
+    sigma) every 250 ms.
     """
     path = Path(path)
     rng = np.random.default_rng(seed)
     statuses = dict(statuses or {})
     prefill_contexts = list(contexts if prefill_contexts is None else prefill_contexts)
-    sim = _Sim(rng, max_output_tokens, tokens_per_chunk, error_text)
+    sim = _Sim(rng, max_output_tokens, tokens_per_chunk, error_text, rate_wobble, seed)
     cells: list[dict[str, Any]] = []
     for ctx in prefill_contexts:
         start = sim.t

@@ -257,7 +257,7 @@ def more_requests(cells: Iterable[Any], slo: Slo) -> str | None:
     if not lacking:
         return None
     cells_text = "1 cell has" if lacking == 1 else f"{lacking} cells have"
-    head = f"{cells_text} too few requests to be judged by these limits"
+    head = f"{cells_text} too few requests for a limited percentile"
     if factor <= 1.0 or window_s <= 0:
         return f"{head}: a longer --duration or --repeats k gives each cell more."
     k = math.ceil(factor)
@@ -374,7 +374,9 @@ class RunSlo:
             g = self.figures.get(x.key)
             # A verdict that cannot be reached is not a miss; a real miss names the
             # limits it could not judge too. The share then says how many requests.
-            why = "; ".join([*v.reasons, *([v.too_few_text] if v.too_few else [])])
+            unjudged = [f"{NAMES[f.limit.metric]} {f.limit.level}: {TOO_FEW} ({f.text})"
+                        for f in v.too_few] if v.reasons else [v.too_few_text] * bool(v.too_few)
+            why = "; ".join([*v.reasons, *unjudged])
             share = percent(g.share) if g else words.MISSING
             if g and v.too_few and not v.reasons and g.requests:
                 share = f"{share} ({formats.count(g.met)} of {formats.count(g.requests)})"

@@ -85,15 +85,18 @@ def test_a_missing_percentile_is_too_few_requests_not_a_miss() -> None:
     both.tails[tails.TBT.count_column()] = 39  # one request with a single token
     assert slo.judge(both, LIMITS).too_few_text == (
         "too few requests (TTFT p99: 40 of 100 needed; Time between tokens p99: 39 of 100 needed)")
-    mixed = slo.judge(_cell(K, 1, 100.0, ttft99=9000.0, tbt99=None), LIMITS)
-    assert mixed.reasons == ("TTFT p99 9,000 ms > 2,000 ms",) and len(mixed.too_few) == 1
+    mixed = _cell(K, 1, 100.0, ttft99=9000.0, tbt99=None)
+    assert slo.judge(mixed, LIMITS).reasons == ("TTFT p99 9,000 ms > 2,000 ms",)
+    (row,) = slo.RunSlo(LIMITS).rows([mixed])  # a miss, naming the limit it could not judge
+    assert (row["state"], row["why"]) == ("misses", "TTFT p99 9,000 ms > 2,000 ms; Time between "
+                                                    "tokens p99: too few requests (40 of 100 needed)")
 
 
 def test_more_requests_says_what_would_fill_the_unjudged_cells() -> None:
     few = _cell(K, 1, 100.0, tbt99=None)  # 40 TBT samples of the 100 p99 needs, 10 s window
     assert slo.more_requests([_cell(K, 2, 100.0)], LIMITS) is None
     assert slo.more_requests([few, _cell(K, 2, 100.0)], LIMITS) == (
-        "1 cell has too few requests to be judged by these limits: about 3× the requests "
+        "1 cell has too few requests for a limited percentile: about 3× the requests "
         "would fill them, e.g. bench run --duration 25 or --repeats 3 (the percentiles "
         "pool a cell's windows).")
 

@@ -18,7 +18,7 @@ from bench import __version__
 from bench.core.limits import out_of_memory
 from bench.core.plan import PlanError
 from bench.distributed.peer_auth import secret_problem
-from bench.options import build_run_options, run_options
+from bench.options import GroupedCommand, build_run_options, option_groups, run_options
 from bench.params import api_key_problem
 from bench.run.progress import Progress
 from bench.run.runner import FlagError, RunError, RunOptions, run_benchmark, secrets_of
@@ -40,6 +40,17 @@ def main() -> None:
 RUN_HELP = """Sweep the matrix against a running server and write a run directory.
 
 \b
+Examples:
+  bench run --base-url http://127.0.0.1:8000 --dry-run   # the plan only
+  bench run --base-url http://127.0.0.1:8000             # the full default matrix
+  bench run --base-url http://gpu-box:8000 --contexts 8k,32k,max \\
+            --concurrency 1,8,64 --duration 30 --run-card card.yaml --out runs/my-run
+  bench run --base-url http://127.0.0.1:8000 --resume runs/my-run   # after Ctrl-C
+  bench run --base-url http://127.0.0.1:8000 --resume runs/my-run --concurrency 128
+  bench run --base-url http://127.0.0.1:8000 --resume runs/my-run --retry-errors
+  build-site --data runs --out site && build-site --out site serve  # then look
+
+\b
 Exit status:
   0  every planned cell was measured and none ended Error
   1  the run stopped (server gone, wrong API key, Ctrl-C, disk full,
@@ -51,7 +62,7 @@ Exit status:
 """
 
 
-@main.command("run", help=RUN_HELP)
+@main.command("run", help=RUN_HELP, cls=GroupedCommand, groups=option_groups())
 @run_options()
 def run_cmd(**kw: Any) -> None:
     if kw["shard"] is not None and (problem := secret_problem()):

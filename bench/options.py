@@ -73,6 +73,7 @@ class RunOption:
     required: bool = False
     multiple: bool = False
     to_field: Callable[[Any], Any] | None = None
+    group: str = ""  # its section of --help (GROUPS); "": "Other options"
 
     @property
     def name(self) -> str:
@@ -133,6 +134,8 @@ def check_options(options: Iterable[RunOption], cls: type = RunOptions) -> None:
     seen_fields: set[str] = set()
     seen_flags: set[str] = set()
     for opt in options:
+        if opt.group and opt.group not in GROUPS:
+            raise ValueError(f"{opt.flag}: group {opt.group!r} is not one of {', '.join(GROUPS)}")
         owner, short = _owner(cls, opt.field)
         if short not in _fields(owner):
             raise ValueError(f"{opt.flag}: sets {opt.field}, which {owner.__name__} has not")
@@ -152,6 +155,39 @@ def run_options(options: Iterable[RunOption] | None = None, cls: type = RunOptio
         return f
 
     return add
+
+
+class GroupedCommand(click.Command):
+    """A click command whose --help lists its options in sections, one per group
+    (`groups`: section title -> parameter names, in order); the rest, --help among
+    them, under "Other options". Why: 29 options in one flat list hid the five a
+    first run needs among the ones a scale-out needs."""
+
+    def __init__(self, *args: Any, groups: dict[str, list[str]] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.groups = groups or {}
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        records = {p.name: rec for p in self.get_params(ctx)
+                   if (rec := p.get_help_record(ctx)) is not None}
+        placed: set[str | None] = set()
+        for title, names in self.groups.items():
+            rows = [records[n] for n in names if n in records]
+            placed.update(names)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        rest = [rec for name, rec in records.items() if name not in placed]
+        if rest:
+            with formatter.section("Other options"):
+                formatter.write_dl(rest)
+
+
+def option_groups(options: Iterable[RunOption] | None = None) -> dict[str, list[str]]:
+    """GroupedCommand's `groups`: each group's parameter names, in GROUPS' order."""
+    listed = list(RUN_OPTIONS if options is None else options)
+    return {g: [o.name for o in listed if o.group == g] for g in GROUPS}
 
 
 def build_run_options(values: dict[str, Any], given: dict[str, object],
@@ -188,69 +224,86 @@ def _run_card(value: str) -> Any:
     return read_run_card(Path(value))
 
 
-# The options, in the order `bench run --help` lists them.
+# --help's sections, in order (GroupedCommand).
+SERVER, MATRIX, TIMING, OUTPUT, SCALE, TELEMETRY = GROUPS = (
+    "Server and key", "Matrix", "Timing", "Output and resume", "Scale-out", "Telemetry")
+
+# The default run directory, as `bench run` names it (bench/run/runner.py _new_run_info).
+DEFAULT_OUT = "runs/YYYYMMDD-HHMMSS-MODEL-ENGINE (UTC, in the current folder)"
+
+# The options, in the order `bench run --help` lists them (group by group).
 RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("--base-url", "base_url", "Server URL, e.g. http://127.0.0.1:8000",
-              type=BaseUrl(), required=True),
-    RunOption("--api-key", "api_key", "API key (default: $OPENAI_API_KEY).", type=ApiKey()),
-    RunOption("--model", "model", "Served model name (default: the first listed)."),
-    RunOption("--contexts", "contexts", "e.g. 8k,16k,32k,max (default: 8K…128K and max).",
-              type=Contexts()),
-    RunOption("--concurrency", "concurrency", "e.g. 1,2,4 (default: 1,2,…,128; at most 16,384).",
-              type=Levels()),
-    RunOption("--prefill-contexts", "prefill_contexts",
-              "Prefill contexts (default: the decode ones).", type=Contexts()),
-    RunOption("--no-prefill", "prefill", "Skip the prefill phase.", is_flag=True, to_field=_not),
-    RunOption("--duration", "settings.duration_s", "Window (s).", type=Seconds(),
-              show_default=True),
-    RunOption("--repeats", "settings.repeats",
-              "Windows per decode cell, back to back on the same streams; with 2 or "
-              "more the pages show each figure's median over them with a 95% interval.",
-              type=click.IntRange(1, 100), show_default=True),
-    RunOption("--max-output", "settings.max_output", "Max output tokens.", type=Tokens(),
-              show_default=True),
-    RunOption("--prefill-repeats", "settings.prefill_repeats", type=click.IntRange(1, 1000),
-              show_default=True),
-    RunOption("--warmup-timeout", "settings.warmup_timeout_s", type=Seconds(), show_default=True),
-    RunOption("--warmup-stable", "settings.stable_s",
-              "Seconds every stream must be producing before the window opens.",
-              type=Seconds(zero_ok=True), show_default=True),
+              type=BaseUrl(), required=True, group=SERVER),
+    RunOption("--api-key", "api_key", "API key (default: $OPENAI_API_KEY).", type=ApiKey(),
+              group=SERVER),
+    RunOption("--model", "model", "Served model name (default: the first listed).", group=SERVER),
     RunOption("--server-wait", "server_wait_s",
               "How long to wait for a server that is still starting (nothing listening, "
               "HTTP 502/503/504) before the first request, and for it to answer again "
-              "after a failed cell (s).", type=Seconds(zero_ok=True), show_default=True),
+              "after a failed cell (s).", type=Seconds(zero_ok=True), show_default=True,
+              group=SERVER),
+    RunOption("--contexts", "contexts", "e.g. 8k,16k,32k,max (default: 8K…128K and max).",
+              type=Contexts(), group=MATRIX),
+    RunOption("--concurrency", "concurrency", "e.g. 1,2,4 (default: 1,2,…,128; at most 16,384).",
+              type=Levels(), group=MATRIX),
+    RunOption("--prefill-contexts", "prefill_contexts",
+              "Prefill contexts (default: the decode ones).", type=Contexts(), group=MATRIX),
+    RunOption("--no-prefill", "prefill", "Skip the prefill phase.", is_flag=True, to_field=_not,
+              group=MATRIX),
+    RunOption("--max-output", "settings.max_output", "Max output tokens.", type=Tokens(),
+              show_default=True, group=MATRIX),
+    RunOption("--kv-budget", "kv_budget", "KV-cache budget in tokens (overrides detection).",
+              type=Tokens(), group=MATRIX),
+    RunOption("--dry-run", "dry_run",
+              "Print the plan and exit, writing nothing. A server that does not answer "
+              "within 2 s is not waited for: the plan is printed from the flags alone and "
+              "says what it could not know (max context, KV budget, slots).", is_flag=True,
+              group=MATRIX),
+    RunOption("--duration", "settings.duration_s", "Window (s).", type=Seconds(),
+              show_default=True, group=TIMING),
+    RunOption("--repeats", "settings.repeats",
+              "Windows per decode cell, back to back on the same streams; with 2 or "
+              "more the pages show each figure's median over them with a 95% interval.",
+              type=click.IntRange(1, 100), show_default=True, group=TIMING),
+    RunOption("--prefill-repeats", "settings.prefill_repeats",
+              "Cold requests per prefill cell, each with a unique prefix (one the server "
+              "answered from its prefix cache is sent again, up to 3× as many tries).",
+              type=click.IntRange(1, 1000), show_default=True, group=TIMING),
+    RunOption("--warmup-timeout", "settings.warmup_timeout_s",
+              "Longest wait for every stream of a decode cell to produce tokens before its "
+              "window opens (s); past it the window opens anyway and the cell notes it.",
+              type=Seconds(), show_default=True, group=TIMING),
+    RunOption("--warmup-stable", "settings.stable_s",
+              "Seconds every stream must be producing before the window opens.",
+              type=Seconds(zero_ok=True), show_default=True, group=TIMING),
     RunOption("--stall-timeout", "settings.stall_timeout_s",
               "Fail a stream that sends no bytes for this long once tokens flow (s).",
-              type=Seconds(), show_default=True),
+              type=Seconds(), show_default=True, group=TIMING),
     RunOption("--ttft-timeout", "settings.ttft_timeout_s",
               "Fail a request with no first token after this long (s): queued "
               "long-context prefills legitimately take minutes.", type=Seconds(),
-              show_default=True),
-    RunOption("--kv-budget", "kv_budget", "KV-cache budget in tokens (overrides detection).",
-              type=Tokens()),
-    RunOption("--launch-command", "launch_command", "The server's launch command, if not local."),
-    RunOption("--run-card", "run_card",
-              "YAML with hardware/engine/model fields, launch_command, notes, submitter.",
-              type=click.Path(dir_okay=False), default=None, to_field=_run_card),
-    RunOption("--out", "out", "Run directory.", type=click.Path(file_okay=False), to_field=_path),
+              show_default=True, group=TIMING),
+    RunOption("--out", "out", f"Run directory to create [default: {DEFAULT_OUT}].",
+              type=click.Path(file_okay=False), to_field=_path, group=OUTPUT),
     RunOption("--resume", "resume",
               "Continue run directory R: its matrix and parameters come from R's run.yaml; "
               "--contexts/--concurrency/--prefill-contexts add cells; finished cells are kept.",
-              type=click.Path(file_okay=False), to_field=_path),
+              type=click.Path(file_okay=False), to_field=_path, group=OUTPUT),
     RunOption("--retry-errors", "retry_errors",
               "With --resume: measure R's Error cells again (their earlier rows are kept "
-              "in superseded_requests.parquet).", is_flag=True),
-    RunOption("--gpu-telemetry", "gpu_telemetry",
-              "auto: sample this host's GPUs (power, energy, clocks, throttling) "
-              f"{RATE_HZ}× a second into gpu_metrics.parquet when NVML or amdsmi finds "
-              "some and the server runs here; off: none.", type=click.Choice(MODES),
-              show_default=True),
+              "in superseded_requests.parquet).", is_flag=True, group=OUTPUT),
+    RunOption("--run-card", "run_card",
+              "YAML with hardware/engine/model fields, launch_command, notes, submitter.",
+              type=click.Path(dir_okay=False), default=None, to_field=_run_card, group=OUTPUT),
+    RunOption("--launch-command", "launch_command", "The server's launch command, if not local.",
+              group=OUTPUT),
     RunOption("--workers", "workers",
               "Processes a decode cell's streams are spread over, each with its own "
               "event loop and sockets (the plan says how many and why). auto: as many "
               "as the planned event rate needs (250 tok/s a stream, 35,000 events/s a "
               "process), at most cores - 1; 1: every cell in this process.",
-              type=Workers(), show_default=True),
+              type=Workers(), show_default=True, group=SCALE),
     RunOption("--shard", "shard",
               "i/N: this host is shard i of N hosts driving one run (with --coordinator). "
               "Shard 0 coordinates: it plans, writes the run directory and spreads each "
@@ -258,20 +311,25 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               f"(deploy/kubernetes/README.md). Every host needs the same secret in "
               f"${SECRET_ENV} (16 characters or more): the hosts prove it to each "
               "other, and every message between them is authenticated with it.",
-              type=ShardSpec()),
+              type=ShardSpec(), group=SCALE),
     RunOption("--coordinator", "coordinator",
               "HOST:PORT where shard 0 listens for the other shards (shard 0 binds it).",
-              type=Address()),
+              type=Address(), group=SCALE),
     RunOption("--join-timeout", "join_timeout_s",
               "With --shard: how long shard 0 waits for every shard to join (before the "
               "first cell, and for a lost shard before the next) and a shard for shard 0.",
-              type=Seconds(), show_default=True),
+              type=Seconds(), show_default=True, group=SCALE),
     RunOption("--source-address", "source_addresses",
               "Local address the streams' connections come from, repeatable: each "
               "brings its own ephemeral ports (one address reaches one server address "
               "with about 28,000). Automatic on a 127.0.0.1 server: 127.0.0.x. With "
-              "--shard, each host's own.", type=SourceAddress(), multiple=True, to_field=tuple),
-    RunOption("--dry-run", "dry_run", "Print the plan and exit.", is_flag=True),
+              "--shard, each host's own.", type=SourceAddress(), multiple=True, to_field=tuple,
+              group=SCALE),
+    RunOption("--gpu-telemetry", "gpu_telemetry",
+              "auto: sample this host's GPUs (power, energy, clocks, throttling) "
+              f"{RATE_HZ}× a second into gpu_metrics.parquet when NVML or amdsmi finds "
+              "some and the server runs here; off: none.", type=click.Choice(MODES),
+              show_default=True, group=TELEMETRY),
 )
 
 # Fields no flag sets: `given` is the command's own record of what was typed;

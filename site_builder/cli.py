@@ -3,6 +3,7 @@
     build-site --data data --out site [--skip-invalid] [--cache DIR] [--prices prices.yaml]
                [--slo ttft_p99=2000,tbt_p99=50] [--allow-edited]
     build-site [--out site] serve [--port 8000]
+    build-site serve [--out site] [--port 8000]
 
 Exit status: 0 when every run was published (or bad ones were skipped with
 --skip-invalid), 1 when a run was invalid (failed to load or to render),
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
 from site_builder import load, prices, publish, slo
@@ -118,11 +120,24 @@ def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
 
 
 @main.command()
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="The built site (as `build-site --out DIR serve`) [default: site].")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="Local port (0: any free one).")
 @click.pass_context
-def serve(ctx: click.Context, port: int) -> None:
-    """Preview the site built in --out at http://127.0.0.1:PORT/ (local only)."""
-    directory: Path = ctx.parent.params["out_dir"] if ctx.parent else Path("site")
+def serve(ctx: click.Context, out_dir: Path | None, port: int) -> None:
+    """Preview the site built in --out at http://127.0.0.1:PORT/ (local only).
+
+    --out goes before or after `serve`: `build-site serve --out site` and
+    `build-site --out site serve` are the same."""
+    parent = ctx.parent
+    outer: Path = parent.params["out_dir"] if parent else Path("site")
+    outer_given = parent is not None and \
+        parent.get_parameter_source("out_dir") is ParameterSource.COMMANDLINE
+    if out_dir is not None and outer_given and out_dir != outer:
+        fail(f"--out: given twice ({outer} before serve, {out_dir} after it); give one",
+             EXIT_USAGE)
+    directory = out_dir if out_dir is not None else outer
     if not directory.is_dir():
         fail(f"--out: {directory}: no such folder; build the site first "
              f"(build-site --out {directory})", EXIT_USAGE)

@@ -13,7 +13,9 @@ Two judgements, both documented in docs/site.md:
 * **A cell meets the SLO** when every limit's percentile
   (`CellResult.tail(key, level)`) exists and is at most the limit (equal
   meets). A percentile that is "—" (too few requests for that rank) cannot
-  show the limit is kept, so the cell does not meet it, and says why.
+  show the limit is kept, so the cell does not meet it; nor is that a miss: the
+  run page says "too few requests (n of 10 needed)" and what would fill it (a
+  longer --duration, or --repeats k: the tails pool a cell's windows).
 * **A request meets the SLO** when its own TTFT is at most every TTFT limit
   and its own time between tokens at most every TBT limit (the level does not
   apply to one request). A request without a time between tokens (a single
@@ -162,11 +164,40 @@ DEFAULT = parse(DEFAULT_SPEC)
 
 # ---- per cell ---------------------------------------------------------------
 @dataclass(frozen=True)
+class Shortfall:
+    """A limited percentile a cell has too few requests for: `have` of `need`."""
+
+    limit: Limit
+    have: int | None  # the requests behind it (None: not recorded)
+    need: int
+
+    @property
+    def text(self) -> str:
+        """3 of 10 needed"""
+        if self.have is None:
+            return f"{self.limit.level} needs {formats.count(self.need)}"
+        return f"{formats.count(self.have)} of {formats.count(self.need)} needed"
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """Whether a cell meets the SLO, and one reason per limit it does not keep."""
+    """Whether a cell meets the SLO: one reason per limit it does not keep
+    (`reasons`), and the limits it has too few requests to be judged by
+    (`too_few`). It meets only with neither; it misses only with a reason."""
 
     meets: bool
     reasons: tuple[str, ...] = ()
+    too_few: tuple[Shortfall, ...] = ()
+
+    @property
+    def too_few_text(self) -> str:
+        """too few requests (3 of 10 needed), naming each limit when they differ."""
+        if not self.too_few:
+            return ""
+        if len({(s.have, s.need) for s in self.too_few}) == 1:
+            return f"{TOO_FEW} ({self.too_few[0].text})"
+        each = "; ".join(f"{NAMES[s.limit.metric]} {s.limit.level}: {s.text}" for s in self.too_few)
+        return f"{TOO_FEW} ({each})"
 
 
 def _samples(cell: Any, limit: Limit) -> int | None:
@@ -193,18 +224,47 @@ def judge(cell: Any, slo: Slo) -> Verdict:
     if not cell.has_numbers:
         return Verdict(False, (words.status_label(cell.status),))
     reasons = []
+    short = []
     for lim in slo.limits:
         value = cell.tail(lim.key, lim.level)
         if value is None:
-            n = _samples(cell, lim)
-            need = tails.MIN_SAMPLES[lim.level]
-            have = f" ({formats.count(n)}; {lim.level} needs {formats.count(need)})" \
-                if n is not None else ""
-            reasons.append(f"{NAMES[lim.metric]} {lim.level} {words.MISSING}: {TOO_FEW}{have}")
+            short.append(Shortfall(lim, _samples(cell, lim), tails.MIN_SAMPLES[lim.level]))
         elif value > lim.ms:
             reasons.append(f"{NAMES[lim.metric]} {lim.level} {lim.value_text(value)} > "
                            f"{lim.value_text(lim.ms)}")
-    return Verdict(not reasons, tuple(reasons))
+    return Verdict(not reasons and not short, tuple(reasons), tuple(short))
+
+
+def more_requests(cells: Iterable[Any], slo: Slo) -> str | None:
+    """What would give every cell that has too few requests for a limited percentile
+    enough of them, as the run page says it: None when none lacks any. The factor is
+    the worst cell's need ÷ have; a cell's requests grow about in step with its window
+    (--duration) or its windows (--repeats, whose tails pool every window)."""
+    factor, window_s, windows, lacking = 1.0, 0.0, 1, 0
+    for x in cells:
+        if x.phase != contract.DECODE or not x.has_numbers or not x.tails:
+            continue
+        short = judge(x, slo).too_few
+        if not short:
+            continue
+        lacking += 1
+        for s in short:
+            if s.have:
+                factor = max(factor, s.need / s.have)
+        n = max(getattr(x, "windows", 1) or 1, 1)
+        windows = max(windows, n)
+        window_s = max(window_s, (x.measured_s or 0.0) / n)
+    if not lacking:
+        return None
+    cells_text = "1 cell has" if lacking == 1 else f"{lacking} cells have"
+    head = f"{cells_text} too few requests for a limited percentile"
+    if factor <= 1.0 or window_s <= 0:
+        return f"{head}: a longer --duration or --repeats k gives each cell more."
+    k = math.ceil(factor)
+    duration = math.ceil(window_s * factor)
+    repeats = math.ceil(windows * factor)
+    return (f"{head}: about {k}× the requests would fill them, e.g. bench run --duration "
+            f"{duration} or --repeats {repeats} (the percentiles pool a cell's windows).")
 
 
 @dataclass(frozen=True)
@@ -279,7 +339,8 @@ def none_meets(cells: Iterable[Any], slo: Slo) -> str:
                 f"{tails.LEVELS[0]} to rank it")
     if past and cells and all(any(x.tail(lim.key, lim.level) is None for lim in slo.limits)
                               for x in cells):
-        return f"too few requests for {levels} in every cell: a lower level ranks it"
+        return (f"too few requests for {levels} in every cell: a lower level ranks it "
+                f"(a longer --duration or --repeats fills it)")
     return NONE_MEET
 
 
@@ -297,6 +358,10 @@ class RunSlo:
         g = self.figures.get(cell.key)
         return {"slo_met_share": g.share if g else None, "goodput_tok_s": g.tok_s if g else None}
 
+    def more_requests(self, cells: Iterable[Any]) -> str | None:
+        """What would fill the cells too few requests leave unjudged (None: none)."""
+        return more_requests(cells, self.slo)
+
     def rows(self, cells: Iterable[Any]) -> list[dict[str, Any]]:
         """The run page's SLO table: per decode cell with numbers, as printed. Only
         cells with raw data (their tails): an imported run's published medians
@@ -307,8 +372,17 @@ class RunSlo:
                 continue
             v = judge(x, self.slo)
             g = self.figures.get(x.key)
-            out.append({"cell": x, "meets": v.meets, "why": "; ".join(v.reasons),
-                        "share": percent(g.share) if g else words.MISSING,
+            # A verdict that cannot be reached is not a miss; a real miss names the
+            # limits it could not judge too. The share then says how many requests.
+            unjudged = [f"{NAMES[f.limit.metric]} {f.limit.level}: {TOO_FEW} ({f.text})"
+                        for f in v.too_few] if v.reasons else [v.too_few_text] * bool(v.too_few)
+            why = "; ".join([*v.reasons, *unjudged])
+            share = percent(g.share) if g else words.MISSING
+            if g and v.too_few and not v.reasons and g.requests:
+                share = f"{share} ({formats.count(g.met)} of {formats.count(g.requests)})"
+            out.append({"cell": x, "meets": v.meets,
+                        "state": "meets" if v.meets else "misses" if v.reasons else "too-few",
+                        "why": why, "share": share,
                         "goodput": words.tok_s(g.tok_s) if g else words.MISSING,
                         "levels": {lim.name: lim.value_text(x.tail(lim.key, lim.level))
                                    for lim in self.slo.limits}})

@@ -54,6 +54,8 @@ __all__ = ["FlagError", "RunError", "RunOptions", "RunResult", "run_benchmark", 
 
 TOOL_NAME = "speed-matrix"
 SERVER_POLL_S = 0.5  # how often a starting server is asked again
+DRY_RUN_REACH_S = 2.0  # --dry-run waits this long for a server to answer, then plans without it
+UNKNOWN_ENGINE = "unknown engine"
 
 
 @dataclass
@@ -136,7 +138,10 @@ def run_benchmark(opts: RunOptions, progress: Progress) -> RunResult | None:
 
 
 def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
-    info = _probe(opts, opts.model, clean, progress)
+    if opts.dry_run:
+        info = _probe_for_plan(opts, opts.model, clean, progress)
+    else:
+        info = _probe(opts, opts.model, clean, progress)
     kv_budget = opts.kv_budget or info.kv_budget
     kv_source = "--kv-budget" if opts.kv_budget else info.kv_budget_source
     s = opts.settings
@@ -255,7 +260,12 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
         raise FlagError(str(exc)) from None
     if not opts.dry_run:
         clean_stale_temps(run_dir)  # a killed writer's; we hold the lock
-    info = _probe(opts, _served_name(opts, wanted.model, clean), clean, progress, resuming=run_dir)
+    served = _served_name(opts, wanted.model, clean)
+    if opts.dry_run:
+        info = _probe_for_plan(opts, served, clean, progress, resuming=run_dir,
+                               stored=old.model, kv_known=wanted.kv_budget is not None)
+    else:
+        info = _probe(opts, served, clean, progress, resuming=run_dir)
     _same_server(run_dir, old, info, clean)
     kv_budget, kv_source = wanted.kv_budget, wanted.kv_source
     if kv_budget is None:
@@ -357,9 +367,16 @@ def _same_server(run_dir: Path, old: RunInfo, info: ServerInfo, clean) -> None:
 
 
 def _probe(opts: RunOptions, model: str | None, clean, progress: Progress,
-           resuming: Path | None = None) -> ServerInfo:
+           resuming: Path | None = None, wait: bool = True) -> ServerInfo:
+    """The server's facts, as RunError (one line) when it cannot be benchmarked;
+    `wait` False: asked once, a server not ready yet raised as ServerNotReady."""
+    passed_on = () if wait else ServerNotReady  # _probe_when_ready words its own
     try:
+        if not wait:
+            return probe_server(opts.base_url, opts.api_key, model)
         return _probe_when_ready(opts, model, clean, progress)
+    except passed_on:
+        raise
     except ServerError as exc:
         text = clean(str(exc))
         if resuming is not None and model and "not served here" in text and not opts.given.get("model"):
@@ -368,6 +385,51 @@ def _probe(opts: RunOptions, model: str | None, clean, progress: Progress,
     except (httpx.HTTPError, OSError) as exc:  # a safety net: engines.py words its own
         raise RunError(f"the server at {redact_url(opts.base_url)} did not answer as expected "
                        f"({type(exc).__name__}: {clean(str(exc))})") from None
+
+
+def _probe_for_plan(opts: RunOptions, model: str | None, clean, progress: Progress,
+                    resuming: Path | None = None, stored: Model | None = None,
+                    kv_known: bool = False) -> ServerInfo:
+    """--dry-run's server: probed once, never waited for. A server that does not
+    answer within DRY_RUN_REACH_S (a typo'd port, one still loading) yields a plan
+    from the flags (and a resumed run's run.yaml) alone, whose notes say what only
+    the server knows. One that answers and refuses (a wrong key, a model not
+    served) still ends in its one line."""
+    not_reached = _unreachable(opts.base_url, clean)
+    if not_reached is None:
+        try:
+            return _probe(opts, model, clean, progress, resuming, wait=False)
+        except ServerNotReady as exc:  # it answered 502/503/504: still starting
+            not_reached = clean(str(exc))
+    max_len = stored.max_model_len if stored is not None else None
+    model = model or (stored.served_name if stored is not None else None)  # even redacted
+    unknown = ["its engine"]
+    if not model:
+        unknown.append("the served model")
+    if max_len is None:
+        unknown.append("its max model length (a max context is dropped)")
+    if not (kv_known or opts.kv_budget):
+        unknown.append("its KV budget (no Over-capacity pre-check)")
+    unknown.append("its slots (how many streams it runs at once)")
+    notes = [f"planned without the server: {not_reached}",
+             "not known without it: " + ", ".join(unknown)]
+    return ServerInfo(base_url=opts.base_url, engine=UNKNOWN_ENGINE,
+                      model=model or "unknown model", max_model_len=max_len,
+                      notes=notes)
+
+
+def _unreachable(base_url: str, clean) -> str | None:
+    """Why nothing answers at --base-url within DRY_RUN_REACH_S (any HTTP answer is
+    an answer); None when something does."""
+    root = base_url.rstrip("/")
+    root = root[:-3] if root.endswith("/v1") else root
+    try:
+        with httpx.Client(timeout=DRY_RUN_REACH_S) as client:
+            client.get(f"{root}/v1/models")
+    except httpx.HTTPError as exc:
+        return clean(f"no server answered at {redact_url(root)} within {DRY_RUN_REACH_S:g} s "
+                     f"({type(exc).__name__})")
+    return None
 
 
 def _probe_when_ready(opts: RunOptions, model: str | None, clean, progress: Progress) -> ServerInfo:

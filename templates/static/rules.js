@@ -83,7 +83,10 @@
         return v === null || v === undefined;
       });
     });
-    if (past.length && tooFew) return "too few requests for " + names + " in every cell: a lower level ranks it";
+    if (past.length && tooFew) {
+      return "too few requests for " + names + " in every cell: a lower level ranks it " +
+        "(a longer --duration or --repeats fills it)";
+    }
     return "no cell meets the limits";
   }
 

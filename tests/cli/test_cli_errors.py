@@ -267,15 +267,37 @@ def test_serve_without_a_built_out_is_one_line_exit_2(tmp_path, monkeypatch) -> 
     assert len(lines) == 1 and lines[0].startswith("error: --out: nowhere: no such folder")
 
 
-def test_serve_answers_from_out_over_http(tmp_path) -> None:
-    """End to end: the real command serves --out's files (not ./site's)."""
+def test_serve_takes_out_after_it_too(tmp_path, monkeypatch) -> None:
+    """Issue 32, item 9: `build-site serve --out site` failed with "No such option
+    '--out'" where only `build-site --out site serve` worked."""
+    served = []
+    monkeypatch.setattr(site_cli.serve_mod, "serve", lambda d, p: served.append((d, p)))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(site_cli.main, ["serve", "--out", "elsewhere", "--port", "0"])
+    assert res.exit_code == 0, res.stderr
+    same = CliRunner().invoke(site_cli.main, ["--out", "elsewhere", "serve", "--out",
+                                              "elsewhere", "--port", "0"])
+    assert same.exit_code == 0, same.stderr
+    assert served == [(Path("elsewhere"), 0)] * 2
+    both = CliRunner().invoke(site_cli.main, ["--out", "site", "serve", "--out", "elsewhere"])
+    assert both.exit_code == 2
+    assert [ln for ln in both.stderr.splitlines() if ln.strip()] == [
+        "error: --out: given twice (site before serve, elsewhere after it); give one"]
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_serve_answers_from_out_over_http(tmp_path, order) -> None:
+    """End to end: the real command serves --out's files (not ./site's), with --out
+    before `serve` or after it."""
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "which.txt").write_text("default\n")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "which.txt").write_text("mine\n")
     port = free_port()
     code = "import sys; from site_builder.cli import main; sys.exit(main())"
-    proc = subprocess.Popen([sys.executable, "-c", code, "--out", "mine", "serve", "--port",
+    args = (["--out", "mine", "serve"] if order == "before" else ["serve", "--out", "mine"])
+    proc = subprocess.Popen([sys.executable, "-c", code, *args, "--port",
                              str(port)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -74,10 +74,31 @@ def test_a_percentile_equal_to_its_limit_meets_and_one_above_misses() -> None:
     assert above.reasons == ("TTFT p99 2,000 ms > 2,000 ms",)  # rounded text, exact test
 
 
-def test_a_missing_percentile_misses_and_says_too_few_requests() -> None:
+def test_a_missing_percentile_is_too_few_requests_not_a_miss() -> None:
+    """Issue 32, item 5: a cell with too few requests for the percentile cannot be
+    shown to meet the limit, and it has not missed it either."""
     verdict = slo.judge(_cell(K, 1, 100.0, tbt99=None), LIMITS)
-    assert not verdict.meets
-    assert verdict.reasons == ("Time between tokens p99 —: too few requests (40; p99 needs 100)",)
+    assert not verdict.meets and verdict.reasons == ()
+    assert verdict.too_few_text == "too few requests (40 of 100 needed)"
+    both = _cell(K, 1, 100.0, ttft99=None, tbt99=None)
+    assert slo.judge(both, LIMITS).too_few_text == "too few requests (40 of 100 needed)"
+    both.tails[tails.TBT.count_column()] = 39  # one request with a single token
+    assert slo.judge(both, LIMITS).too_few_text == (
+        "too few requests (TTFT p99: 40 of 100 needed; Time between tokens p99: 39 of 100 needed)")
+    mixed = _cell(K, 1, 100.0, ttft99=9000.0, tbt99=None)
+    assert slo.judge(mixed, LIMITS).reasons == ("TTFT p99 9,000 ms > 2,000 ms",)
+    (row,) = slo.RunSlo(LIMITS).rows([mixed])  # a miss, naming the limit it could not judge
+    assert (row["state"], row["why"]) == ("misses", "TTFT p99 9,000 ms > 2,000 ms; Time between "
+                                                    "tokens p99: too few requests (40 of 100 needed)")
+
+
+def test_more_requests_says_what_would_fill_the_unjudged_cells() -> None:
+    few = _cell(K, 1, 100.0, tbt99=None)  # 40 TBT samples of the 100 p99 needs, 10 s window
+    assert slo.more_requests([_cell(K, 2, 100.0)], LIMITS) is None
+    assert slo.more_requests([few, _cell(K, 2, 100.0)], LIMITS) == (
+        "1 cell has too few requests for a limited percentile: about 3× the requests "
+        "would fill them, e.g. bench run --duration 25 or --repeats 3 (the percentiles "
+        "pool a cell's windows).")
 
 
 def test_p50_limits_judge_the_published_median() -> None:
@@ -216,7 +237,8 @@ def test_a_run_with_no_meeting_cell_says_why() -> None:
     few = [_cell(8 * K, n, 100.0 * n, ttft99=None) for n in (1, 8)]
     assert not slo.medians_only(few)
     assert slo.none_meets(few, LIMITS) == (
-        "too few requests for p99 in every cell: a lower level ranks it")
+        "too few requests for p99 in every cell: a lower level ranks it "
+        "(a longer --duration or --repeats fills it)")
     slow = [_cell(8 * K, n, 100.0 * n, ttft99=9000.0) for n in (1, 8)]
     assert slo.none_meets(slow, LIMITS) == slo.NONE_MEET == "no cell meets the limits"
     # the ranking's rows and its data carry it (slo.js says the same from `medians`)
@@ -228,3 +250,26 @@ def test_a_run_with_no_meeting_cell_says_why() -> None:
                     "slow": "no cell meets the limits"}
     data = {r["slug"]: r for r in rankings.client_data(runs)["runs"]}
     assert data["imp"].get("medians") is True and "medians" not in data["slow"]
+
+
+def test_a_short_run_page_says_too_few_requests_and_what_fills_them(tmp_path: Path) -> None:
+    """Issue 32, item 5, through `build-site`: a short run (a few requests per cell, p90
+    needs 10) read "misses" in every row beside "Requests meeting 100.0%", and nothing
+    said a longer --duration or --repeats would fill the section."""
+    from click.testing import CliRunner
+
+    from site_builder.cli import main as build_site_cli
+
+    make_measured_run(tmp_path / "data" / "short", run_id="short", contexts=[1024],
+                      concurrency=[1], duration_s=2.0)
+    res = CliRunner().invoke(build_site_cli, ["-q", "--data", str(tmp_path / "data"),
+                                              "--out", str(tmp_path / "site"),
+                                              "--slo", "ttft_p90=100000,tbt_p90=100000"])
+    assert res.exit_code == 0, res.output
+    page = next((tmp_path / "site" / "runs").glob("*/index.html")).read_text()
+    section = page[page.index('id="slo"'):page.index("</section>", page.index('id="slo"'))]
+    assert "misses" not in section.split("<tbody>")[1].split("</tbody>")[0]
+    assert 'class="slo-too-few"' in section
+    assert "too few requests (" in section and " of 10 needed)" in section
+    assert "100.0% (" in section  # the share says over how few requests
+    assert "bench run --duration " in section and "or --repeats " in section

@@ -121,10 +121,42 @@ class Plan:
     cells: list[Cell] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # contexts that did not fit
     workers: WorkerPlan | None = None  # how many processes read a decode cell's streams
+    slots: int | None = None  # requests the server runs at once (llama.cpp's total_slots), if told
 
     @property
     def to_run(self) -> list[Cell]:
         return [c for c in self.cells if c.status == PENDING]
+
+    def queued(self, cells: list[Cell]) -> list[Cell]:
+        """The decode cells of `cells` with more streams than the server has slots."""
+        return [c for c in cells if c.phase == DECODE and more_than_slots(c.concurrency, self.slots)]
+
+    def slots_line(self, todo: list[Cell]) -> str | None:
+        """The plan's line on the server's slots: how many, and what happens to
+        the cells of `todo` with more streams than that (None: slots unknown)."""
+        if self.slots is None:
+            return None
+        s = self.slots
+        line = f"Server slots: {s} (at most {s} request{'' if s == 1 else 's'} run at once)"
+        over = sorted({c.concurrency for c in self.queued(todo)})
+        if not over:
+            return line
+        levels = ", ".join(f"×{c}" for c in over)
+        return (f"{line}; {levels} {'has' if len(over) == 1 else 'have'} more streams than slots: "
+                f"measured with {s} running and the rest waiting in the server's queue, so they are "
+                f"Requests queued (never published as that many concurrent streams), and "
+                f"readiness waits for {s} streams, not for all")
+
+
+def more_than_slots(concurrency: int, slots: int | None) -> bool:
+    """Whether a decode cell's streams outnumber the server's slots (unknown: no)."""
+    return slots is not None and concurrency > slots
+
+
+def running_at_once(concurrency: int, slots: int | None) -> int:
+    """Streams the server runs at once: all of them, or its slots when fewer;
+    the others wait in its queue and hold no KV cache."""
+    return concurrency if slots is None else min(concurrency, slots)
 
 
 def make_plan(
@@ -136,8 +168,11 @@ def make_plan(
     kv_budget: int | None,
     prefill: bool = True,
     prefill_contexts: list[int | str] | None = None,
+    slots: int | None = None,
 ) -> Plan:
-    """Build the matrix; over-capacity cells are planned as skipped."""
+    """Build the matrix; over-capacity cells are planned as skipped. With the
+    server's `slots`, a cell needs the KV cache of the streams that run at
+    once (queued requests hold none)."""
     requested = list(contexts) if contexts else [*DEFAULT_CONTEXTS, "max"]
     fitted: list[int] = []
     dropped: list[str] = []
@@ -170,19 +205,20 @@ def make_plan(
                 pre.append(full)
     else:
         pre = []
-    plan = Plan(fitted, levels, pre, dropped=dropped)
+    plan = Plan(fitted, levels, pre, dropped=dropped, slots=slots)
     for ctx in pre:
         plan.cells.append(Cell(PREFILL, ctx, 1))
     for ctx in fitted:
         for c in levels:
             cell = Cell(DECODE, ctx, c)
-            need = c * (ctx + max_output)
+            running = running_at_once(c, slots)
+            need = running * (ctx + max_output)
             if kv_budget is not None and need > kv_budget:
                 cell.status = OVER_CAPACITY
-                cell.reason = (
-                    f"needs {need:,} KV tokens ({c} × ({ctx:,} + {max_output:,})), "
-                    f"server budget is {kv_budget:,}"
-                )
+                why = f"{running} × ({ctx:,} + {max_output:,})"
+                if running < c:
+                    why += f": {running} of its {c} streams run at once, one per slot"
+                cell.reason = f"needs {need:,} KV tokens ({why}), server budget is {kv_budget:,}"
             plan.cells.append(cell)
     return plan
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from bench.core.plan import Cell
+from bench.core.plan import Cell, more_than_slots, running_at_once
 from bench.measure.liveparse import LiveParser
 from bench.measure.monitor import gc_paused
 from bench.measure.records import (
@@ -151,6 +151,13 @@ class DecodeRun:
 # Why the client could have moved a figure of a run's window (run, start_ns, end_ns,
 # the cell's TBT in ms, its records' table), or None: CellRunner.judge asks it.
 BoundReason = Callable[[DecodeRun, int, int, float | None, pa.Table], str | None]
+
+
+def queued_note(concurrency: int, slots: int) -> str:
+    """What a cell with more streams than the server's slots says, in its
+    reason and on the terminal as it starts."""
+    return (f"{concurrency} streams, {slots} server slot{'' if slots == 1 else 's'}: at most "
+            f"{slots} ran at once, the other {concurrency - slots} waited in the server's queue")
 
 
 class CellRunner:
@@ -319,10 +326,16 @@ class CellRunner:
 
     async def start(self, run: DecodeRun, launch: Callable[[DecodeRun], None]) -> None:
         """Start C saturating streams (`launch`: where they run) and wait until
-        the server runs them all."""
+        the server runs them all, or as many as it has slots: the others wait
+        in its queue, and waiting for them to produce tokens would only wait
+        out --warmup-timeout."""
         warm_start = time.monotonic()
+        c, slots = run.cell.concurrency, self.info.slots
+        if more_than_slots(c, slots):
+            run.notes.append(queued_note(c, slots))
         launch(run)
-        ready = await self._wait_ready(run.cell.concurrency, run.live, run.failure, run.interrupted)
+        ready = await self._wait_ready(c, run.live, run.failure, run.interrupted,
+                                       running_at_once(c, slots))
         run.warmup_s = time.monotonic() - warm_start
         if not ready and not run.failure.is_set() and not run.interrupted.is_set():
             run.notes.append(f"readiness not reached in {self.settings.warmup_timeout_s:.0f} s")
@@ -393,6 +406,9 @@ class CellRunner:
         verdict: Verdict = judge_decode(
             records, run.cell.concurrency, start_ns, end_ns, metrics_table,
             lambda tbt_ms: bound_reason(run, start_ns, end_ns, tbt_ms, table), table, server)
+        if verdict.status == VALID and more_than_slots(run.cell.concurrency, self.info.slots):
+            # Never published as C concurrent streams: the server runs at most its slots.
+            verdict.status = REQUESTS_QUEUED
         why = verdict.client_bound
         bound = why is not None
         if bound:
@@ -443,9 +459,11 @@ class CellRunner:
         return probe_check(probe)
 
     async def _wait_ready(self, c: int, live: list, failure: asyncio.Event,
-                          interrupted: asyncio.Event) -> bool:
-        """Every stream slot has produced tokens, and (when the server tells)
-        nothing is waiting, continuously for stable_s seconds."""
+                          interrupted: asyncio.Event, running: int) -> bool:
+        """`running` of the C stream slots have produced tokens, and (when the
+        server tells) no more than the other C − `running` are waiting,
+        continuously for stable_s seconds. `running` is C unless the server
+        has fewer slots than C."""
         s = self.settings
         deadline = time.monotonic() + s.warmup_timeout_s
         stable_since = None
@@ -456,12 +474,12 @@ class CellRunner:
             for i, proto in enumerate(live):
                 if proto is not None and proto.producing:
                     produced[i] = True
-            producing = all(produced)
+            producing = sum(produced) >= running
             # The running gauge can lag (vLLM CPU was seen reading 0 while four
             # streams received tokens), so readiness trusts the streams
             # themselves and asks the server only that nothing is waiting.
             _, waiting = self.sampler.running_waiting() if self.sampler.enabled else (None, None)
-            server_ok = waiting is None or waiting == 0
+            server_ok = waiting is None or waiting <= c - running
             if producing and server_ok:
                 stable_since = stable_since or time.monotonic()
                 if time.monotonic() - stable_since >= s.stable_s:

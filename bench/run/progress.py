@@ -161,7 +161,10 @@ class Progress:
           f"(max model length {info.max_model_len or 'unknown'})")
         for text in getattr(info, "notes", []):
             p(f"  note: {text}", markup=False, highlight=False)
-        p(f"KV budget: {f'{kv_budget:,} tokens ({kv_source})' if kv_budget else 'unknown'}")
+        p(f"KV budget: {f'{kv_budget:,} tokens' if kv_budget else 'unknown'}"
+          f"{f' ({kv_source})' if kv_source else ''}", markup=False, highlight=False)
+        if (slots := plan.slots_line(todo)) is not None:
+            p(slots, markup=False, highlight=False, soft_wrap=True)
         p(f"Contexts: {', '.join(context_label(c) for c in plan.contexts) or 'none'}; "
           f"concurrency: {', '.join(map(str, plan.concurrency))}; "
           f"prefill at: {', '.join(context_label(c) for c in plan.prefill_contexts) or 'none'}")

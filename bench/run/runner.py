@@ -148,7 +148,7 @@ def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
     plan = make_plan(
         contexts=opts.contexts, concurrency=opts.concurrency, max_output=s.max_output,
         max_model_len=info.max_model_len, kv_budget=kv_budget, prefill=opts.prefill,
-        prefill_contexts=opts.prefill_contexts,
+        prefill_contexts=opts.prefill_contexts, slots=info.slots,
     )
     if not plan.cells:
         raise RunError("the plan is empty: no context fits the server's max model length")
@@ -217,7 +217,7 @@ def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_
             repeats=s.repeats if s.repeats > 1 else None,
         ),
         clock=Clock(monotonic_anchor_ns=time.monotonic_ns(), wall_anchor_ns=time.time_ns()),
-        kv_budget=KvBudget(tokens=kv_budget, source=kv_source),
+        kv_budget=KvBudget(tokens=kv_budget, source=kv_source if kv_budget else None),
         launch_command=clean(launch) if launch else None,
         notes=clean(card.notes or ""),
     )
@@ -275,6 +275,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
         contexts=wanted.contexts, concurrency=wanted.concurrency, max_output=s.max_output,
         max_model_len=info.max_model_len, kv_budget=kv_budget,
         prefill=bool(wanted.prefill_contexts), prefill_contexts=wanted.prefill_contexts or None,
+        slots=info.slots,
     )
     try:
         store = RunStore.resume(run_dir, old, secrets_of(opts))

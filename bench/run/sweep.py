@@ -69,6 +69,14 @@ def label(cell: Cell) -> str:
     return f"{cell.phase} {context_label(cell.context)}×{cell.concurrency}"
 
 
+def queued_start(cell: Cell, slots: int) -> str:
+    """The line a decode cell with more streams than slots prints as it starts."""
+    c = cell.concurrency
+    return (f"{label(cell)}: {c} streams, {slots} server slot{'' if slots == 1 else 's'}: {slots} run "
+            f"at once and {c - slots} wait in the server's queue; the window opens once {slots} "
+            f"stream{'' if slots == 1 else 's'} produce tokens, and the cell is Requests queued")
+
+
 async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: RunStore,
                 progress: Progress, clean, tag: str, secrets: list[str]) -> None:
     """Measure `todo` in order, storing each cell as it ends (`opts`: the
@@ -130,6 +138,8 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     try:
         for cell in todo:
             progress.begin(cell)
+            if plan.queued([cell]):  # said as it starts, not after a silent wait
+                progress.note(queued_start(cell, plan.slots))
             shards = (1 if cell.phase != DECODE else hosts.n if hosts is not None
                       else cell_shards(plan.workers, cell.concurrency))
             cell_runner = runner if shards == 1 else ShardedCellRunner(runner, source, shards)

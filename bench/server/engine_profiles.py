@@ -183,10 +183,22 @@ def _llamacpp_facts(probe: Probe, _metrics_text: str | None, props: dict) -> Non
     if per_slot:
         info.slots = len(per_slot)
         info.max_model_len = max(per_slot)
-        # llama.cpp does not report a unified KV cache's size (-kvu); the sum
-        # of the slots' contexts is an upper bound, so say so.
-        info.kv_budget = sum(per_slot)
-        info.kv_budget_source = "llama.cpp /slots: sum of slot contexts (upper bound; use --kv-budget)"
+        info.kv_budget_source = _llamacpp_kv_unknown(per_slot)  # the budget stays unknown
+
+
+def _llamacpp_kv_unknown(per_slot: list[int]) -> str:
+    """Why llama.cpp's KV budget is unknown, and how to give it. A slot reports
+    the context one request may fill: the whole cache when unified (-kvu), its
+    1/slots share when split, and either capped at the model's training
+    context; /props and /slots say neither which nor the cache's size, so
+    `-c 32768 -np 2 -kvu` (32,768) and `-c 65536 -np 2` (65,536) answer the
+    same (docs/engines.md). Neither one slot's context nor the sum is the
+    budget: the -c the server was started with is, whatever the layout."""
+    n = len(per_slot)
+    slots = f"{per_slot[0]:,}" if n == 1 else (
+        f"{n} slots × {per_slot[0]:,}" if len(set(per_slot)) == 1 else f"{n} slots")
+    return (f"llama.cpp /slots tells each slot's context ({slots}), not the KV cache's size: "
+            f"pass --kv-budget with the -c the server was started with")
 
 
 def _slot_contexts(slot_list: list) -> list[int]:

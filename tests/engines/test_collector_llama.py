@@ -71,19 +71,52 @@ def test_window_is_exact_and_streams_are_cancelled(thin_run: Path) -> None:
 
 
 def test_queued_when_more_requests_than_slots(tmp_path: Path) -> None:
+    """2 slots of a unified 65,536-token cache, 4 streams of MAX_OUTPUT tokens: the
+    other two cannot start inside the cell (issue 32, item 2). The plan names the
+    slots and the cell, the KV budget is unknown (not a sum of slots), the terminal says
+    it as the cell starts, readiness waits for 2 streams, not out --warmup-timeout
+    (which it did, silently, before), and the cell is Requests queued."""
     from tests.conftest import run_cli
     from tests.support.real_engines import start_llama_server
 
-    engine = start_llama_server(parallel=2, ctx=16384)
+    timeout_s = 60  # far past 2 streams' readiness on a busy host; the old wait took all of it
+    engine = start_llama_server(parallel=2, ctx=65536)
     try:
         res = run_cli("bench", "run", "--base-url", engine.base_url, "--contexts", "512",
                       "--concurrency", "4", "--duration", "3", "--no-prefill",
-                      "--max-output", "256", "--warmup-timeout", "8", "--out", "q", cwd=tmp_path)
+                      "--max-output", str(MAX_OUTPUT), "--warmup-timeout", str(timeout_s),
+                      "--out", "q", cwd=tmp_path)
     finally:
         engine.stop()
     assert res.returncode == 0, res.stderr
+    said = " ".join(res.stderr.split())
+    # not 2 × 32,768 (the slots' contexts, capped at the model's 32,768, summed)
+    assert "KV budget: unknown (llama.cpp /slots tells each slot's context (2 slots × 32,768)" in said
+    assert "Server slots: 2" in said and "×4 has more streams than slots" in said, said
+    assert "decode 512×4: 4 streams, 2 server slots: 2 run at once and 2 wait" in said, said
     cell = read_run(tmp_path / "q").cells.to_pylist()[0]
     assert cell["status"] == "requests_queued", cell
+    assert "4 streams, 2 server slots: at most 2 ran at once" in cell["reason"], cell
+    assert cell["warmup_s"] < timeout_s and "readiness not reached" not in cell["reason"], cell
+
+
+@pytest.mark.parametrize(("ctx", "cache", "slot_ctx"), [
+    (4096, "-kvu", 4096), (4096, "-no-kvu", 2048), (32768, "-kvu", 32768), (65536, "-kvu", 32768)])
+def test_slots_do_not_tell_the_cache_size(ctx: int, cache: str, slot_ctx: int) -> None:
+    """What docs/engines.md says llama-server reports with 2 slots: each slot's
+    context is the whole cache when unified, its half when split, and capped at
+    the model's training context (32,768 for the tiny model), so a 32,768-token
+    and a 65,536-token unified cache answer alike. The budget stays unknown."""
+    from bench.server.engines import probe_server
+    from tests.support.real_engines import start_llama_server
+
+    engine = start_llama_server(parallel=2, ctx=ctx, extra_args=[cache])
+    try:
+        info = probe_server(engine.base_url, None)
+    finally:
+        engine.stop()
+    assert (info.slots, info.max_model_len, info.kv_budget) == (2, slot_ctx, None)
+    assert f"(2 slots × {slot_ctx:,}), not the KV cache's size" in info.kv_budget_source
 
 
 def decoding_slots(base_url: str, n_predict: int) -> int:

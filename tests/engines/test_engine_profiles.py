@@ -60,7 +60,7 @@ def test_probe_picks_the_profile_and_reads_its_facts(refserver, row: EngineRow) 
     assert info.engine == row.profile.name and info.notes == []
     assert info.tokenize == row.tokenize
     assert info.gauges == dict(row.profile.gauges) and info.has_metrics == row.gauges
-    assert info.kv_budget == row.expected_kv_budget(40_000, None), info.kv_budget_source
+    assert info.kv_budget == row.expected_kv_budget(40_000), info.kv_budget_source
     assert info.max_model_len == (REF_MAX_MODEL_LEN if row.server_facts else None)
     assert info.version == ("ref-0.1" if row.server_facts else None)
 
@@ -73,7 +73,7 @@ def test_engine_is_told_without_owned_by(refserver, row: EngineRow) -> None:
         "/v1/models": {"body": '{"object": "list", "data": [{"id": "ref"}]}'}})
     info = probe_server(srv.base_url, None)
     assert (info.engine, info.notes) == (row.profile.name, [])
-    assert info.kv_budget == row.expected_kv_budget(40_000, None), info.kv_budget_source
+    assert info.kv_budget == row.expected_kv_budget(40_000), info.kv_budget_source
 
 
 def test_sglang_without_metrics_still_reads_its_server_info(refserver) -> None:
@@ -241,7 +241,7 @@ def test_bench_run_on_each_engine(refserver, tmp_path: Path, row: EngineRow) -> 
     assert res.returncode == 0, res.stderr
     run = read_run(out)
     assert run.info.engine.name == profile.name
-    assert run.info.kv_budget.tokens == row.expected_kv_budget(200_000, 2)
+    assert run.info.kv_budget.tokens == row.expected_kv_budget(200_000)
     (cell,) = [c for c in run.cells.to_pylist() if c["phase"] == "decode"]
     assert cell["status"] == "valid", cell
     assert cell["token_counting"] == row.token_counting

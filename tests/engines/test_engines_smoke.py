@@ -157,4 +157,5 @@ def test_real_engine_is_its_profile(request: pytest.FixtureRequest, row: EngineR
     assert (info.engine, info.tokenize, info.notes) == (row.profile.name, row.tokenize, [])
     for gauge in (METRIC_RUNNING, METRIC_WAITING):
         assert info.gauges[gauge] == row.profile.gauges[gauge]
-    assert info.kv_budget and info.kv_budget_source
+    # its own budget where the engine tells one; else unknown, and the source says why
+    assert (info.kv_budget is not None) == (row.kv_budget is not None) and info.kv_budget_source

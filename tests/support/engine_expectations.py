@@ -25,9 +25,10 @@ from rundir.contract import COUNT_CHUNKS_USAGE, COUNT_USAGE_CONTINUOUS
 REF_MAX_MODEL_LEN = 32768
 
 # How an engine tells its KV budget: its own figure ("reported", what the reference
-# server is given as kv_budget_tokens), the sum of its slots' contexts ("slot_contexts",
-# llama-server's upper bound), or not at all (None).
-REPORTED, SLOT_CONTEXTS = "reported", "slot_contexts"
+# server is given as kv_budget_tokens), or not at all (None). llama-server tells only
+# each slot's context, which is neither its cache's size nor, summed, an upper bound
+# (docs/engines.md): its budget is unknown unless --kv-budget gives it.
+REPORTED = "reported"
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class EngineRow:
     tokenize: str | None  # the tokenize dialect the probe reports (None: sized by a ratio)
     run_to_max: bool  # asks ignore_eos and usage on every chunk (continuous_usage_stats)
     token_counting: str  # how a cell's tokens are counted (rundir.contract COUNT_*)
-    kv_budget: str | None  # REPORTED, SLOT_CONTEXTS or None (unknown)
+    kv_budget: str | None  # REPORTED or None (unknown)
     server_facts: bool  # tells its max model length and version
     gauges: bool  # serves Prometheus gauges the sampler reads
     label_set_per_rank: bool = False  # one label set per data-parallel rank on its gauges
@@ -48,14 +49,9 @@ class EngineRow:
     real_fixture: str | None = None
     real_marker: str | None = None
 
-    def expected_kv_budget(self, given: int, slots: int | None) -> int | None:
-        """The budget the probe must read when the reference server is given `given`
-        tokens and `slots` slots (None: the dialect's default, one for llama-server)."""
-        if self.kv_budget == REPORTED:
-            return given
-        if self.kv_budget == SLOT_CONTEXTS:
-            return (slots or 1) * REF_MAX_MODEL_LEN
-        return None
+    def expected_kv_budget(self, given: int) -> int | None:
+        """The budget the probe must read when the reference server is given `given` tokens."""
+        return given if self.kv_budget == REPORTED else None
 
 
 ROWS: tuple[EngineRow, ...] = (
@@ -67,7 +63,7 @@ ROWS: tuple[EngineRow, ...] = (
               token_counting=COUNT_USAGE_CONTINUOUS, kv_budget=REPORTED, server_facts=True,
               gauges=True, label_set_per_rank=True),
     EngineRow("llamacpp", LLAMACPP, tokenize="llama.cpp", run_to_max=True,
-              token_counting=COUNT_USAGE_CONTINUOUS, kv_budget=SLOT_CONTEXTS, server_facts=True,
+              token_counting=COUNT_USAGE_CONTINUOUS, kv_budget=None, server_facts=True,
               gauges=True, real_fixture="llama_server", real_marker="engine_llama"),
     EngineRow("generic", GENERIC, tokenize=None, run_to_max=False,
               token_counting=COUNT_CHUNKS_USAGE, kv_budget=None, server_facts=False,

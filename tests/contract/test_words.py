@@ -192,7 +192,10 @@ def test_the_live_display_uses_the_published_words() -> None:
                                          figures=SimpleNamespace(total_tok_s=6216.04)))
     progress.end(over, SimpleNamespace(status=contract.OVER_CAPACITY, window=None, reason=None))
     assert progress.results[fast.key] == words.tok_s(17_649.9) == "17.6K"
-    assert progress.results[queued.key] == words.tok_s(6216.04) + "*"
+    # a cell that is not Valid shows its status word under its number, as the page
+    # does; "*" means client-bound only (issue 32)
+    assert progress.results[queued.key] == (words.tok_s(6216.04) + "\n"
+                                            + words.status_label(contract.REQUESTS_QUEUED))
     assert progress.results[over.key] == words.status_label(contract.OVER_CAPACITY)
     progress.stop()
     shown = out.getvalue()

@@ -146,12 +146,17 @@ def test_real_engine_killed_mid_cell(tmp_path: Path) -> None:
     never ends and restarts inside its window: with 512-token streams the
     restarts' gaps on a busy host made it Requests queued. How fast the host
     runs changes when the state is seen, never whether the kill lands in it
-    (the old test slept 2 s after noticing the first cell instead). The run directory is read only once the
+    (the old test slept 2 s after noticing the first cell instead). And
+    the kill waits for the first cell's line on stderr, which the collector
+    prints once the cell is stored: a clean-clone CI run under load once found
+    the first cell Error, the kill landed in it (why /slots showed two such
+    slots then was not found; the run directory was gone). The run directory is read only once the
     collector has exited: read while it is rewritten, a Parquet file can
     fail to parse (pyarrow opens the path more than once)."""
     import os
     import subprocess
     import sys
+    import threading
     import time
 
     from tests.conftest import REPO
@@ -163,16 +168,22 @@ def test_real_engine_killed_mid_cell(tmp_path: Path) -> None:
         [sys.executable, "-m", "bench.cli", "run", "--base-url", engine.base_url, "--out", str(out),
          "--contexts", "512", "--concurrency", "1,2,4", "--duration", "4", "--no-prefill",
          "--max-output", str(KILL_OUTPUT), "--warmup-stable", "0.5", "--server-wait", "2"],
-        env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True,
     )
+    said: list[str] = []  # stderr, read as it comes: the first cell's line says it is stored
+    reader = threading.Thread(target=lambda: said.extend(proc.stderr), daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 300
-        while decoding_slots(engine.base_url, KILL_OUTPUT) < 2:
+        while not any(line.startswith("decode 512×1 ") for line in said) \
+                or decoding_slots(engine.base_url, KILL_OUTPUT) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, "no second cell"
             time.sleep(0.02)
         engine.kill()
-        _, stderr = proc.communicate(timeout=300)
+        proc.wait(timeout=300)
+        reader.join(timeout=60)
+        stderr = "".join(said)
     finally:
         engine.stop()
         if proc.poll() is None:

@@ -17,6 +17,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 KEY = ("phase", "context", "concurrency")
+# A traffic cell's key columns beyond the matrix's (empty on prefill and decode cells).
+TRAFFIC_KEY = ("prefix_reuse_target", "turn")
+CELL_KEY = KEY + TRAFFIC_KEY
+
+
+def key_columns(table: pa.Table) -> tuple[str, ...]:
+    """The cell-key columns `table` has: CELL_KEY once checked, KEY in a table that predates it."""
+    return tuple(k for k in CELL_KEY if k in table.column_names)
+
+
+def key_names(values: list | tuple) -> str:
+    """The key columns a message names for a key: the traffic ones only where set."""
+    return ", ".join([*KEY, *(n for n, v in zip(TRAFFIC_KEY, values[3:], strict=False)
+                              if v is not None)])
+
+
+def key_text(values: list | tuple) -> str:
+    """A cell key as messages show it: the matrix's three parts, then the traffic parts set."""
+    shown = [str(v) for v in values[:3]]
+    shown += [f"{name} {v}" for name, v in zip(TRAFFIC_KEY, values[3:], strict=False)
+              if v is not None]
+    return ", ".join(shown)
 
 
 def _first(mask: pa.ChunkedArray | pa.Array) -> int | None:
@@ -31,8 +53,7 @@ def row_name(table: pa.Table, row: int) -> str:
     """How a message names a row: its request id, else its cell key."""
     if "request_id" in table.column_names:
         return f"request {table.column('request_id')[row].as_py()!r}"
-    key = ", ".join(str(table.column(k)[row].as_py()) for k in KEY)
-    return f"cell ({key})"
+    return f"cell ({key_text([table.column(k)[row].as_py() for k in key_columns(table)])})"
 
 
 def known(table: pa.Table, column: str, allowed: tuple[str, ...]) -> str | None:
@@ -57,15 +78,53 @@ def cell_keys(table: pa.Table) -> str | None:
     return at_least(table, "context", 1) or at_least(table, "concurrency", 1)
 
 
+def traffic_keys(table: pa.Table, traffic: tuple[str, ...], prefix: str, conversation: str
+                 ) -> str | None:
+    """A prefix cell has a target reuse (0 to 100 percent) and no turn; a
+    conversation cell a turn (from 1) and no target; a matrix cell neither."""
+    if not set(TRAFFIC_KEY) <= set(table.column_names):
+        return None
+    phases = table.column("phase").to_pylist()
+    targets, turns = (table.column(k).to_pylist() for k in TRAFFIC_KEY)
+    for row, (phase, target, turn) in enumerate(zip(phases, targets, turns, strict=True)):
+        if phase == prefix and (target is None or not 0 <= target <= 100):
+            column, why = "prefix_reuse_target", "expected a target reuse from 0 to 100 (percent)"
+        elif phase == prefix and turn is not None:
+            column, why = "turn", "expected none on a prefix cell"
+        elif phase == conversation and (turn is None or turn < 1):
+            column, why = "turn", "expected a turn from 1"
+        elif phase == conversation and target is not None:
+            column, why = "prefix_reuse_target", "expected none on a conversation cell"
+        elif phase not in traffic and (target is not None or turn is not None):
+            column = "prefix_reuse_target" if target is not None else "turn"
+            why = f"expected none on a {phase} cell"
+        else:
+            continue
+        got = target if column == "prefix_reuse_target" else turn
+        return f"column {column}: {why}, got {got} in {row_name(table, row)}"
+    return None
+
+
+def only_on(table: pa.Table, column: str, values: tuple[str, ...], phases: tuple[str, ...]
+            ) -> str | None:
+    """A value of `column` that only cells of `phases` may take, on another cell."""
+    for row, (value, phase) in enumerate(zip(table.column(column).to_pylist(),
+                                             table.column("phase").to_pylist(), strict=True)):
+        if value in values and phase not in phases:
+            return (f"column {column}: {value!r} is for {' and '.join(phases)} cells only, "
+                    f"got it in {row_name(table, row)}")
+    return None
+
+
 def cells(table: pa.Table, figures: list[str]) -> str | None:
     """Each cell once; finite, non-negative figures; a window that does not end
     before it starts."""
-    keys = list(zip(*(table.column(k).to_pylist() for k in KEY), strict=True))
+    keys = list(zip(*(table.column(k).to_pylist() for k in key_columns(table)), strict=True))
     if len(set(keys)) != len(keys):
         seen: set[tuple] = set()
         for row, key in enumerate(keys):
             if key in seen:
-                return (f"columns phase, context, concurrency: {row_name(table, row)} "
+                return (f"columns {key_names(key)}: {row_name(table, row)} "
                         "appears more than once")
             seen.add(key)
     for name in figures:

@@ -43,7 +43,14 @@ CLOCK_OFFSETS_FILE = "clock_offsets.parquet"
 # Phases of a cell.
 PREFILL = "prefill"
 DECODE = "decode"
-PHASES = (PREFILL, DECODE)
+# Traffic cells (`bench run --prefix-reuse`, `--turns`): keyed also by the optional
+# key columns (TRAFFIC_KEY); a reader that knows only the matrix reads PREFILL and
+# DECODE rows and leaves these to the parts that know them (docs/data-format.md).
+PREFIX = "prefix"  # prompts that share a prefix with other requests, at a target reuse
+CONVERSATION = "conversation"  # one turn of multi-turn conversations that resend their history
+PHASES = (PREFILL, DECODE, PREFIX, CONVERSATION)
+MATRIX_PHASES = (PREFILL, DECODE)
+TRAFFIC_PHASES = (PREFIX, CONVERSATION)
 
 # Cell statuses (see docs/methodology.md for what each means).
 VALID = "valid"
@@ -52,7 +59,12 @@ REQUESTS_QUEUED = "requests_queued"
 LOOPED = "looped"
 ERROR = "error"
 PENDING = "pending"  # planned, not (yet) measured: an interrupted run
-STATUSES = (VALID, OVER_CAPACITY, REQUESTS_QUEUED, LOOPED, ERROR, PENDING)
+# Traffic cells only: the reuse the server delivered is off the target (or its two
+# measures disagree), or nothing the server reports can tell it (never published Valid).
+REUSE_OFF_TARGET = "reuse_off_target"
+REUSE_UNVERIFIED = "reuse_unverified"
+STATUSES = (VALID, OVER_CAPACITY, REQUESTS_QUEUED, LOOPED, ERROR, PENDING, REUSE_OFF_TARGET,
+            REUSE_UNVERIFIED)
 
 # A prefill sample the collector rejected (a prefix-cache hit) keeps its row; its
 # `error` starts with this, so readers tell a rejection from a failure.
@@ -62,7 +74,12 @@ PREFILL_REJECTED_PREFIX = "rejected:"
 PURPOSE_MEASURE = "measure"  # a saturating decode stream (clipped to the window)
 PURPOSE_PREFIX_FILL = "prefix_fill"  # warms the prefix cache before a decode cell
 PURPOSE_PREFILL = "prefill_sample"  # a cold request timed for prefill
-PURPOSES = (PURPOSE_MEASURE, PURPOSE_PREFIX_FILL, PURPOSE_PREFILL)
+PURPOSE_PRIME = "prefix_prime"  # puts a prefix group's shared prefix in the cache before a prefix cell
+PURPOSE_REUSE = "reuse_sample"  # a measured request of a prefix cell
+PURPOSE_TURN = "turn"  # a measured conversation turn (a turn `--turns` lists)
+PURPOSE_TURN_FILL = "turn_fill"  # a turn between the listed ones: sent, kept, not measured
+PURPOSES = (PURPOSE_MEASURE, PURPOSE_PREFIX_FILL, PURPOSE_PREFILL, PURPOSE_PRIME, PURPOSE_REUSE,
+            PURPOSE_TURN, PURPOSE_TURN_FILL)
 
 # How a cell's chunk token counts were obtained. Readers show any other value
 # as it is written (the column is free text), so older run directories stay readable.
@@ -418,6 +435,16 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("chunk_tokens", pa.list_(pa.int64()), nullable=False),  # cumulative
         pa.field("content_tail", pa.string()),  # last characters, evidence for Looped
         pa.field("reasoning_tail", pa.string()),
+        # Optional (traffic cells, see OPTIONAL_COLUMNS): the cell's key columns beyond
+        # the matrix's, the request's prefix group, its conversation and that
+        # conversation's turn it sent, and the engine's own count of its cached prompt
+        # tokens where it gives one apart from usage (llama.cpp's timings.cache_n).
+        pa.field("prefix_reuse_target", pa.int64()),
+        pa.field("turn", pa.int64()),
+        pa.field("prefix_group", pa.int64()),
+        pa.field("conversation_id", pa.int64()),
+        pa.field("conversation_turn", pa.int64()),
+        pa.field("engine_cached_tokens", pa.int64()),
     ]
 )
 
@@ -447,6 +474,16 @@ CELLS_SCHEMA = pa.schema(
         # per cell, since a resumed run may measure its new cells otherwise. Empty: unknown.
         pa.field("processes", pa.int64()),
         pa.field("hosts", pa.int64()),
+        # Optional, traffic cells only: the key columns beyond the matrix's (percent of
+        # each prompt shared; the conversation turn), the engine's own prompt and cached
+        # tokens over the cell's measured requests (from `server_source`: its counters or
+        # its per-request timings), and the cache block the reuse tolerance used.
+        pa.field("prefix_reuse_target", pa.int64()),
+        pa.field("turn", pa.int64()),
+        pa.field("server_prompt_tokens", pa.int64()),
+        pa.field("server_cached_tokens", pa.int64()),
+        pa.field("server_source", pa.string()),
+        pa.field("reuse_block", pa.int64()),
     ]
 )
 
@@ -514,7 +551,14 @@ _REQUEST_TABLES = (REQUESTS_FILE, SUPERSEDED_REQUESTS_FILE)
 # Columns added within schema v1: a table without one reads as if it were there and
 # empty (a run directory written before it did not record it), and a writer leaves one
 # out while every value is empty, so such a run directory stays byte for byte as it was.
-OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {CELLS_FILE: ("processes", "hosts")}
+_TRAFFIC_REQUEST_COLUMNS = ("prefix_reuse_target", "turn", "prefix_group", "conversation_id",
+                            "conversation_turn", "engine_cached_tokens")
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
+    CELLS_FILE: ("processes", "hosts", "prefix_reuse_target", "turn", "server_prompt_tokens",
+                 "server_cached_tokens", "server_source", "reuse_block"),
+    REQUESTS_FILE: _TRAFFIC_REQUEST_COLUMNS,
+    SUPERSEDED_REQUESTS_FILE: _TRAFFIC_REQUEST_COLUMNS,
+}
 
 
 def check_table(name: str, table: pa.Table, where: str | None = None) -> pa.Table:
@@ -568,16 +612,29 @@ def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
 def _check_values(name: str, table: pa.Table, where: str) -> None:
     """Value rules beyond the schema: known enums, sane keys, and for raw
     requests chunk lists that a metric can trust (see docs/data-format.md)."""
-    problem = checks.known(table, "phase", PHASES) or checks.cell_keys(table)
+    problem = (checks.known(table, "phase", PHASES) or checks.cell_keys(table)
+               or checks.traffic_keys(table, TRAFFIC_PHASES, PREFIX, CONVERSATION))
     if name == CELLS_FILE:
-        problem = problem or checks.known(table, "status", STATUSES) or checks.cells(
-            table, [f.name for f in CELLS_SCHEMA
-                    if f.name == "warmup_s" or f.name.startswith("pub_")]) or checks.spread(table)
+        figures = [f.name for f in CELLS_SCHEMA
+                   if f.name in ("warmup_s", "server_prompt_tokens", "server_cached_tokens",
+                                 "reuse_block") or f.name.startswith("pub_")]
+        problem = (problem or checks.known(table, "status", STATUSES)
+                   or checks.cells(table, figures) or checks.spread(table)
+                   or checks.only_on(table, "status", (REUSE_OFF_TARGET, REUSE_UNVERIFIED),
+                                     TRAFFIC_PHASES))
     if name in _REQUEST_TABLES:
         problem = (problem or checks.known(table, "purpose", PURPOSES)
                    or checks.requests(table))
     if problem:
         raise ContractError(f"{where}: {problem}")
+
+
+def cell_key(row: dict) -> tuple:
+    """A cell's key from a row of cells.parquet or requests.parquet (as a dict):
+    (phase, context, concurrency, prefix_reuse_target, turn), the last two empty
+    on prefill and decode cells."""
+    return (row["phase"], row["context"], row["concurrency"], row.get("prefix_reuse_target"),
+            row.get("turn"))
 
 
 def empty_table(name: str) -> pa.Table:

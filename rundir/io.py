@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
 from rundir import windows as cell_windows
-from rundir.checks import KEY
+from rundir.checks import KEY, TRAFFIC_KEY, key_columns, key_names, key_text
 from rundir.contract import (
     CELLS_FILE,
     CLOCK_OFFSETS_FILE,
@@ -219,8 +220,8 @@ def read_run(run_dir: Path) -> RunData:
     if orphan is not None:
         key, rows = orphan
         raise ContractError(
-            f"{run_dir / REQUESTS_FILE}: columns phase, context, concurrency: cell "
-            f"({', '.join(map(str, key))}) has {rows} request row(s) but no row in {CELLS_FILE} "
+            f"{run_dir / REQUESTS_FILE}: columns {key_names(key)}: cell "
+            f"({key_text(list(key))}) has {rows} request row(s) but no row in {CELLS_FILE} "
             "(each request belongs to a cell of the run)")
     metrics = read_table(run_dir, SERVER_METRICS_FILE, required=False)
     gpu = read_table(run_dir, GPU_METRICS_FILE, required=False)
@@ -264,12 +265,21 @@ def cell_without_row(cells: pa.Table, requests: pa.Table) -> tuple[tuple, int] |
     """
     if not len(requests):
         return None
-    counts = requests.select(list(KEY)).group_by(list(KEY)).aggregate([([], "count_all")])
-    missing = counts.join(cells.select(list(KEY)), keys=list(KEY), join_type="left anti")
+    keys = list(key_columns(requests))
+    # Empty key parts (every matrix cell's traffic columns) as -1: a join never matches nulls.
+    counts = _keys_filled(requests, keys).group_by(keys).aggregate([([], "count_all")])
+    missing = counts.join(_keys_filled(cells, keys), keys=keys, join_type="left anti")
     if not len(missing):
         return None
-    first = missing.sort_by([(k, "ascending") for k in KEY]).slice(0, 1).to_pylist()[0]
-    return tuple(first[k] for k in KEY), int(first["count_all"])
+    first = missing.sort_by([(k, "ascending") for k in keys]).slice(0, 1).to_pylist()[0]
+    key = tuple(None if k in TRAFFIC_KEY and first[k] == -1 else first[k] for k in keys)
+    return key, int(first["count_all"])
+
+
+def _keys_filled(table: pa.Table, keys: list[str]) -> pa.Table:
+    """`table`'s key columns, the traffic ones' empty values as -1 (no real value is negative)."""
+    return pa.table({k: pc.fill_null(table.column(k), -1) if k in TRAFFIC_KEY else table.column(k)
+                     for k in keys})
 
 
 def is_run_dir(path: Path) -> bool:

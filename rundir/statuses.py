@@ -32,7 +32,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rundir.contract import ERROR, LOOPED, OVER_CAPACITY, PENDING, REQUESTS_QUEUED, STATUSES, VALID
+from rundir.contract import (
+    ERROR,
+    LOOPED,
+    OVER_CAPACITY,
+    PENDING,
+    REQUESTS_QUEUED,
+    REUSE_OFF_TARGET,
+    REUSE_UNVERIFIED,
+    STATUSES,
+    VALID,
+)
 
 ROLES = ("measured", "flagged", "failed", "absent")
 
@@ -51,6 +61,9 @@ class Status:
     short: str | None = None  # a heatmap cell's text (statuses without numbers)
     tiny: str | None = None  # the same in a narrow cell (a phone)
     edge: str | None = None  # a badge's border, where it has its own
+    # Only traffic cells (prefix reuse, conversations) take it: a site without such
+    # cells leaves its rules out, so it is byte for byte what it was before them.
+    traffic: bool = False
 
 
 # In the published pages' legend order (Requests queued, Looped, Over capacity):
@@ -76,6 +89,16 @@ TABLE: tuple[Status, ...] = (
            False, "failed", fill="#eee1f4", ink="#c4291c", short="error", tiny="err."),
     Status(PENDING, "Not measured", "Not measured: the run stopped before this cell was measured.",
            False, "absent", fill="#d8d8d8", ink="#555f6a", short="not run", tiny="—"),
+    # Flagged, like Requests queued: the numbers are what the server did, at a reuse
+    # other than the one asked for (or one nothing could confirm).
+    Status(REUSE_OFF_TARGET, "Reuse off target",
+           "Reuse off target: the share of each prompt the server took from its prefix cache "
+           "was not the share asked for, or its two measures disagreed.", True, "flagged",
+           fill="#fde7d9", ink="#a4410e", traffic=True),
+    Status(REUSE_UNVERIFIED, "Reuse not verifiable",
+           "Reuse not verifiable: the server reports no cached tokens and no prefix-cache "
+           "counters, so the reuse it delivered is unknown.", True, "flagged",
+           fill="#eaeef2", ink="#57606a", traffic=True),
 )
 
 BY_CODE: dict[str, Status] = {s.code: s for s in TABLE}
@@ -107,11 +130,18 @@ def carries_numbers(code: str) -> bool:
     return code in NUMBER_STATUSES
 
 
-def js_rules() -> dict[str, object]:
+def page_table(traffic: bool = False) -> tuple[Status, ...]:
+    """The statuses a site's stylesheet and scripts know: the traffic ones only
+    on a site with traffic cells."""
+    return tuple(s for s in TABLE if traffic or not s.traffic)
+
+
+def js_rules(traffic: bool = False) -> dict[str, object]:
     """What the pages' scripts need, so no script writes a status code: which
     statuses carry numbers, which of those are flagged (drawn hollow), the
     Valid code (the compare summary counts cells Valid in both runs) and the
     status of a cell a run does not have."""
-    return {"numbers": list(NUMBER_STATUSES),
-            "flagged": [s.code for s in TABLE if s.role == "flagged"],
+    shown = page_table(traffic)
+    return {"numbers": [s.code for s in shown if s.numbers],
+            "flagged": [s.code for s in shown if s.role == "flagged"],
             "valid": VALID, "absent": PENDING}

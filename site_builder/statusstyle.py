@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rundir.statuses import TABLE, Status
+from rundir.statuses import Status, page_table
 
 MARKER = "/* @status-rules@ */"
 STYLESHEET = "style.css"
@@ -20,8 +20,8 @@ STYLESHEET = "style.css"
 STATUS_COLUMN = 4
 
 
-def _variables() -> str:
-    lines = [f"  --st-{s.code}: {s.fill}; --st-{s.code}-ink: {s.ink};" for s in TABLE]
+def _variables(shown: tuple[Status, ...]) -> str:
+    lines = [f"  --st-{s.code}: {s.fill}; --st-{s.code}-ink: {s.ink};" for s in shown]
     return ":root {\n" + "\n".join(lines) + "\n}"
 
 
@@ -46,11 +46,13 @@ def _rules(s: Status) -> list[str]:
     return out
 
 
-def status_css() -> str:
-    """Every status's variables and rules, one block of CSS."""
-    rules = [rule for s in TABLE for rule in _rules(s)]
+def status_css(traffic: bool = False) -> str:
+    """Every status's variables and rules, one block of CSS (the traffic
+    statuses' only with `traffic`: rundir/statuses.page_table)."""
+    shown = page_table(traffic)
+    rules = [rule for s in shown for rule in _rules(s)]
     return "\n".join(["/* Status colours and rules: generated from rundir/statuses.py. */",
-                      _variables(), *rules])
+                      _variables(shown), *rules])
 
 
 def stylesheet(text: str) -> str:

@@ -77,6 +77,13 @@ class RequestRecord:
     chunk_tokens: np.ndarray | list[int] = field(default_factory=list)
     content_tail: str | None = None
     reasoning_tail: str | None = None
+    # Traffic cells only (rundir/contract.py, requests.parquet's optional columns).
+    prefix_reuse_target: int | None = None
+    turn: int | None = None
+    prefix_group: int | None = None
+    conversation_id: int | None = None
+    conversation_turn: int | None = None
+    engine_cached_tokens: int | None = None
     counting: str = COUNT_CHUNKS
     final_usage_tokens: int | None = None
     status: int = 0

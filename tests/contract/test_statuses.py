@@ -51,7 +51,12 @@ def test_every_contract_status_has_one_record() -> None:
     assert [s.code for s in statuses.TABLE] == sorted(contract.STATUSES,
                                                       key=[s.code for s in statuses.TABLE].index)
     assert set(statuses.BY_CODE) == set(contract.STATUSES)
-    assert NUMBER_STATUSES == statuses.NUMBER_STATUSES == (contract.VALID, contract.REQUESTS_QUEUED)
+    assert NUMBER_STATUSES == statuses.NUMBER_STATUSES == (
+        contract.VALID, contract.REQUESTS_QUEUED, contract.REUSE_OFF_TARGET, contract.REUSE_UNVERIFIED)
+    # a site without traffic cells knows only the matrix's statuses (byte-identical builds)
+    assert {s.code for s in statuses.page_table()} == set(contract.STATUSES) - {
+        contract.REUSE_OFF_TARGET, contract.REUSE_UNVERIFIED}
+    assert statuses.page_table(traffic=True) == statuses.TABLE
 
 
 def test_a_status_without_a_record_stops_the_table() -> None:
@@ -80,7 +85,7 @@ def test_each_status_has_one_colour_in_the_stylesheet_and_the_heatmap() -> None:
     css = _served_css()
     assert statusstyle.MARKER not in css
     found = _variables(css)
-    for s in statuses.TABLE:
+    for s in statuses.page_table():
         assert found[f"st-{s.code}"] == s.fill and found[f"st-{s.code}-ink"] == s.ink, s.code
         # its badge and table cells use its variable, no other colour
         assert f".badge.st-{s.code} {{ color: var(--st-{s.code}-ink);" in css
@@ -135,5 +140,9 @@ def test_pages_hand_the_scripts_the_status_rules() -> None:
         rules = doc.find("script", id="status-rules")
         assert rules is not None, template
         assert json.loads(rules.text()) == statuses.js_rules()
-    assert statuses.js_rules()["numbers"] == list(statuses.NUMBER_STATUSES)
+    assert statuses.js_rules()["numbers"] == [contract.VALID, contract.REQUESTS_QUEUED]
     assert statuses.js_rules()["flagged"] == [contract.REQUESTS_QUEUED]
+    traffic = statuses.js_rules(traffic=True)
+    assert traffic["numbers"] == list(statuses.NUMBER_STATUSES)
+    assert traffic["flagged"] == [contract.REQUESTS_QUEUED, contract.REUSE_OFF_TARGET,
+                                  contract.REUSE_UNVERIFIED]

@@ -106,6 +106,17 @@ class Scenario:
     cache_hit_every: int | None = None  # request k with k % n == 0 is a prefix-cache hit
     report_cached_tokens: bool = True  # False: only /metrics tells of a hit
     cached_tokens_extra: int = 0  # a fault: a hit reports this many more cached tokens than its prompt
+    # the block-granular prefix cache (prefix_cache.py; None: the all-or-nothing cache above)
+    prefix_cache_block: int | None = None  # tokens per block
+    prefix_cache_capacity_tokens: int | None = None  # None: unlimited; else LRU eviction
+    prefix_cache_flush: bool = True  # vLLM POST /reset_prefix_cache, SGLang POST /flush_cache
+    # broken prefix caches: claimed on, nothing reused; counters that report hits x factor;
+    # no prefix-cache counters (nor llama.cpp's timings.cache_n); usage without
+    # prompt_tokens_details (with no counters: reuse not verifiable)
+    prefix_cache_silent_off: bool = False
+    prefix_counters_lie: float = 1.0
+    prefix_counters: bool = True
+    prompt_tokens_details: bool = True
     tokens_per_s: float = 100.0
     slowdown_per_active: float = 0.0
     tokens_per_chunk: int | list[int] = 1
@@ -200,6 +211,14 @@ class Scenario:
         need(self.cache_hit_every is None or self.cache_hit_every >= 1,
              "cache_hit_every must be >= 1")
         need(self.loop_period >= 1, "loop_period must be >= 1")
+        need(self.prefix_cache_block is None or self.prefix_cache_block >= 1,
+             "prefix_cache_block must be >= 1 (tokens) or null")
+        need(self.prefix_cache_capacity_tokens is None or (
+            self.prefix_cache_block is not None and self.prefix_cache_capacity_tokens >= 0),
+             "prefix_cache_capacity_tokens must be >= 0 and needs prefix_cache_block")
+        need(self.prefix_cache_block is None or self.cache_hit_every is None,
+             "cache_hit_every forces whole-prompt hits: not with prefix_cache_block")
+        need(self.prefix_counters_lie >= 0, "prefix_counters_lie must be >= 0 (a factor)")
         if self.status_every is not None:
             need(set(self.status_every) == {"n", "code"} and self.status_every["n"] >= 1,
                  'status_every must be {"n": N >= 1, "code": CODE}')

@@ -12,11 +12,13 @@ error bodies), not every field a real engine sends.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tests.refserver.scenario import message_words, prompt_words, token_ids
 
 JSON, PROM = "application/json", "text/plain; version=0.0.4; charset=utf-8"
+TEXT = "text/plain; charset=utf-8"
 BOS = 1  # the toy tokenizer's one special token, added where an engine's tokenize asks for it
 
 
@@ -60,6 +62,30 @@ class Dialect:
     def role_delta(self) -> dict:
         return {"role": "assistant", "content": ""}
 
+    def final_fields(self, r) -> dict:
+        """Fields of a request's last chunk (or whole answer) besides the OpenAI ones."""
+        return {}
+
+    def with_metrics(self, routes: dict) -> dict:
+        """`routes` plus GET /metrics unless the scenario turns metrics off."""
+        return {**routes, ("GET", "/metrics"): self.metrics} if self.sc.metrics_enabled else routes
+
+    def prefix_rows(self, hits: str, queries: str, labels: dict) -> list:
+        """The engine's prefix-cache counters (hits as the scenario makes it claim them),
+        none without `prefix_counters`; `queries` None: only the hits."""
+        if not self.sc.prefix_counters:
+            return []
+        e = self.engine
+        rows = [(hits, "counter", [(labels, e.cache.claimed(e.cache.hits))])]
+        return rows + ([(queries, "counter", [(labels, e.prompt_total)])] if queries else [])
+
+    def flush(self, answer) -> dict:
+        """The engine's prefix-cache flush route (`answer`: its 200 body), if the scenario has it."""
+        def handler(_d):
+            self.engine.cache.flush()
+            return answer
+        return {("POST", self.flush_path): handler} if self.sc.prefix_cache_flush else {}
+
     def too_long(self, prompt_tokens: int, max_tokens: int) -> tuple[int, dict]:
         """The refusal of a request whose prompt + max_tokens exceed the context."""
         sc, need = self.sc, prompt_tokens + max_tokens
@@ -83,13 +109,14 @@ class Vllm(Dialect):
     """vLLM's OpenAI server: /health, /version, /tokenize, /metrics."""
 
     owned_by = "vllm"
+    flush_path = "/reset_prefix_cache"
 
     def routes(self) -> dict:
-        return {**super().routes(),
-                ("GET", "/health"): lambda d: (b"", JSON),
-                ("GET", "/version"): lambda d: ({"version": "ref-0.1"}, JSON),
-                ("GET", "/metrics"): self.metrics,
-                ("POST", "/tokenize"): self.tokenize}
+        return self.with_metrics({
+            **super().routes(), **self.flush((b"", JSON)),
+            ("GET", "/health"): lambda d: (b"", JSON),
+            ("GET", "/version"): lambda d: ({"version": "ref-0.1"}, JSON),
+            ("POST", "/tokenize"): self.tokenize})
 
     def model_entry(self) -> dict:
         return {**super().model_entry(), "root": self.sc.model, "parent": None,
@@ -115,12 +142,14 @@ class Vllm(Dialect):
                 ("vllm:kv_cache_usage_perc", "gauge", [(one, self.kv_fraction())]),
                 ("vllm:prompt_tokens_total", "counter", [(one, e.prompt_total)]),
                 ("vllm:generation_tokens_total", "counter", [(one, e.gen_total)]),
-                ("vllm:prefix_cache_queries_total", "counter", [(one, e.prompt_total)]),
-                ("vllm:prefix_cache_hits_total", "counter", [(one, e.pc_hits)])]
-        if budget:
+                *self.prefix_rows("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+                                  one)]
+        if budget or sc.prefix_cache_block:  # blocks: the KV budget's, else the cache's
+            block = e.cache.block
+            tokens = budget or sc.prefix_cache_capacity_tokens or 16 * sc.max_model_len
             rows.append(("vllm:cache_config_info", "gauge", [(
-                {"block_size": "16", "cache_dtype": "auto", "enable_prefix_caching": "True",
-                 "engine": "0", "num_gpu_blocks": str(budget // 16)}, 1)]))
+                {"block_size": str(block), "cache_dtype": "auto", "enable_prefix_caching": "True",
+                 "engine": "0", "num_gpu_blocks": str(tokens // block)}, 1)]))
         return prom(rows)
 
 
@@ -131,11 +160,11 @@ class LlamaCpp(Dialect):
     default_slots = 1  # llama-server always has slots; -np 1 is the classic default
 
     def routes(self) -> dict:
-        return {**super().routes(),
-                ("GET", "/health"): lambda d: ({"status": "ok"}, JSON),
-                ("GET", "/props"): self.props, ("GET", "/slots"): self.slots,
-                ("GET", "/metrics"): self.metrics,
-                ("POST", "/tokenize"): self.tokenize}
+        return self.with_metrics({
+            **super().routes(),
+            ("GET", "/health"): lambda d: ({"status": "ok"}, JSON),
+            ("GET", "/props"): self.props, ("GET", "/slots"): self.slots,
+            ("POST", "/tokenize"): self.tokenize})
 
     def model_entry(self) -> dict:
         return {**super().model_entry(), "meta": {"n_ctx_train": self.sc.max_model_len}}
@@ -143,6 +172,21 @@ class LlamaCpp(Dialect):
     def too_long(self, prompt_tokens: int, max_tokens: int) -> tuple[int, dict]:
         return 400, error_body("the request exceeds the available context size",
                                "exceed_context_size_error", 400)
+
+    def final_fields(self, r) -> dict:
+        """llama-server's `timings`: cache_n (reused; as the counters claim it, and absent
+        without `prefix_counters`, as on older builds), prompt_n (computed), decode figures."""
+        now, rec = time.monotonic_ns(), r.rec
+        first = rec["chunks"][0][0] if rec["chunks"] else now
+        prompt_ms = max(0, r.ready_ns - (rec["slot_ns"] or r.ready_ns)) / 1e6
+        prompt_n, predicted_ms = r.prompt_tokens - r.cached_tokens, (now - first) / 1e6
+        t = {"prompt_n": prompt_n, "prompt_ms": prompt_ms,
+             "prompt_per_second": prompt_n / (prompt_ms / 1e3) if prompt_ms else 0.0,
+             "predicted_n": r.generated, "predicted_ms": predicted_ms,
+             "predicted_per_second": r.generated / (predicted_ms / 1e3) if predicted_ms else 0.0}
+        if self.sc.prefix_counters:
+            t = {"cache_n": self.engine.cache.claimed(r.cached_tokens), **t}
+        return {"timings": t}
 
     def tokenize(self, d) -> tuple[dict, str]:
         special = [BOS] if d.get("add_special") else []  # llama-server adds none unless asked
@@ -179,6 +223,7 @@ class SGLang(Dialect):
     per chunk (its --stream-interval) is the scenario's `tokens_per_chunk`."""
 
     owned_by = "sglang"
+    flush_path = "/flush_cache"
 
     def routes(self) -> dict:
         r = {**super().routes(),
@@ -186,10 +231,9 @@ class SGLang(Dialect):
              ("GET", "/get_server_info"): self.server_info,
              ("GET", "/server_info"): self.server_info,
              ("GET", "/get_model_info"): self.model_info,
-             ("POST", "/tokenize"): self.tokenize, ("POST", "/v1/tokenize"): self.tokenize}
-        if self.sc.metrics_enabled:
-            r[("GET", "/metrics")] = self.metrics
-        return r
+             ("POST", "/tokenize"): self.tokenize, ("POST", "/v1/tokenize"): self.tokenize,
+             **self.flush((b"Cache flushed.\n", TEXT))}
+        return self.with_metrics(r)
 
     def model_entry(self) -> dict:
         return {**super().model_entry(), "root": self.sc.model, "parent": None,
@@ -216,6 +260,8 @@ class SGLang(Dialect):
                                  "num_queue_reqs": len(e.waiting)}],
             "version": "ref-0.1",
         }
+        if sc.prefix_cache_block:
+            info["page_size"] = sc.prefix_cache_block
         if sc.kv_budget_tokens:
             info["max_total_num_tokens"] = sc.kv_budget_tokens
         return info, JSON
@@ -248,10 +294,12 @@ class SGLang(Dialect):
                 ("sglang:num_used_tokens", "gauge", [(sched, e.kv_used())]),
                 ("sglang:token_usage", "gauge", [(sched, self.kv_fraction())]),
                 ("sglang:gen_throughput", "gauge", [(sched, 0.0)]),
-                ("sglang:cache_hit_rate", "gauge", [(sched, e.pc_hits / max(1, e.prompt_total))]),
                 ("sglang:prompt_tokens_total", "counter", [(tok, e.prompt_total)]),
                 ("sglang:generation_tokens_total", "counter", [(tok, e.gen_total)]),
-                ("sglang:cached_tokens_total", "counter", [(tok, e.pc_hits)])]
+                *self.prefix_rows("sglang:cached_tokens_total", None, tok)]
+        if sc.prefix_counters:
+            claimed = e.cache.claimed(e.cache.hits)
+            rows.append(("sglang:cache_hit_rate", "gauge", [(sched, claimed / max(1, e.prompt_total))]))
         if sc.kv_budget_tokens:
             rows.append(("sglang:max_total_num_tokens", "gauge", [(sched, sc.kv_budget_tokens)]))
         return prom(rows)

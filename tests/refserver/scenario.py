@@ -20,13 +20,37 @@ The toy model the scenario drives (documented here because tests rely on it):
   forever after its first L tokens; with `loop_in_reasoning` the model never
   leaves reasoning (every token is reasoning).
 - **Time**: a request gets a slot when one is free (FIFO). Its first token is
-  due `ttft_ms` after the slot, plus prompt_tokens / `prefill_tok_per_s`
-  unless it is a prefix-cache hit (its first `prefix_cache_words` words were
-  prefilled before, or its number k has k % `cache_hit_every` == 0). A hit
-  reports `cached_tokens` = its prompt tokens in usage (unless
-  `report_cached_tokens` is false; plus `cached_tokens_extra`, a fault: more
-  cached than the prompt has) and adds them to the vLLM prefix-cache
-  hit counter. One global step clock drives decode: every decoding
+  due `ttft_ms` after the slot, plus (prompt_tokens − cached) /
+  `prefill_tok_per_s`, cached being what the prefix cache reuses (below).
+- **Prefix cache** (prefix_cache.py), looked up when a request gets its slot
+  and filled when its prefill is done (its first token). By default it is
+  all or nothing: a hit (its first `prefix_cache_words` words were prefilled
+  before, or its number k has k % `cache_hit_every` == 0) caches every prompt
+  token. With `prefix_cache_block` = B it keeps blocks of B prompt tokens
+  (the words, in message order: a conversation's history is a prefix of its
+  next turn; chat-template tokens are never cached): a request reuses its
+  longest run of stored leading whole blocks, never its last token; after
+  prefill every whole block of its prompt is stored. With
+  `prefix_cache_capacity_tokens` the cache holds that many tokens (whole
+  blocks) and evicts the least recently used blocks (a lookup's hit counts as
+  a use; a prompt's tail goes before its head). vLLM POST /reset_prefix_cache
+  and SGLang POST /flush_cache empty it (404 with `prefix_cache_flush` false).
+  What is reused is the truth record's `cached_tokens` (`cached`: > 0). It is
+  published as usage `prompt_tokens_details.cached_tokens` (0 with
+  `report_cached_tokens` false; plus `cached_tokens_extra`, a fault: more
+  cached than the prompt has; no prompt_tokens_details at all with
+  `prompt_tokens_details` false), in the engine's counters (vLLM
+  prefix_cache_hits_total / prefix_cache_queries_total = prompt tokens,
+  SGLang cached_tokens_total / prompt_tokens_total and cache_hit_rate) and in
+  llama.cpp's `timings` {cache_n, prompt_n = prompt − cached, ...} on a
+  request's last chunk (the usage chunk, else the finish chunk; the body when
+  not streaming). Broken caches: `prefix_cache_silent_off` reuses nothing
+  while vLLM's cache_config_info still says enable_prefix_caching True;
+  `prefix_counters_lie` = f makes the counters and cache_n claim hits × f
+  (rounded); `prefix_counters` false drops those counters and cache_n (with
+  `prompt_tokens_details` false too, reuse cannot be verified); with
+  `metrics_enabled` false no engine serves /metrics.
+- **Decode**: one global step clock drives decode: every decoding
   stream emits one chunk per step, all at the same instant; a step lasts
   1 / `tokens_per_s` × (1 + `slowdown_per_active` × (running − 1)). A chunk
   carries `tokens_per_chunk` tokens (an int, or a list cycled per step like
@@ -60,11 +84,15 @@ The toy model the scenario drives (documented here because tests rely on it):
   `finish_length_after_tokens` (a lying "length") or `finish_stop_after_tokens`
   ("stop", as if EOS, ignore_eos or not) ends every request sooner.
 - **Engines** (dialects.py): "vllm" serves /health, /version, /tokenize,
-  /metrics (vLLM names; kv_cache_usage_perc is 0 without `kv_budget_tokens`);
+  /metrics (vLLM names; kv_cache_usage_perc is 0 without `kv_budget_tokens`;
+  cache_config_info, with `kv_budget_tokens` or `prefix_cache_block`, has
+  block_size = prefix_cache_block (16 if unset) and num_gpu_blocks = the
+  budget, else the cache's capacity, else 16 × max_model_len, in blocks);
   "llamacpp" serves /health, /props, /slots, /tokenize, /metrics (llama.cpp
   names) and has 1 slot unless `slots` says otherwise; "sglang" serves
   /health, /get_server_info and /server_info (max_total_num_tokens only with
-  `kv_budget_tokens`), /get_model_info, /tokenize and /v1/tokenize (a prompt
+  `kv_budget_tokens`, page_size only with `prefix_cache_block`),
+  /get_model_info, /tokenize and /v1/tokenize (a prompt
   only, a BOS token unless add_special_tokens is false), /metrics (`sglang:`
   names, only with `metrics_enabled`) and answers errors in its flat shape;
   "generic" serves only /v1/models (without max_model_len) and the
@@ -97,7 +125,7 @@ class Scenario:
     max_model_len: int = 32768
     engine: str = "vllm"  # a key of tests/refserver/dialects.py DIALECTS
     chat_template_tokens: int = 0  # a chat prompt's tokens beyond its words
-    metrics_enabled: bool = True  # False: no /metrics (SGLang without --enable-metrics)
+    metrics_enabled: bool = True  # False: no /metrics, any engine (SGLang without --enable-metrics)
     seed: int = 0
     # timing
     ttft_ms: float = 10.0
@@ -106,6 +134,17 @@ class Scenario:
     cache_hit_every: int | None = None  # request k with k % n == 0 is a prefix-cache hit
     report_cached_tokens: bool = True  # False: only /metrics tells of a hit
     cached_tokens_extra: int = 0  # a fault: a hit reports this many more cached tokens than its prompt
+    # the block-granular prefix cache (prefix_cache.py; None: the all-or-nothing cache above)
+    prefix_cache_block: int | None = None  # tokens per block
+    prefix_cache_capacity_tokens: int | None = None  # None: unlimited; else LRU eviction
+    prefix_cache_flush: bool = True  # vLLM POST /reset_prefix_cache, SGLang POST /flush_cache
+    # broken prefix caches: claimed on, nothing reused; counters that report hits x factor;
+    # no prefix-cache counters (nor llama.cpp's timings.cache_n); usage without
+    # prompt_tokens_details (with no counters: reuse not verifiable)
+    prefix_cache_silent_off: bool = False
+    prefix_counters_lie: float = 1.0
+    prefix_counters: bool = True
+    prompt_tokens_details: bool = True
     tokens_per_s: float = 100.0
     slowdown_per_active: float = 0.0
     tokens_per_chunk: int | list[int] = 1
@@ -200,6 +239,14 @@ class Scenario:
         need(self.cache_hit_every is None or self.cache_hit_every >= 1,
              "cache_hit_every must be >= 1")
         need(self.loop_period >= 1, "loop_period must be >= 1")
+        need(self.prefix_cache_block is None or self.prefix_cache_block >= 1,
+             "prefix_cache_block must be >= 1 (tokens) or null")
+        need(self.prefix_cache_capacity_tokens is None or (
+            self.prefix_cache_block is not None and self.prefix_cache_capacity_tokens >= 0),
+             "prefix_cache_capacity_tokens must be >= 0 and needs prefix_cache_block")
+        need(self.prefix_cache_block is None or self.cache_hit_every is None,
+             "cache_hit_every forces whole-prompt hits: not with prefix_cache_block")
+        need(self.prefix_counters_lie >= 0, "prefix_counters_lie must be >= 0 (a factor)")
         if self.status_every is not None:
             need(set(self.status_every) == {"n", "code"} and self.status_every["n"] >= 1,
                  'status_every must be {"n": N >= 1, "code": CODE}')

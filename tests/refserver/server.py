@@ -33,6 +33,7 @@ from http import HTTPStatus
 from tests.refserver.answers import override
 from tests.refserver.dialects import JSON, dialect_for, error_body
 from tests.refserver.inject import Injector
+from tests.refserver.prefix_cache import ServerCache
 from tests.refserver.scenario import Scenario, message_words, prompt_words
 from tests.refserver.variation import every_steps, first_token_extra_ms
 
@@ -58,8 +59,8 @@ class Req:
         opts = body.get("stream_options") or {}
         self.cont_usage = bool(opts.get("continuous_usage_stats"))
         self.final_usage = bool(opts.get("include_usage"))
-        self.prompt_tokens = len(words)
-        self.prefix: tuple[str, ...] = ()  # what the prefix cache keys on
+        self.prompt_tokens, self.words = len(words), words  # the words: what the cache keys on
+        self.cached_tokens = 0  # what the prefix cache truly reused (prefix_cache.py)
         mt = body.get("max_completion_tokens") or body.get("max_tokens")
         self.max_tokens = int(mt) if mt is not None else 0
         self.end_tokens, self.end_reason = 0, "length"  # when and how it finishes (App.completion)
@@ -69,13 +70,14 @@ class Req:
         self.faulty = self.malformed_sent = self.stalled = self.skewed = False
         self.bad_size_sent = self.bad_size_now = False
         self.late_fault: dict | None = None  # inject.py: a trigger waiting for its token count
-        self.forced_hit, self.report_cached, self.cached_extra = False, True, 0
+        self.forced_hit, self.report_cached, self.cached_extra, self.details = False, True, 0, True
         self.first_extra_ns, self.every_steps, self.steps_waited = 0, 1, 0  # variation.py
         self.text = ["", ""]  # non-stream body: reasoning, content
         self.rec = {"request_id": rid, "index": index,
                     "endpoint": "chat" if chat else "completions", "stream": self.stream,
                     "recv_ns": 0, "slot_ns": None,
                     "prompt_tokens": self.prompt_tokens, "max_tokens": None, "cached": False,
+                    "cached_tokens": 0,
                     "chunks": [], "steps": [], "due_ns": [], "backlogged": 0, "role_chunk_ns": None,
                     "finish_ns": None,
                     "finish_reason": None, "cancelled": False, "fault": None, "fault_ns": None,
@@ -91,12 +93,16 @@ class Req:
         return True
 
     def usage(self) -> dict:
-        cached = self.prompt_tokens + self.cached_extra if self.rec["cached"] and self.report_cached else 0
-        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.generated,
-                "total_tokens": self.prompt_tokens + self.generated,
-                "prompt_tokens_details": {"cached_tokens": cached}}
+        u: dict = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.generated,
+                   "total_tokens": self.prompt_tokens + self.generated}
+        if self.details:
+            cached = self.cached_tokens + self.cached_extra if (
+                self.cached_tokens and self.report_cached) else 0
+            u["prompt_tokens_details"] = {"cached_tokens": cached}
+        return u
 
-    def chunk(self, model: str, delta: dict | None, finish=None, usage=None) -> bytes:
+    def chunk(self, model: str, delta: dict | None, finish=None, usage=None,
+              extra: dict | None = None) -> bytes:
         """One SSE event; delta None: the final `choices: []` usage chunk."""
         choices = []
         if delta is not None and self.chat:
@@ -108,9 +114,9 @@ class Req:
                "text_completion", "created": self.created, "model": model, "choices": choices}
         if usage is not None:
             obj["usage"] = usage
-        return sse(obj)
+        return sse({**obj, **(extra or {})})
 
-    def body(self, model: str) -> dict:
+    def body(self, model: str, extra: dict | None = None) -> dict:
         """The whole response of a non-streaming request."""
         reasoning, content = self.text
         if self.chat:
@@ -124,7 +130,7 @@ class Req:
                       "finish_reason": self.end_reason}
         return {"id": self.cid, "object": "chat.completion" if self.chat else "text_completion",
                 "created": self.created, "model": model, "choices": [choice],
-                "usage": self.usage()}
+                "usage": self.usage(), **(extra or {})}
 
 
 class Engine:
@@ -133,11 +139,12 @@ class Engine:
     def __init__(self, sc: Scenario, truth_path: str):
         self.sc, self.slots, self.pattern = sc, sc.effective_slots, sc.chunk_pattern
         self.role_delta: dict = {"role": "assistant"}  # the App sets its dialect's
+        self.final_fields = lambda r: {}  # the dialect's fields in a request's last chunk
         self.truth = open(truth_path, "a", encoding="utf-8")
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
-        self.seen: set[tuple[str, ...]] = set()  # prefixes prefilled before
-        self.n_requests = self.prompt_total = self.gen_total = self.pc_hits = 0
+        self.cache = ServerCache(sc)  # the prefix cache and its true hits (prefix_cache.py)
+        self.n_requests = self.prompt_total = self.gen_total = 0
         self.next_tick: int | None = None  # the step clock; None while nothing decodes
         self.frozen = False  # the one whole-server freeze has happened
         self.steps = 0  # steps of the clock so far; each streamed chunk logs its own
@@ -157,14 +164,13 @@ class Engine:
         while self.waiting and (self.slots is None or len(self.running) < self.slots):
             r = self.waiting.popleft()
             now = mono()
-            cached = r.prompt_tokens > 0 and (r.forced_hit or r.prefix in self.seen)
-            prefill = 0 if cached or not sc.prefill_tok_per_s else (
-                r.prompt_tokens / sc.prefill_tok_per_s)
-            r.rec.update(slot_ns=now, cached=cached)
+            r.cached_tokens = cached = self.cache.lookup(r.words, r.prompt_tokens, r.forced_hit)
+            prefill = 0 if not sc.prefill_tok_per_s else (
+                (r.prompt_tokens - cached) / sc.prefill_tok_per_s)
+            r.rec.update(slot_ns=now, cached=cached > 0, cached_tokens=cached)
             r.state, r.ready_ns = PREFILL, now + int(sc.ttft_ms * 1e6 + prefill * 1e9
                                                      ) + r.first_extra_ns
             self.prompt_total += r.prompt_tokens
-            self.pc_hits += r.prompt_tokens if cached else 0
             self.running.append(r)
         self._wake()
 
@@ -306,7 +312,7 @@ class Engine:
         role = b""
         if r.state == PREFILL:
             r.state = DECODE
-            self.seen.add(r.prefix)
+            self.cache.store(r.words)
             if r.stream and r.chat and sc.role_chunk == "first_token":
                 role = self._role(r)
         n = min(self.pattern[r.step_i % len(self.pattern)], r.end_tokens - g)
@@ -323,15 +329,20 @@ class Engine:
             return None
         finish = r.end_reason if r.generated >= r.end_tokens else None
         usage = r.usage() if self._continuous(r) else None
+        last = finish is not None and not self._final_usage(r)  # the stream's last chunk
         if (usage and r.faulty and sc.usage_skew_after_tokens is not None and not r.skewed
                 and r.generated >= sc.usage_skew_after_tokens):
             r.skewed = True
             usage["completion_tokens"] += sc.usage_skew
             r.rec.update(fault="usage_skew", fault_ns=now)
-        return r, role, pre, r.chunk(sc.model, delta, finish, usage), n
+        extra = self.final_fields(r) if last else None
+        return r, role, pre, r.chunk(sc.model, delta, finish, usage, extra), n
 
     def _continuous(self, r: Req) -> bool:
         return self.sc.usage_mode == "continuous" and r.cont_usage
+
+    def _final_usage(self, r: Req) -> bool:
+        return self.sc.usage_mode != "none" and r.final_usage
 
     def _role(self, r: Req) -> bytes:
         delta = dict(self.role_delta)
@@ -340,12 +351,12 @@ class Engine:
     def _complete(self, r: Req) -> None:
         if r.stream:
             tail = sse(b"[DONE]")
-            if self.sc.usage_mode != "none" and r.final_usage:
-                tail = r.chunk(self.sc.model, None, usage=r.usage()) + tail
+            if self._final_usage(r):
+                tail = r.chunk(self.sc.model, None, usage=r.usage(), extra=self.final_fields(r)) + tail
             r.conn.send(tail)
             r.conn.end_stream()
         else:
-            t = r.conn.respond(200, r.body(self.sc.model), rid=r.rid)
+            t = r.conn.respond(200, r.body(self.sc.model, self.final_fields(r)), rid=r.rid)
             r.rec["chunks"].append([t, r.generated, r.generated])
         self.finish(r, r.end_reason)
 
@@ -466,6 +477,7 @@ class App:
         self.dialect = dialect_for(sc, self.engine)  # the engine's endpoints (dialects.py)
         self.routes = self.dialect.routes()
         self.engine.role_delta = self.dialect.role_delta()
+        self.engine.final_fields = self.dialect.final_fields
 
     def dispatch(self, conn: Conn, method, path, headers, body: bytes, recv_ns: int) -> None:
         if (method, path) == ("POST", "/_ref/release"):  # the test's control, never refused
@@ -513,10 +525,10 @@ class App:
         r.faulty = e.n_requests % sc.fault_every == 0
         r.forced_hit = bool(sc.cache_hit_every) and e.n_requests % sc.cache_hit_every == 0
         r.report_cached, r.cached_extra = sc.report_cached_tokens, sc.cached_tokens_extra
+        r.details = sc.prompt_tokens_details
         extra_ms, r.every_steps = first_token_extra_ms(sc, e.n_requests), every_steps(sc, e.n_requests)
         r.first_extra_ns = int(extra_ms * 1e6)
         r.rec.update(first_extra_ms=extra_ms, every_steps=r.every_steps)
-        r.prefix = tuple(words[: sc.prefix_cache_words])
         r.max_tokens = r.max_tokens or sc.default_max_tokens or max(
             1, sc.max_model_len - r.prompt_tokens)
         r.rec.update(recv_ns=recv_ns, max_tokens=r.max_tokens)

@@ -129,3 +129,9 @@ def test_stylesheet_has_traffic_rules_only_on_a_site_with_traffic(site: Path,
     assert build_site(tmp_path / "data", tmp_path / "out", jobs=1).errors == []
     plain = next((tmp_path / "out" / "static").glob("style.*.css")).read_text()
     assert "reuse_" not in plain
+
+
+def test_index_row_says_what_else_a_run_measured(site: Path) -> None:
+    html = (site / "index.html").read_text()
+    assert 'title="also measured: prefix reuse 0–99%, 4 turns"' in html
+    assert html.count("also measured:") == 1  # the run without traffic cells: nothing

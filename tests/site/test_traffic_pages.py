@@ -135,3 +135,14 @@ def test_index_row_says_what_else_a_run_measured(site: Path) -> None:
     html = (site / "index.html").read_text()
     assert 'title="also measured: prefix reuse 0–99%, 4 turns"' in html
     assert html.count("also measured:") == 1  # the run without traffic cells: nothing
+
+
+def test_a_rebuild_reads_the_traffic_cells_back_from_its_cache(tmp_path: Path) -> None:
+    data, out = tmp_path / "data", tmp_path / "out"
+    add_traffic(make_measured_run(data / "t", run_id="t", contexts=[1024], concurrency=[1]))
+    assert build_site(data, out, jobs=1).errors == []
+    make_measured_run(data / "p", run_id="p", contexts=[1024], concurrency=[1], seed=5)
+    report = build_site(data, out, jobs=1)  # run t from the build's run index this time
+    assert report.errors == [] and "t" in report.reused
+    assert "also measured: prefix reuse 0–99%, 4 turns" in (out / "index.html").read_text()
+    assert "st-reuse_off_target" in next((out / "static").glob("style.*.css")).read_text()

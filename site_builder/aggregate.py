@@ -32,8 +32,9 @@ from rundir.metrics import (
     prefill_used,
 )
 from site_builder import drilldown, fingerprint
+from site_builder.traffic import TrafficCell, traffic_cells
 
-CACHE_FORMAT = 7
+CACHE_FORMAT = 8
 # Statuses whose cells get numbers on the pages.
 NUMBER_STATUSES = statuses.NUMBER_STATUSES  # the status table (rundir/statuses.py)
 
@@ -122,6 +123,9 @@ class RunAggregate:
     cells: list[CellResult]
     details: dict[str, dict[str, Any]] = field(default_factory=dict)
     telemetry: bool = False  # the run has GPU telemetry: its pages show the energy columns
+    # Its traffic cells (prefix reuse, conversations; site_builder/traffic.py), apart from
+    # `cells` (the matrix), which every page part that predates them reads as before.
+    traffic: list[TrafficCell] = field(default_factory=list)
 
     def to_json(self) -> str:
         data = {
@@ -132,6 +136,7 @@ class RunAggregate:
             "cells": [asdict(x) for x in self.cells],
             "details": self.details,
             "telemetry": self.telemetry,
+            "traffic": [asdict(x) for x in self.traffic],
         }
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
 
@@ -142,8 +147,14 @@ class RunAggregate:
             raise ValueError("stale cache format")
         names = {f.name for f in fields(CellResult)}
         cells = [CellResult(**{k: v for k, v in x.items() if k in names}) for x in data["cells"]]
+        traffic = [TrafficCell(**x) for x in data.get("traffic", [])]
         return cls(data["run_id"], data["source"], data["digest"], cells, data["details"],
-                   bool(data.get("telemetry", False)))
+                   bool(data.get("telemetry", False)), traffic)
+
+    def head(self) -> RunAggregate:
+        """The aggregate less its drill-down details (what the cache's head file holds)."""
+        return RunAggregate(self.run_id, self.source, self.digest, self.cells,
+                            telemetry=self.telemetry, traffic=self.traffic)
 
     def decode(self) -> list[CellResult]:
         return [x for x in self.cells if x.phase == contract.DECODE]
@@ -192,6 +203,8 @@ def imported_cells(cells: pa.Table) -> list[CellResult]:
     """
     out = []
     for row in cells.to_pylist():
+        if row["phase"] not in contract.MATRIX_PHASES:
+            continue  # a traffic cell: never published with the matrix's figures
         cell = _base_cell(row)
         cell.total_tok_s = _num(row["pub_total_tok_s"])
         cell.per_request_tok_s = _num(row["pub_per_request_tok_s"])
@@ -400,6 +413,8 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
     details: dict[str, dict[str, Any]] = {}
     out = []
     for row in data.cells.to_pylist():
+        if row["phase"] not in contract.MATRIX_PHASES:
+            continue  # traffic cells: site_builder/traffic.py
         cell = _base_cell(row)
         key = (cell.phase, cell.context, cell.concurrency)
         if cell.phase == contract.DECODE:
@@ -425,7 +440,8 @@ def aggregate_run(data: RunData, digest: str = "") -> RunAggregate:
         return RunAggregate(data.info.run_id, data.info.source, digest, imported_cells(data.cells))
     cells, details = measured_cells(data)
     return RunAggregate(data.info.run_id, data.info.source, digest, cells, details,
-                        telemetry=len(data.gpu_metrics) > 0)
+                        telemetry=len(data.gpu_metrics) > 0,
+                        traffic=traffic_cells(data.cells, data.requests))
 
 
 # --------------------------------------------------------------------------
@@ -485,9 +501,7 @@ class AggregateCache:
     def put(self, aggregate: RunAggregate) -> None:
         details = json.dumps(aggregate.details, separators=(",", ":"), allow_nan=False)
         atomic_write_text(self._path(aggregate.digest, ".details"), details)
-        head = RunAggregate(aggregate.run_id, aggregate.source, aggregate.digest, aggregate.cells,
-                            telemetry=aggregate.telemetry)
-        atomic_write_text(self._path(aggregate.digest), head.to_json())
+        atomic_write_text(self._path(aggregate.digest), aggregate.head().to_json())
 
     def prune(self, keep: set[str]) -> None:
         """Drop entries of runs that are no longer in the data folder."""

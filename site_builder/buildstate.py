@@ -82,7 +82,7 @@ class RunIndex:
                 return
         except ContractError:
             return
-        head = RunAggregate(agg.run_id, agg.source, agg.digest, agg.cells, telemetry=agg.telemetry)
+        head = agg.head()
         on_file = _stat(self.cache.head_path(agg.digest))
         if on_file is None:
             return

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rundir import words
-from site_builder import runrows
+from site_builder import runrows, trafficpage
 from site_builder.render import json_script
 from site_builder.views import RunView
 
@@ -88,6 +88,13 @@ def _badge(run: RunView) -> list[str] | str:
     return [fall.label, fall.title, fall.badge_class] if fall is not None else ""
 
 
+def _traffic_title(run: RunView) -> str:
+    """What a run measured besides its matrix (``also measured: prefix reuse 0–99%,
+    4 turns``), the model cell's hover text; "" for a run without traffic cells."""
+    what = trafficpage.summary(run.agg.traffic)
+    return f"also measured: {what}" if what else ""
+
+
 def table_row(run: RunView) -> dict[str, Any]:
     """The run's row of the index table, as the template and table.js draw it."""
     rec = runrows.index_record(run)
@@ -105,7 +112,7 @@ def table_row(run: RunView) -> dict[str, Any]:
                       f"{rec['peak_concurrency']}" + (f": {note}" if note else ""))
     version = rec["engine_version"] or ""
     cells = [  # each cell's classes in full: the template and table.js add none
-        _cell(run.model.lower(), run.model, cls="name"),
+        _cell(run.model.lower(), run.model, _traffic_title(run), cls="name"),
         _cell(low("gpu"), rec["gpu"] or miss, cls="name"),
         _cell(rec["gpu_count"], str(rec["gpu_count"]) if rec["gpu_count"] else miss, cls="num"),
         _cell(low("engine"), rec["engine"] or miss),

@@ -25,6 +25,7 @@ from site_builder import (
     oppoint,
     rankings,
     runrows,
+    trafficpage,
 )
 from site_builder.aggregate import CellResult
 from site_builder.glossary import (
@@ -232,9 +233,14 @@ class Pages:
         page_charts = self.svg.fill([
             charts.prefill_chart(cells, levels=lv), charts.decode_chart(cells, levels=lv),
             charts.tradeoff_chart(cells, levels=lv), charts.heatmap_chart(cells, levels=lv)])
+        traffic = run.agg.traffic  # prefix reuse, conversations: only runs that have them
+        extra = {"traffic_charts": self.svg.fill(trafficpage.page_charts(traffic)) if traffic else [],
+                 "prefix_tables": trafficpage.prefix_tables(traffic),
+                 "conversation_tables": trafficpage.conversation_tables(traffic),
+                 "reuse_pct": trafficpage.percent}
         return self.r.render("run.html", depth=2, run=run, charts=page_charts, nav="runs",
                              costs=oppoint.cost_rows(run), tail_levels=lv,
-                             latency_notes=latency_notes(MEDIANS_NOTE))
+                             latency_notes=latency_notes(MEDIANS_NOTE), **extra)
 
     def cell_pages(self, run: RunView) -> Iterator[tuple[str, str]]:
         """(file name, html) of every drill-down page of a measured run."""

@@ -105,8 +105,10 @@ def _progress(enabled: bool) -> Progress:
     )
 
 
-def write_assets(writer: SiteWriter, folder: Path) -> dict[str, str]:
-    """Copy static files under content-hashed names; vendor the Vega bundle once."""
+def write_assets(writer: SiteWriter, folder: Path, traffic: bool = False) -> dict[str, str]:
+    """Copy static files under content-hashed names; vendor the Vega bundle once.
+    `traffic`: some run of the site has traffic cells (their status rules join the
+    stylesheet; without, it is as it was before them)."""
     static = folder / STATIC
     names = {"css": "style.css", "site_js": "site.js", "table_js": "table.js",
              "compare_js": "compare.js", "oppoint_js": "oppoint.js",
@@ -114,7 +116,7 @@ def write_assets(writer: SiteWriter, folder: Path) -> dict[str, str]:
              "address_js": "address.js", "rules_js": "rules.js", "favicon": "favicon.svg"}
     assets = {}
     for key, name in names.items():
-        data = statusstyle.static_bytes(static / name)  # style.css: with its status rules
+        data = statusstyle.static_bytes(static / name, traffic)  # style.css: with its status rules
         stem, ext = name.rsplit(".", 1)
         rel = f"{STATIC}/{stem}.{digest(data)[:10]}.{ext}"
         writer.write(rel, data)
@@ -383,7 +385,7 @@ def _publish(views: list[RunView], writer: SiteWriter, cache: AggregateCache,
     if bundle is not None:
         bundle.join()
     renderer = Renderer()
-    assets = write_assets(writer, renderer.folder)
+    assets = write_assets(writer, renderer.folder, any(v.agg.traffic for v in views))
     text = methodology_text(methodology)
     fp = page_fingerprint(renderer, assets, text, views)
     renderer.keep_compiled(cache.folder.parent, fp, clean=True)  # Jinja's, in the build cache

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rundir import contract, tails, words
-from site_builder import metrictable
+from site_builder import metrictable, trafficpage
 from site_builder.aggregate import CellResult
 from site_builder.views import RunView
 
@@ -83,6 +83,24 @@ def cell_records(run: RunView) -> list[dict[str, Any]]:
             **_interval_record(x),
             **(run.slo.record(x) if run.slo is not None else {}),  # site_builder/slo.py
         })
+    if run.agg.traffic:  # runs with traffic cells only: the others' downloads as before
+        out = [{**r, **trafficpage.download_extra(None)} for r in out] + _traffic_records(run, out)
+    return out
+
+
+def _traffic_records(run: RunView, matrix: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The traffic cells' rows: their key, status, TTFT and per-request tok/s (the
+    same measures as the matrix's columns of those names) and the reuse columns;
+    every other column empty (the same keys as every row)."""
+    out = []
+    for x in run.agg.traffic:
+        row = dict.fromkeys(matrix[0]) if matrix else {}
+        row |= {"run_id": run.run_id, "phase": x.phase, "context": x.context,
+                "context_label": words.context_label(x.context), "concurrency": x.concurrency,
+                "status": x.status, "status_label": words.status_label(x.status),
+                "reason": x.reason, "client_bound": False, "ttft_ms": x.ttft_ms,
+                "per_request_tok_s": x.per_request_tok_s, **trafficpage.download_extra(x)}
+        out.append(row)
     return out
 
 

@@ -55,16 +55,17 @@ def status_css(traffic: bool = False) -> str:
                       _variables(shown), *rules])
 
 
-def stylesheet(text: str) -> str:
-    """The site's stylesheet: its source with the status rules in place of MARKER."""
+def stylesheet(text: str, traffic: bool = False) -> str:
+    """The site's stylesheet: its source with the status rules in place of MARKER
+    (the traffic statuses' too on a site with traffic cells)."""
     if text.count(MARKER) != 1:
         raise ValueError(f"{STYLESHEET}: expected one {MARKER} where the status rules go")
-    return text.replace(MARKER, status_css())
+    return text.replace(MARKER, status_css(traffic))
 
 
-def static_bytes(path: Path) -> bytes:
+def static_bytes(path: Path, traffic: bool = False) -> bytes:
     """A static file as the site serves it: the stylesheet with its status rules, else as is."""
     data = path.read_bytes()
     if path.name != STYLESHEET:
         return data
-    return stylesheet(data.decode("utf-8")).encode("utf-8")
+    return stylesheet(data.decode("utf-8"), traffic).encode("utf-8")

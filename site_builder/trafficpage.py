@@ -1,0 +1,164 @@
+"""A run's traffic cells as its page shows them: the Prefix reuse and Conversations
+tables and their charts, and the download columns (site_builder/traffic.py has
+the figures).
+
+Every chart's x is the reuse the requests report (achieved), never the reuse
+asked for: a knob the server ignored must not draw a curve it did not make.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import altair as alt
+
+from rundir import contract, statuses, words
+from site_builder import chartkit, fallback, formats
+from site_builder.chartkit import HEIGHT, INVALID, WIDTH, Chart, Look, Template, nominal, template
+from site_builder.traffic import TrafficCell
+
+CELLS = alt.Data(name="cells")
+TTFT_REUSE = Look("Prefix reuse achieved (%)", "TTFT (ms)", "Context × requests")
+UNCACHED_REUSE = Look("Prefix reuse achieved (%)", "Uncached prefill tok/s", "Context × requests")
+TTFT_TURN = Look("Turn", "TTFT (ms)", "Context × requests")
+
+
+def percent(value: float | None) -> str:
+    """A reuse share: ``50.5%``; ``—`` where nothing reported it."""
+    return words.MISSING if value is None else f"{words.round_half_up(value, 1):.1f}%"
+
+
+@dataclass
+class TrafficTable:
+    """One table of the page: its heading and its cells, in order."""
+
+    heading: str
+    cells: list[TrafficCell] = field(default_factory=list)
+
+
+def _series(cell: TrafficCell) -> str:
+    return f"{words.context_label(cell.context)} × {cell.concurrency}"
+
+
+def prefix_tables(cells: list[TrafficCell]) -> list[TrafficTable]:
+    """Per context (and requests at once, when a run has several), its prefix cells
+    by target."""
+    out: dict[tuple[int, int], TrafficTable] = {}
+    for x in cells:
+        if x.phase == contract.PREFIX:
+            out.setdefault((x.context, x.concurrency), TrafficTable(
+                f"{words.context_label(x.context)} context, {x.concurrency} at once")).cells.append(x)
+    return list(out.values())
+
+
+def conversation_tables(cells: list[TrafficCell]) -> list[TrafficTable]:
+    """Per context and requests at once, its conversation cells by turn."""
+    out: dict[tuple[int, int], TrafficTable] = {}
+    for x in cells:
+        if x.phase == contract.CONVERSATION:
+            out.setdefault((x.context, x.concurrency), TrafficTable(
+                f"{words.context_label(x.context)} context, {x.concurrency} conversations at once"
+            )).cells.append(x)
+    return list(out.values())
+
+
+def summary(cells: list[TrafficCell]) -> str:
+    """``prefix reuse 0–99%, 4 turns``: what a run measured besides its matrix."""
+    targets = sorted({x.target for x in cells if x.target is not None})
+    turns = sorted({x.turn for x in cells if x.turn is not None})
+    parts = []
+    if targets:
+        span = f"{targets[0]}%" if len(targets) == 1 else f"{targets[0]}–{targets[-1]}%"
+        parts.append(f"prefix reuse {span}")
+    if turns:
+        parts.append(f"{turns[-1]} turn{'s' if turns[-1] != 1 else ''}")
+    return ", ".join(parts)
+
+
+@chartkit.compiled
+def _template() -> Template:
+    look = Look("x", "y", "Context × requests")
+    color = chartkit.color("series", look)
+    base = alt.Chart()
+    line = base.mark_line(invalid=INVALID).encode(color=alt.Color(**color),
+                                                  order=alt.Order(field="x", type="quantitative"))
+    points = base.mark_point(filled=True, size=60, opacity=1).encode(
+        color=alt.Color(**color),
+        tooltip=[nominal("series", "Context × requests"), nominal("X", chartkit.slot("x_title")),
+                 nominal("Y", chartkit.slot("y_title")), nominal("Status")])
+    chart = alt.layer(line, points, data=CELLS).encode(
+        x=alt.X(field="x", type="quantitative", title=chartkit.slot("x_title")),
+        y=alt.Y(field="y", type="quantitative", title=chartkit.slot("y_title"), axis={"format": "~s"}),
+    ).properties(width=WIDTH, height=HEIGHT)
+    return template(chart)
+
+
+def _chart(chart_id: str, title: str, caption: str, look: Look, cells: list[TrafficCell],
+           x_of: Any, y_of: Any, x_text: Any, y_text: Any) -> Chart | None:
+    rows = []
+    for c in cells:
+        x, y = x_of(c), y_of(c)
+        if x is None or y is None or not statuses.carries_numbers(c.status):
+            continue
+        rows.append({"series": _series(c), "x": x, "y": y, "X": x_text(c), "Y": y_text(c),
+                     "Status": words.status_label(c.status)})
+    if not rows:
+        return None
+    lines = list(dict.fromkeys(r["series"] for r in rows))
+    colors = chartkit.line_colors(len(lines))
+    spec = _template().fill({"cells": rows}, lines=lines, colors=colors, x_title=look.x,
+                            y_title=look.y)
+    series = [(name, sorted((r["x"], r["y"]) for r in rows if r["series"] == name))
+              for name in lines]
+    xs = [r["x"] for r in rows]
+    lo, hi = min(0.0, min(xs)), max(xs) if max(xs) > 0 else 1.0
+    ticks = [(v, formats.count(v)) for v in _ticks(lo, hi)]
+    return chartkit.make(chart_id, title, caption, spec, lambda: fallback.lines(
+        title, series, colors, look, x_ticks=ticks, x_log2=False, x_domain=(lo, hi)))
+
+
+def _ticks(lo: float, hi: float) -> list[float]:
+    step = max(1.0, (hi - lo) / 5)
+    for nice in (1, 2, 5, 10, 20, 25, 50, 100):
+        if nice >= step:
+            step = nice
+            break
+    out, v = [], lo
+    while v <= hi + 1e-9:
+        out.append(v)
+        v += step
+    return out
+
+
+def page_charts(cells: list[TrafficCell]) -> list[Chart | None]:
+    """The run page's traffic charts (absent ones None): TTFT and uncached prefill
+    tok/s against the reuse achieved, and TTFT against the conversation's turn."""
+    prefix = [c for c in cells if c.phase == contract.PREFIX]
+    conv = [c for c in cells if c.phase == contract.CONVERSATION]
+    return [
+        _chart("chart-reuse-ttft", "TTFT by prefix reuse", "Median time to first token against "
+               "the share of prompt tokens the requests report cached", TTFT_REUSE, prefix,
+               lambda c: c.achieved, lambda c: c.ttft_ms, lambda c: percent(c.achieved),
+               lambda c: words.ttft(c.ttft_ms)),
+        _chart("chart-reuse-uncached", "Uncached prefill by prefix reuse", "Median uncached "
+               "prompt tokens per second of TTFT against the share the requests report cached",
+               UNCACHED_REUSE, prefix, lambda c: c.achieved, lambda c: c.uncached_tok_s,
+               lambda c: percent(c.achieved), lambda c: words.tok_s(c.uncached_tok_s)),
+        _chart("chart-turn-ttft", "TTFT by conversation turn", "Median time to first token of "
+               "each listed turn (the whole history resent)", TTFT_TURN, conv,
+               lambda c: c.turn, lambda c: c.ttft_ms, lambda c: str(c.turn),
+               lambda c: words.ttft(c.ttft_ms)),
+    ]
+
+
+# cells.csv / cells.json's traffic columns, after every other (runs with traffic cells only).
+DOWNLOAD_COLUMNS = ["prefix_reuse_target", "turn", "prefix_reuse_achieved", "prefix_reuse_server"]
+
+
+def download_extra(cell: TrafficCell | None) -> dict[str, Any]:
+    """The traffic columns of a row (None on a matrix cell's row)."""
+    if cell is None:
+        return dict.fromkeys(DOWNLOAD_COLUMNS)
+    return {"prefix_reuse_target": cell.target, "turn": cell.turn,
+            "prefix_reuse_achieved": cell.achieved, "prefix_reuse_server": cell.server}

@@ -44,6 +44,12 @@ VLLM_ENV = {
     # Without it vLLM binds its internal queue to a non-loopback address.
     "VLLM_HOST_IP": "127.0.0.1",
 }
+# Prefix reuse as a deployment would run it (docs/engines.md, "Prefix caching"): the
+# cache is on by default in vLLM 0.32.0 CPU (block 128), said here so that a default
+# changing under a version bump cannot turn it off unseen; without
+# --enable-prompt-tokens-details usage has no prompt_tokens_details.cached_tokens.
+# Later extra_args win (argparse), so a test may still pass --no-enable-prefix-caching.
+VLLM_PREFIX_ARGS = ("--enable-prefix-caching", "--enable-prompt-tokens-details")
 
 
 class EngineStartError(RuntimeError):
@@ -247,7 +253,8 @@ def start_llama_server(
 
 
 def start_vllm(extra_args: Sequence[str] = ()) -> EngineProcess:
-    """vLLM's OpenAI server on the tiny HF model (CPU, eager: ~35 s startup)."""
+    """vLLM's OpenAI server on the tiny HF model (CPU, eager: ~35 s startup), its
+    prefix cache on and reporting cached tokens in usage."""
     python = vllm_python()
     model = cache_dir() / "models" / "tiny-hf"
     _require([python, python.parents[2] / VLLM_MARKER, model / "config.json"], VLLM_SETUP)
@@ -268,6 +275,7 @@ def start_vllm(extra_args: Sequence[str] = ()) -> EngineProcess:
         "--max-model-len",
         "32768",
         "--enforce-eager",
+        *VLLM_PREFIX_ARGS,
         *extra_args,
     ]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from rundir import contract, tails, words
+from rundir import contract, statuses, tails, words
 from site_builder import (
     chartkit,
     charts,
@@ -237,7 +237,7 @@ class Pages:
         extra = {"traffic_charts": self.svg.fill(trafficpage.page_charts(traffic)) if traffic else [],
                  "prefix_tables": trafficpage.prefix_tables(traffic),
                  "conversation_tables": trafficpage.conversation_tables(traffic),
-                 "reuse_pct": trafficpage.percent}
+                 "reuse_pct": trafficpage.percent, "reuse_anchor": trafficpage.status_anchor}
         return self.r.render("run.html", depth=2, run=run, charts=page_charts, nav="runs",
                              costs=oppoint.cost_rows(run), tail_levels=lv,
                              latency_notes=latency_notes(MEDIANS_NOTE), **extra)
@@ -372,18 +372,26 @@ class Pages:
                              matrix_heads=heads,
                              peak_notes=_peak_notes(model.runs), nav="runs",
                              oppoint=rankings.page_context(model.runs, index=False, models=[model]),
-                             tail_levels=lv, matrix_notes=family_matrix_notes())
+                             tail_levels=lv, matrix_notes=family_matrix_notes(),
+                             also_measured=lambda r: trafficpage.summary(r.agg.traffic))
 
     def compare_page(self, runs: list[RunView]) -> str:
+        # A site with traffic cells: their A/B tables, and the status rules that know
+        # their statuses; without, the page as it was before them.
+        traffic = any(r.agg.traffic for r in runs)
         return self.r.render("compare.html", depth=0, groups=compare_groups(runs),
-                             pick=compare_default(runs), metrics=COMPARE_METRICS, nav="compare")
+                             pick=compare_default(runs), metrics=COMPARE_METRICS, nav="compare",
+                             traffic=traffic, STATUS_RULES=statuses.js_rules(traffic))
 
-    def explore_page(self, data: dict[str, Any]) -> str:
-        """The explorer: its controls, and the default view's picture for readers without JS."""
+    def explore_page(self, data: dict[str, Any], traffic: bool = False) -> str:
+        """The explorer: its controls, and the default view's picture for readers without JS.
+        `traffic`: some run has prefix-reuse or conversation cells, which the explorer
+        leaves out (its points are decode matrix cells): a note says where they are."""
         dates = sorted(r["date"] for r in data["runs"] if r.get("date"))
         return self.r.render("explore.html", depth=0, families=data["families"], nav="explore",
                              filters=explore.filter_options(data["runs"]),
                              dates=(dates[0], dates[-1]) if dates else None,
+                             traffic_note=trafficpage.EXPLORE_NOTE if traffic else "",
                              slo_spec=data.get("slo", ""), **explorecharts.default_picture(data))
 
     def downloads_page(self, runs: list[RunView]) -> str:

@@ -114,6 +114,8 @@ def write_assets(writer: SiteWriter, folder: Path, traffic: bool = False) -> dic
              "compare_js": "compare.js", "oppoint_js": "oppoint.js",
              "explore_js": "explore.js", "slo_js": "slo.js", "tails_js": "tails.js",
              "address_js": "address.js", "rules_js": "rules.js", "favicon": "favicon.svg"}
+    if traffic:  # the compare page's traffic tables: only a site with traffic cells has them
+        names["compare_traffic_js"] = "compare_traffic.js"
     assets = {}
     for key, name in names.items():
         data = statusstyle.static_bytes(static / name, traffic)  # style.css: with its status rules
@@ -368,7 +370,8 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
     data |= {"templates": _explore_templates(writer, fp, cost=bool(data["prices"])),
              "colors": chartkit.LINE_COLORS, "rest_color": chartkit.REST_COLOR}
     index, scripts = exploredata.scripts(data)  # an index, the points by family and context
-    writer.write("explore.html", pages.explore_page(data | {"explore_index": index}))
+    writer.write("explore.html", pages.explore_page(data | {"explore_index": index},
+                                                    traffic=any(v.agg.traffic for v in views)))
     for rel, text in scripts:
         writer.write(rel, text)
     bar.advance(task, 8)

@@ -146,10 +146,13 @@ def compare_data(run: RunView) -> dict[str, Any]:
                                        for v in (x.intervals.get(m.key), m.interval_text(x)))]
     energy = COMPARE_ENERGY_FIELDS if run.agg.telemetry else []
     spans = [f for m in metrictable.COMPARED for f in (f"{m.key}_ci", f"{m.key}_ci_text")]
-    return {"slug": run.slug, "run_id": run.run_id, "title": run.title,
-            "engine": run.engine_summary, "page": run.page, "telemetry": run.agg.telemetry,
-            "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS, *energy,
-                       *(["windows", *spans] if repeated else [])], "cells": cells}
+    out = {"slug": run.slug, "run_id": run.run_id, "title": run.title,
+           "engine": run.engine_summary, "page": run.page, "telemetry": run.agg.telemetry,
+           "fields": [*COMPARE_FIELDS, *COMPARE_TEXT_FIELDS, *energy,
+                      *(["windows", *spans] if repeated else [])], "cells": cells}
+    if run.agg.traffic:  # prefix reuse, conversations: runs without them, data.js as before
+        out["traffic"] = trafficpage.compare_data(run.agg.traffic)
+    return out
 
 
 # compare_data's columns: raw values, then the texts the page prints; the

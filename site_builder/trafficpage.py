@@ -29,6 +29,17 @@ def percent(value: float | None) -> str:
     return words.MISSING if value is None else f"{words.round_half_up(value, 1):.1f}%"
 
 
+# The traffic statuses' entries under the methodology's Statuses (docs/methodology.md):
+# their words in the traffic tables link there.
+STATUS_ANCHORS = {contract.REUSE_OFF_TARGET: "reuse-off-target",
+                  contract.REUSE_UNVERIFIED: "reuse-unverified"}
+
+
+def status_anchor(code: str) -> str | None:
+    """The id of a traffic status's entry on the methodology page (None: others)."""
+    return STATUS_ANCHORS.get(code)
+
+
 @dataclass
 class TrafficTable:
     """One table of the page: its heading and its cells, in order."""
@@ -74,6 +85,13 @@ def summary(cells: list[TrafficCell]) -> str:
     if turns:
         parts.append(f"{turns[-1]} turn{'s' if turns[-1] != 1 else ''}")
     return ", ".join(parts)
+
+
+# The explorer's note on a site with traffic cells: its points are decode matrix cells only.
+EXPLORE_NOTE = ("Prefix-reuse and conversation cells are not drawn here: each is measured "
+                "at a reuse or turn rather than on the context × requests matrix these charts "
+                "compare. They are on their runs' pages (Prefix reuse, Conversations), in their "
+                "cells.csv and cells.json, and side by side on the compare page.")
 
 
 @chartkit.compiled
@@ -162,3 +180,21 @@ def download_extra(cell: TrafficCell | None) -> dict[str, Any]:
         return dict.fromkeys(DOWNLOAD_COLUMNS)
     return {"prefix_reuse_target": cell.target, "turn": cell.turn,
             "prefix_reuse_achieved": cell.achieved, "prefix_reuse_server": cell.server}
+
+
+# data.js's traffic part (runs with traffic cells only): the compare page's
+# A/B tables of prefix-reuse and conversation cells (static/compare_traffic.js).
+COMPARE_FIELDS = ["phase", "context", "context_label", "concurrency", "target", "turn", "status",
+                  "status_label", "reason", "achieved", "achieved_text", "server", "server_text",
+                  "ttft_ms", "ttft_ms_text", "uncached_tok_s", "uncached_tok_s_text"]
+
+
+def compare_data(cells: list[TrafficCell]) -> dict[str, Any]:
+    """Each traffic cell's key, status and figures with their texts as the run page
+    prints them, so the page's script formats nothing."""
+    rows = [[x.phase, x.context, words.context_label(x.context), x.concurrency, x.target, x.turn,
+             x.status, words.status_label(x.status), x.reason, x.achieved, percent(x.achieved),
+             x.server, percent(x.server), x.ttft_ms, words.ttft(x.ttft_ms), x.uncached_tok_s,
+             words.tok_s(x.uncached_tok_s, whole=True)] for x in cells]
+    return {"fields": COMPARE_FIELDS, "cells": rows,
+            "anchors": dict(STATUS_ANCHORS)}

@@ -118,7 +118,7 @@ def test_compare_choices_and_script_rules_come_from_the_table() -> None:
     assert json.loads(doc.find("script", id="metric-rules").text()) == rules
 
 
-@pytest.mark.parametrize("script", ["compare.js", "explore.js"])
+@pytest.mark.parametrize("script", ["compare.js", "explore.js", "compare_traffic.js"])
 def test_scripts_write_no_metric_direction_or_header(script: str) -> None:
     text = (templates_dir() / "static" / script).read_text("utf-8")
     assert not re.search(r"(?:total_tok_s|per_request_tok_s|ttft_ms|tbt_ms)\s*:\s*(?:true|false)", text)

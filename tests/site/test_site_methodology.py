@@ -20,7 +20,7 @@ ANCHORS = {
     "largest-context", "over-capacity", "prefill", "tokens", "output-tokens", "total-tok-s",
     "per-request-tok-s", "time-between-tokens", "ttft", "average-active-requests",
     "completed-requests", "measured-for", "client-bound", "gauge-coverage", "valid",
-    "requests-queued", "looped", "error",
+    "requests-queued", "looped", "error", "reuse-off-target", "reuse-unverified",
 }
 
 

@@ -146,3 +146,59 @@ def test_a_rebuild_reads_the_traffic_cells_back_from_its_cache(tmp_path: Path) -
     assert report.errors == [] and "t" in report.reused
     assert "also measured: prefix reuse 0–99%, 4 turns" in (out / "index.html").read_text()
     assert "st-reuse_off_target" in next((out / "static").glob("style.*.css")).read_text()
+
+
+def _status_rules(html: str) -> dict:
+    return json.loads(re.search(r'<script type="application/json" id="status-rules">(.*?)</script>',
+                                html, re.S).group(1))
+
+
+def test_the_compare_page_gets_the_traffic_data_and_rules(site: Path) -> None:
+    html = (site / "compare.html").read_text()
+    assert '<div id="ab-traffic"' in html
+    assert re.search(r'src="static/compare_traffic\.[0-9a-f]{10}\.js"', html)
+    rules = _status_rules(html)
+    assert {contract.REUSE_OFF_TARGET, contract.REUSE_UNVERIFIED} <= set(rules["numbers"])
+    js = (site / "runs" / "with-traffic" / "data.js").read_text()
+    data = json.loads(js.split("] = ", 1)[1].rstrip(";\n"))
+    traffic = [dict(zip(data["traffic"]["fields"], row, strict=True))
+               for row in data["traffic"]["cells"]]
+    off = next(c for c in traffic if c["phase"] == "prefix" and c["target"] == 90)
+    assert (off["achieved_text"], off["ttft_ms_text"], off["status_label"]) == (
+        "10.0%", "190 ms", "Reuse off target")
+    assert data["traffic"]["anchors"][contract.REUSE_OFF_TARGET] == "reuse-off-target"
+    assert [c["turn"] for c in traffic if c["phase"] == "conversation"] == [1, 4]
+    assert "traffic" not in (site / "runs" / "plain" / "data.js").read_text()
+
+
+def test_traffic_status_words_link_to_their_methodology_entries(site: Path) -> None:
+    html = (site / "runs" / "with-traffic" / "index.html").read_text()
+    assert '<a href="../../methodology.html#reuse-off-target">Reuse off target</a>' in html
+    assert '<a href="../../methodology.html#reuse-unverified">Reuse not verifiable</a>' in html
+    method = (site / "methodology.html").read_text()
+    assert 'id="reuse-off-target"' in method and 'id="reuse-unverified"' in method
+    entry = " ".join(re.search(r'id="reuse-off-target".*?</li>', method, re.S).group(0).split())
+    assert "max(2 points, one cache block ÷ the mean prompt)" in entry
+    assert "cached_tokens" in entry and "Never Valid" in entry
+
+
+def test_family_page_and_explorer_say_what_else_was_measured(site: Path) -> None:
+    family = next((site / "models").glob("*.html")).read_text()
+    assert family.count('class="muted also-measured"') == 1  # the plain run: nothing
+    assert "· also prefix reuse 0–99%, 4 turns" in family
+    explore = (site / "explore.html").read_text()
+    assert 'id="ex-traffic"' in explore and "Prefix-reuse and conversation cells" in explore
+
+
+def test_a_site_without_traffic_has_none_of_the_compare_parts(tmp_path: Path) -> None:
+    make_measured_run(tmp_path / "data" / "p", run_id="p", contexts=[1024], concurrency=[1])
+    make_measured_run(tmp_path / "data" / "q", run_id="q", contexts=[1024], concurrency=[1],
+                      seed=4)
+    assert build_site(tmp_path / "data", tmp_path / "out", jobs=1).errors == []
+    out = tmp_path / "out"
+    html = (out / "compare.html").read_text()
+    assert "ab-traffic" not in html and "compare_traffic" not in html
+    assert "reuse_" not in json.dumps(_status_rules(html))
+    assert not list((out / "static").glob("compare_traffic.*"))
+    assert "ex-traffic" not in (out / "explore.html").read_text()
+    assert "also-measured" not in next((out / "models").glob("*.html")).read_text()

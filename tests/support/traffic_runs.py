@@ -68,8 +68,10 @@ def _request(t: int, n: int, phase: str, ctx: int, conc: int, purpose: str, stre
             "cancelled": False, "chunk_ns": ns, "chunk_tokens": tok, **keys}
 
 
-def add_traffic(path: Path) -> Path:
-    """Append the prefix and conversation cells above (and their requests) to a run."""
+def add_traffic(path: Path, ttft_scale: float = 1.0) -> Path:
+    """Append the prefix and conversation cells above (and their requests) to a run;
+    `ttft_scale` multiplies every TTFT (a second run that differs from the first:
+    EXPECTED holds for 1.0)."""
     path = Path(path)
     cells = read_table(path, contract.CELLS_FILE).to_pylist()
     requests = read_table(path, contract.REQUESTS_FILE).to_pylist()
@@ -83,7 +85,7 @@ def add_traffic(path: Path) -> Path:
                 prime = purpose == contract.PURPOSE_PRIME  # cold: nothing cached, slower
                 got = 0 if prime and cached is not None else cached
                 requests.append(_request(t, n, contract.PREFIX, PREFIX_CONTEXT, 1, purpose, 0,
-                                         prompt, got, ttft * (3 if prime else 1), 1,
+                                         prompt, got, ttft * ttft_scale * (3 if prime else 1), 1,
                                          prefix_group=i % 2, **keys))
                 n, t = n + 1, t + 300 * MS
         sp, sc = server if server else (None, None)
@@ -99,7 +101,7 @@ def add_traffic(path: Path) -> Path:
         for conv in range(CONV_CONCURRENCY):
             requests.append(_request(t, n, contract.CONVERSATION, CONV_CONTEXT, CONV_CONCURRENCY,
                                      purpose, conv, TURN_PROMPT * turn, TURN_PROMPT * (turn - 1),
-                                     TURN_TTFT_MS[turn], OUTPUT_TOKENS, turn=key_turn,
+                                     TURN_TTFT_MS[turn] * ttft_scale, OUTPUT_TOKENS, turn=key_turn,
                                      conversation_id=conv, conversation_turn=turn,
                                      engine_cached_tokens=TURN_PROMPT * (turn - 1)))
             n, t = n + 1, t + 1000 * MS

@@ -1,0 +1,174 @@
+/* The compare page's prefix-reuse and conversation tables (sites with traffic
+   cells only: the build writes this file and #ab-traffic only there). For the
+   two runs picked in compare.js's controls: per cell both runs measured at the
+   same context, requests at once and reuse asked (prefix cells), or turn
+   (conversation cells), each run's achieved reuse, TTFT, uncached prefill tok/s
+   and status, side by side. Every number and word arrives formatted by the
+   build (runs/<slug>/data.js "traffic", site_builder/trafficpage.py). */
+(function () {
+  "use strict";
+  var index = window.SPEED_MATRIX_INDEX;
+  var box = document.getElementById("ab-traffic");
+  var selA = document.getElementById("ab-a");
+  var selB = document.getElementById("ab-b");
+  if (!index || !box || !selA || !selB) return;
+  var STATUS = JSON.parse(document.getElementById("status-rules").textContent);
+  var DASH = JSON.parse(document.getElementById("ab-rules").textContent).missing;
+  var bySlug = {};
+  index.runs.forEach(function (r) { bySlug[r.slug] = r; });
+  var shown = 0; /* the latest render: an older one's late data is dropped */
+
+  /* A run's data.js: the one compare.js loads (or has loaded), else loaded here. */
+  function loadRun(slug) {
+    window.SPEED_MATRIX_RUNS = window.SPEED_MATRIX_RUNS || {};
+    if (window.SPEED_MATRIX_RUNS[slug]) return Promise.resolve(window.SPEED_MATRIX_RUNS[slug]);
+    return new Promise(function (resolve, reject) {
+      var src = bySlug[slug].data_js;
+      var s = document.querySelector('script[src="' + src + '"]');
+      if (!s) {
+        s = document.createElement("script");
+        s.src = src;
+        document.head.appendChild(s);
+      }
+      s.addEventListener("load", function () { resolve(window.SPEED_MATRIX_RUNS[slug]); });
+      s.addEventListener("error", function () { reject(new Error("cannot load " + src)); });
+    });
+  }
+
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (tag === "th") e.scope = "col";
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  /* A run's traffic cells of one phase by their key, and the keys in the run's order. */
+  function cellsOf(run, phase) {
+    var out = { cells: {}, keys: [] };
+    var t = run && run.traffic;
+    if (!t) return out;
+    t.cells.forEach(function (row) {
+      var c = {};
+      t.fields.forEach(function (name, i) { c[name] = row[i]; });
+      if (c.phase !== phase) return;
+      var key = [c.context, c.concurrency, phase === "prefix" ? c.target : c.turn].join("x");
+      out.cells[key] = c;
+      out.keys.push(key);
+    });
+    return out;
+  }
+
+  /* One side's figure: its text where its status carries numbers, else a dash. */
+  function figure(c, name) {
+    return STATUS.numbers.indexOf(c.status) >= 0 && c[name] !== null ? c[name + "_text"] : DASH;
+  }
+
+  function pairCell(ca, cb, name) {
+    var td = el("td", "cell num");
+    td.appendChild(el("span", "pair", "A " + figure(ca, name)));
+    td.appendChild(el("span", "pair", "B " + figure(cb, name)));
+    return td;
+  }
+
+  /* Each side's status word as a badge in its colours (the stylesheet's .badge.st-<code>),
+     linked to its methodology entry where it has one; its reason on hover. */
+  function statusCell(ca, cb, anchors) {
+    var td = el("td", "cell ab-status");
+    [["A", ca], ["B", cb]].forEach(function (x) {
+      var span = el("span", "pair");
+      span.appendChild(document.createTextNode(x[0] + " "));
+      var badge = el("span", "badge st-" + x[1].status);
+      var anchor = anchors[x[1].status];
+      var word = anchor ? el("a", null, x[1].status_label) : document.createTextNode(x[1].status_label);
+      if (anchor) word.href = "methodology.html#" + anchor;
+      badge.appendChild(word);
+      if (x[1].reason) badge.title = x[1].reason;
+      span.appendChild(badge);
+      td.appendChild(span);
+    });
+    return td;
+  }
+
+  /* Tables of the cells both runs have, one per context and requests at once. */
+  function tables(pa, pb, anchors, spec) {
+    var groups = {}, order = [];
+    pa.keys.forEach(function (key) {
+      if (!pb.cells[key]) return;
+      var c = pa.cells[key], g = c.context + "x" + c.concurrency;
+      if (!groups[g]) { groups[g] = []; order.push(g); }
+      groups[g].push(key);
+    });
+    return order.map(function (g) {
+      var first = pa.cells[groups[g][0]];
+      var caption = first.context_label + " context, " + first.concurrency + spec.atOnce;
+      var table = el("table", "traffic ab " + spec.cls);
+      table.appendChild(el("caption", null, caption));
+      var head = table.createTHead().insertRow();
+      spec.headers.forEach(function (h) { head.appendChild(el("th", null, h)); });
+      var body = table.createTBody();
+      groups[g].forEach(function (key) {
+        var ca = pa.cells[key], cb = pb.cells[key];
+        var tr = body.insertRow();
+        var th = el("th", null, spec.rowLabel(ca));
+        th.scope = "row";
+        tr.appendChild(th);
+        spec.figures.forEach(function (name) { tr.appendChild(pairCell(ca, cb, name)); });
+        tr.appendChild(statusCell(ca, cb, anchors));
+      });
+      var scroll = el("div", "table-scroll");
+      scroll.setAttribute("role", "region");
+      scroll.setAttribute("tabindex", "0");
+      scroll.setAttribute("aria-label", spec.title + ", " + caption + ", A and B");
+      scroll.appendChild(table);
+      return scroll;
+    });
+  }
+
+  var PREFIX = { cls: "prefix-reuse", title: "Prefix reuse", atOnce: " at once",
+                 headers: ["Reuse asked", "Achieved (requests)", "TTFT", "Uncached prefill tok/s", "Status"],
+                 figures: ["achieved", "ttft_ms", "uncached_tok_s"],
+                 rowLabel: function (c) { return c.target + "%"; },
+                 none: "The two runs share no prefix-reuse cell (the same context, requests at once and reuse asked)." };
+  var TURNS = { cls: "conversations", title: "Conversations", atOnce: " conversations at once",
+                headers: ["Turn", "Cached (requests)", "TTFT", "Status"],
+                figures: ["achieved", "ttft_ms"],
+                rowLabel: function (c) { return String(c.turn); },
+                none: "The two runs share no conversation turn (the same context, conversations at once and turn)." };
+
+  function section(runs, phase, spec, id) {
+    var pa = cellsOf(runs[0], phase), pb = cellsOf(runs[1], phase);
+    if (!pa.keys.length && !pb.keys.length) return null;
+    var anchors = (runs[0].traffic || runs[1].traffic).anchors || {};
+    var sec = el("section", "ab-traffic-part");
+    sec.id = id;
+    sec.appendChild(el("h2", null, spec.title + ", A and B"));
+    var parts = tables(pa, pb, anchors, spec);
+    if (!parts.length) sec.appendChild(el("p", "note", spec.none));
+    parts.forEach(function (p) { sec.appendChild(p); });
+    if (phase === "prefix" && parts.length) {
+      sec.appendChild(el("p", "note", "Achieved: the share of prompt tokens the requests report " +
+        "cached, never the reuse asked for; a status other than Valid says where the two differ."));
+    }
+    return sec;
+  }
+
+  function render() {
+    var a = selA.value, b = selB.value, mine = ++shown;
+    box.textContent = "";
+    if (!a || !b || !bySlug[a] || !bySlug[b]) return;
+    Promise.all([loadRun(a), loadRun(b)]).then(function (runs) {
+      if (mine !== shown) return;
+      [section(runs, "prefix", PREFIX, "ab-prefix-reuse"),
+       section(runs, "conversation", TURNS, "ab-conversations")].forEach(function (s) {
+        if (s) box.appendChild(s);
+      });
+    }).catch(function (err) { console.error(err); });
+  }
+
+  /* compare.js's listeners run first (registered first): the pickers hold the new pair. */
+  [selA, selB].forEach(function (s) { s.addEventListener("change", render); });
+  document.getElementById("ab-swap").addEventListener("click", render);
+  window.addEventListener("hashchange", render);
+  render();
+})();

@@ -416,7 +416,7 @@ class ShardedCellRunner:
         if not, the shard is stopped and the cell fails naming it."""
         mine = set(slots)
         for r in records:
-            if (r.phase, r.context, r.concurrency) != run.cell.key:
+            if (r.phase, r.context, r.concurrency) != run.cell.key[:3]:
                 why = f"a record of another cell ({printable(r.phase, 20)} {r.context}×{r.concurrency})"
             elif not r.request_id.startswith(f"{shard.prefix}-"):
                 why = f"a record {printable(r.request_id, 60)!r} not under its own prefix"

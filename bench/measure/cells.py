@@ -256,8 +256,7 @@ class CellRunner:
         return CellOutcome(records, VALID, None)
 
     def cache_counters(self) -> tuple[float, float] | None:
-        """(prompt tokens, prefix-cache hit tokens) from the server's counters;
-        a blocking scrape, so call it off the event loop."""
+        """(prompt, prefix-cache hit) tokens from the server's counters; a blocking scrape."""
         if not {METRIC_PROMPT_TOKENS, METRIC_PREFIX_CACHE_HITS} <= set(self.info.gauges):
             return None
         sums = self.sampler.scrape()

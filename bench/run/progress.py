@@ -42,6 +42,8 @@ from rundir.contract import (
     PENDING,
     PREFILL,
     REQUESTS_QUEUED,
+    REUSE_OFF_TARGET,
+    REUSE_UNVERIFIED,
     VALID,
 )
 from rundir.words import context_label, status_label
@@ -120,7 +122,7 @@ def summary_line(counts: Mapping[str, int]) -> str:
         return status_label(status).lower()
 
     parts = [f"{counts.get(VALID, 0)} {word(VALID)}"]
-    for status in (REQUESTS_QUEUED, LOOPED):
+    for status in (REQUESTS_QUEUED, LOOPED, REUSE_OFF_TARGET, REUSE_UNVERIFIED):
         if counts.get(status):
             parts.append(f"{counts[status]} {word(status)}")
     parts.append(f"{counts.get(ERROR, 0)} {word(ERROR)}")

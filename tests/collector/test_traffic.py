@@ -274,6 +274,7 @@ def test_prefix_cells_against_a_cache_that_reuses_everything(refserver, tmp_path
         else:
             assert cell["status"] == VALID and cell["reason"] is None, cell
     assert "Reuse off target" in out
+    assert "8 cells: 6 valid, 2 reuse off target, 0 error" in out  # the last line counts them
     # resumed with nothing to do, the traffic cells are kept as they were
     again = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(run))
     assert again.returncode == 0, again.stderr

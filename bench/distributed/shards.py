@@ -398,7 +398,7 @@ class ShardedCellRunner:
         """Each shard warms its slots' prefixes: their records, in slot order."""
         base, base_tag = run.base
         for shard, slots in zip(run.shards, run.slots, strict=True):
-            shard.send(("warm", run.cell.key, base, base_tag, self.base.prompts.run_tag, slots))
+            shard.send(("warm", run.cell.key[:3], base, base_tag, self.base.prompts.run_tag, slots))
         relay = asyncio.create_task(self._cancel_on(run, run.interrupted))
         try:
             got = await asyncio.gather(*(self._answer(s, "warmed") for s in run.shards))

@@ -33,10 +33,12 @@ from bench.params import (
     BaseUrl,
     Contexts,
     Levels,
+    Percents,
     Seconds,
     ShardSpec,
     SourceAddress,
     Tokens,
+    Turns,
     Workers,
 )
 from bench.run.runcard import read_run_card
@@ -255,6 +257,18 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               show_default=True, group=MATRIX),
     RunOption("--kv-budget", "kv_budget", "KV-cache budget in tokens (overrides detection).",
               type=Tokens(), group=MATRIX),
+    RunOption("--prefix-reuse", "prefix_reuse",
+              "Prefix-reuse cells at these percents of each prompt shared with other "
+              "requests, e.g. 0,50,90,99, at the prefill contexts (default: none). The reuse the "
+              "server delivered is measured twice and checked against the target.",
+              type=Percents(), group=MATRIX),
+    RunOption("--turns", "turns",
+              "Conversation cells at these turns, e.g. 1,4,16,32: each stream resends its "
+              "whole history each turn, at the decode contexts (default: none).",
+              type=Turns(), group=MATRIX),
+    RunOption("--traffic-concurrency", "traffic_concurrency",
+              "Streams of the prefix-reuse and conversation cells, e.g. 1,4 (default: 1).",
+              type=Levels(), group=MATRIX),
     RunOption("--dry-run", "dry_run",
               "Print the plan and exit, writing nothing. A server that does not answer "
               "within 2 s is not waited for: the plan is printed from the flags alone and "

@@ -17,7 +17,15 @@ from urllib.parse import urlsplit
 
 import click
 
-from bench.core.plan import PlanError, parse_concurrency, parse_contexts, parse_tokens, shown
+from bench.core.plan import (
+    PlanError,
+    parse_concurrency,
+    parse_contexts,
+    parse_percents,
+    parse_tokens,
+    parse_turns,
+    shown,
+)
 from bench.core.sources import check_address
 from bench.core.workers import AUTO, MAX_WORKERS
 from rundir.clierrors import flag_name
@@ -92,7 +100,37 @@ class Levels(click.ParamType):
         if isinstance(value, list):
             return value
         try:
-            return parse_concurrency(str(value)) or []
+            return parse_concurrency(str(value), flag_name(param)) or []
+        except PlanError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Percents(click.ParamType):
+    """Comma-separated whole percents 0..100 (`--prefix-reuse`)."""
+
+    name = "percents"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> list[int]:
+        if isinstance(value, list):
+            return value
+        try:
+            return parse_percents(str(value), flag_name(param)) or []
+        except PlanError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Turns(click.ParamType):
+    """Comma-separated conversation turns, whole numbers ≥ 1 (`--turns`)."""
+
+    name = "turns"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> list[int]:
+        if isinstance(value, list):
+            return value
+        try:
+            return parse_turns(str(value), flag_name(param)) or []
         except PlanError as exc:
             self.fail(str(exc), param, ctx)
 

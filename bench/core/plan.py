@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from bench.core.workers import WorkerPlan
-from rundir.contract import DECODE, OVER_CAPACITY, PENDING, PREFILL
+from rundir.contract import CONVERSATION, DECODE, OVER_CAPACITY, PENDING, PREFILL, PREFIX
 from rundir.words import context_label
 
 DEFAULT_CONTEXTS = (8192, 16384, 32768, 65536, 131072)
@@ -27,6 +27,7 @@ class PlanError(ValueError):
 
 MAX_TOKENS = 1 << 40  # a token count beyond this is a typo, and would overflow int64 sums
 MAX_CONCURRENCY = 16_384  # streams per cell; past one process, --workers spreads them
+MAX_TURNS = 1024  # conversation turns; each resends the whole history
 
 
 def shown(value: object, limit: int = 40) -> str:
@@ -70,8 +71,23 @@ def parse_contexts(text: str | None, flag: str = "--contexts") -> list[int | str
     return out
 
 
-def parse_concurrency(text: str | None) -> list[int] | None:
+def parse_concurrency(text: str | None, flag: str = "--concurrency") -> list[int] | None:
     """Comma-separated levels, whole numbers 1..MAX_CONCURRENCY, sorted."""
+    return _whole_numbers(text, flag, 1, MAX_CONCURRENCY, "level", "1,2,4")
+
+
+def parse_percents(text: str | None, flag: str = "--prefix-reuse") -> list[int] | None:
+    """Comma-separated whole percents 0..100, de-duplicated, sorted."""
+    return _whole_numbers(text, flag, 0, 100, "percent", "0,50,90,99")
+
+
+def parse_turns(text: str | None, flag: str = "--turns") -> list[int] | None:
+    """Comma-separated conversation turns, whole numbers ≥ 1, sorted."""
+    return _whole_numbers(text, flag, 1, MAX_TURNS, "turn", "1,4,16,32")
+
+
+def _whole_numbers(text: str | None, flag: str, low: int, high: int, what: str,
+                   example: str) -> list[int] | None:
     if text is None:
         return None
     out = []
@@ -79,12 +95,12 @@ def parse_concurrency(text: str | None) -> list[int] | None:
         part = part.strip()
         if not part:
             continue
-        if not re.fullmatch(r"[0-9]{1,9}", part) or not 1 <= int(part) <= MAX_CONCURRENCY:
-            raise PlanError(f"--concurrency: expected whole numbers from 1 to {MAX_CONCURRENCY:,} "
-                            f"like 1,2,4, got {shown(part)}")
+        if not re.fullmatch(r"[0-9]{1,9}", part) or not low <= int(part) <= high:
+            raise PlanError(f"{flag}: expected whole numbers from {low} to {high:,} "
+                            f"like {example}, got {shown(part)}")
         out.append(int(part))
     if not out:
-        raise PlanError(f"--concurrency: expected at least one level like 1,2,4, got {shown(text)}")
+        raise PlanError(f"{flag}: expected at least one {what} like {example}, got {shown(text)}")
     return sorted(set(out))
 
 
@@ -102,15 +118,32 @@ def fit_context(context: int, max_output: int, max_model_len: int | None) -> int
 
 @dataclass
 class Cell:
+    """A cell of the run; `reuse` (percent, prefix cells) and `turn`
+    (conversation cells) are the traffic cells' key parts, None on the matrix."""
+
     phase: str
     context: int
     concurrency: int
+    reuse: int | None = None
+    turn: int | None = None
     status: str = PENDING
     reason: str | None = None
 
     @property
-    def key(self) -> tuple[str, int, int]:
-        return (self.phase, self.context, self.concurrency)
+    def key(self) -> tuple[str, int, int, int | None, int | None]:
+        """rundir.contract.cell_key's tuple: two cells at different targets or turns never collide."""
+        return (self.phase, self.context, self.concurrency, self.reuse, self.turn)
+
+    @property
+    def traffic(self) -> bool:
+        return self.phase in (PREFIX, CONVERSATION)
+
+    @property
+    def part(self) -> str:
+        """The key beyond phase, context and concurrency, as a label adds it ("" on the matrix)."""
+        if self.reuse is not None:
+            return f" reuse {self.reuse}%"
+        return f" turn {self.turn}" if self.turn is not None else ""
 
 
 @dataclass
@@ -131,6 +164,25 @@ class Plan:
         """The decode cells of `cells` with more streams than the server has slots."""
         return [c for c in cells if c.phase == DECODE and more_than_slots(c.concurrency, self.slots)]
 
+    def traffic_lines(self, todo: list[Cell]) -> list[str]:
+        """The plan's lines on its traffic cells in `todo`, one per kind (none: no line)."""
+        lines = []
+        prefix = [c for c in todo if c.phase == PREFIX]
+        if prefix:
+            lines.append(
+                f"Prefix reuse: {len(prefix)} cells at {_listed(c.reuse for c in prefix)}% shared, "
+                f"contexts {_listed((c.context for c in prefix), context_label)}, streams "
+                f"{_listed(c.concurrency for c in prefix)}; 1 output token each, after the "
+                f"shared prefixes are primed")
+        turns = [c for c in todo if c.phase == CONVERSATION]
+        if turns:
+            lines.append(
+                f"Conversations: {len(turns)} cells at turns {_listed(c.turn for c in turns)}, "
+                f"contexts {_listed((c.context for c in turns), context_label)}, streams "
+                f"{_listed(c.concurrency for c in turns)}; each stream resends its whole history "
+                f"every turn (fixed replies)")
+        return lines
+
     def slots_line(self, todo: list[Cell]) -> str | None:
         """The plan's line on the server's slots: how many, and what happens to
         the cells of `todo` with more streams than that (None: slots unknown)."""
@@ -146,6 +198,10 @@ class Plan:
                 f"measured with {s} running and the rest waiting in the server's queue, so they are "
                 f"Requests queued (never published as that many concurrent streams), and "
                 f"readiness waits for {s} streams, not for all")
+
+
+def _listed(values, show=str) -> str:
+    return ", ".join(show(v) for v in sorted(set(values)))
 
 
 def more_than_slots(concurrency: int, slots: int | None) -> bool:
@@ -169,6 +225,9 @@ def make_plan(
     prefill: bool = True,
     prefill_contexts: list[int | str] | None = None,
     slots: int | None = None,
+    prefix_reuse: list[int] | None = None,
+    turns: list[int] | None = None,
+    traffic_concurrency: list[int] | None = None,
 ) -> Plan:
     """Build the matrix; over-capacity cells are planned as skipped. With the
     server's `slots`, a cell needs the KV cache of the streams that run at
@@ -220,7 +279,64 @@ def make_plan(
                     why += f": {running} of its {c} streams run at once, one per slot"
                 cell.reason = f"needs {need:,} KV tokens ({why}), server budget is {kv_budget:,}"
             plan.cells.append(cell)
+    levels = sorted(set(traffic_concurrency or [1]))
+    plan.cells += traffic_cells(pre, fitted, levels, prefix_reuse or [], turns or [],
+                                conversation_output(max_output), kv_budget, slots)
     return plan
+
+
+PREFIX_MIN_GROUPS, PREFIX_MAX_GROUPS = 2, 8
+CONVERSATION_OUTPUT = 64  # a turn's live output, at most
+
+
+def conversation_output(max_output: int) -> int:
+    """max_tokens of a conversation turn (measured for per-request tok/s, then discarded)."""
+    return min(max_output, CONVERSATION_OUTPUT)
+
+
+def prefix_groups(concurrency: int, slots: int | None = None, shared: int = 0,
+                  room: int | None = None) -> int:
+    """G, the prefix groups of a prefix cell: at least 2 (C streams must not
+    trivially share one prefix), C up to 8, no more than the server's slots
+    when it tells them, and no more prefixes than `room` KV tokens hold."""
+    g = min(max(PREFIX_MIN_GROUPS, concurrency), PREFIX_MAX_GROUPS)
+    if slots is not None:
+        g = min(g, max(1, slots))
+    if room is not None and shared > 0:
+        g = min(g, max(1, room // shared))
+    return g
+
+
+def traffic_cells(prefill_contexts: list[int], decode_contexts: list[int], levels: list[int],
+                  reuse: list[int], turns: list[int], turn_output: int, kv_budget: int | None,
+                  slots: int | None) -> list[Cell]:
+    """Prefix cells per (prefill context, level, target) and conversation cells
+    per (decode context, level, listed turn), after the matrix's; a cell whose
+    running streams' contexts exceed the KV budget is planned Over capacity."""
+    cells = []
+    for ctx in prefill_contexts if reuse else []:
+        for c in levels:
+            running = running_at_once(c, slots)
+            for r in reuse:
+                cell = Cell(PREFIX, ctx, c, reuse=r)
+                need = running * (ctx + 1)
+                if kv_budget is not None and need > kv_budget:
+                    cell.status = OVER_CAPACITY
+                    cell.reason = (f"needs {need:,} KV tokens ({running} × ({ctx:,} + 1)), "
+                                   f"server budget is {kv_budget:,}")
+                cells.append(cell)
+    for ctx in decode_contexts if turns else []:
+        for c in levels:
+            running = running_at_once(c, slots)
+            need = running * (ctx + turn_output)
+            for k in turns:
+                cell = Cell(CONVERSATION, ctx, c, turn=k)
+                if kv_budget is not None and need > kv_budget:
+                    cell.status = OVER_CAPACITY
+                    cell.reason = (f"needs {need:,} KV tokens ({running} × ({ctx:,} + "
+                                   f"{turn_output:,})), server budget is {kv_budget:,}")
+                cells.append(cell)
+    return cells
 
 
 def _fit_prefill(ctx: int | str, max_model_len: int | None) -> int | None:

@@ -81,12 +81,19 @@ class WireRecord(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     chunk_tokens: bytes
     content_tail: str | None
     reasoning_tail: str | None
+    prefix_reuse_target: int | None
+    turn: int | None
+    prefix_group: int | None
+    conversation_id: int | None
+    conversation_turn: int | None
+    engine_cached_tokens: int | None
     counting: str
     final_usage_tokens: int | None
     status: int
     max_tokens: int | None
     ignore_eos: bool
     text: str | None
+    engine_computed_tokens: int | None
 
 
 RECORD_FIELDS = WireRecord.__struct_fields__

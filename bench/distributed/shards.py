@@ -398,7 +398,7 @@ class ShardedCellRunner:
         """Each shard warms its slots' prefixes: their records, in slot order."""
         base, base_tag = run.base
         for shard, slots in zip(run.shards, run.slots, strict=True):
-            shard.send(("warm", run.cell.key, base, base_tag, self.base.prompts.run_tag, slots))
+            shard.send(("warm", run.cell.key[:3], base, base_tag, self.base.prompts.run_tag, slots))
         relay = asyncio.create_task(self._cancel_on(run, run.interrupted))
         try:
             got = await asyncio.gather(*(self._answer(s, "warmed") for s in run.shards))
@@ -416,7 +416,7 @@ class ShardedCellRunner:
         if not, the shard is stopped and the cell fails naming it."""
         mine = set(slots)
         for r in records:
-            if (r.phase, r.context, r.concurrency) != run.cell.key:
+            if (r.phase, r.context, r.concurrency) != run.cell.key[:3]:
                 why = f"a record of another cell ({printable(r.phase, 20)} {r.context}×{r.concurrency})"
             elif not r.request_id.startswith(f"{shard.prefix}-"):
                 why = f"a record {printable(r.request_id, 60)!r} not under its own prefix"

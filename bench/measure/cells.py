@@ -109,6 +109,7 @@ class CellOutcome:
     # With --shard i/N: per remote shard, the clock offset its times were converted
     # with (clock_offsets.parquet's columns but the cell's key); None: one host.
     clocks: list[dict] | None = None
+    server: dict | None = None  # a traffic cell's server_* and reuse_block columns of cells.parquet
 
     def __post_init__(self) -> None:
         if self.table is None:
@@ -188,7 +189,7 @@ class CellRunner:
         extras = profile_named(self.info.engine)
         return {
             "model": self.info.model,
-            "messages": messages(prompt.text),
+            "messages": prompt.messages or messages(prompt.text),
             "max_tokens": max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True, **extras.stream_extras},
@@ -234,7 +235,7 @@ class CellRunner:
                 break
             tag = f"p{cell.context}-a{attempt}"
             prompt = await asyncio.to_thread(self.prompts.build, cell.context, tag)
-            before = await asyncio.to_thread(self._cache_counters)
+            before = await asyncio.to_thread(self.cache_counters)
             rec = await self.send(cell, prompt, 1, PURPOSE_PREFILL, 0)
             records.append(rec)
             if rec.error:
@@ -243,7 +244,7 @@ class CellRunner:
                 return CellOutcome(records, ERROR, rec.error)
             cached = rec.cached_tokens or 0
             if before is not None:
-                after = await self._counters_with(before, rec.prompt_tokens or 0)
+                after = await self.counters_with(before, rec.prompt_tokens or 0)
                 if after is not None:
                     cached = max(cached, int(after[1] - before[1]))
             if rec.prompt_tokens and cached > CACHE_HIT_RATIO * rec.prompt_tokens:
@@ -254,9 +255,8 @@ class CellRunner:
             return CellOutcome(records, ERROR, f"only {good} cold samples in {len(records)} tries")
         return CellOutcome(records, VALID, None)
 
-    def _cache_counters(self) -> tuple[float, float] | None:
-        """(prompt tokens, prefix-cache hit tokens) from the server's counters;
-        a blocking scrape, so call it off the event loop."""
+    def cache_counters(self) -> tuple[float, float] | None:
+        """(prompt, prefix-cache hit) tokens from the server's counters; a blocking scrape."""
         if not {METRIC_PROMPT_TOKENS, METRIC_PREFIX_CACHE_HITS} <= set(self.info.gauges):
             return None
         sums = self.sampler.scrape()
@@ -264,14 +264,14 @@ class CellRunner:
             return None
         return sums.get(METRIC_PROMPT_TOKENS, 0.0), sums[METRIC_PREFIX_CACHE_HITS]
 
-    async def _counters_with(self, before: tuple[float, float], prompt_tokens: int,
+    async def counters_with(self, before: tuple[float, float], prompt_tokens: int,
                              wait_s: float = 5.0) -> tuple[float, float] | None:
         """The counters once they include a finished request: engines publish
         them after the step, seconds late on a busy host, and a hit read too
         early would be blamed on the next sample."""
         deadline = time.monotonic() + wait_s
         while True:
-            now = await asyncio.to_thread(self._cache_counters)
+            now = await asyncio.to_thread(self.cache_counters)
             if now is None or now[0] - before[0] >= prompt_tokens or time.monotonic() > deadline:
                 return now
             await asyncio.sleep(0.1)

@@ -37,6 +37,10 @@ class ParsedStream:
     # reasoning + content in full, only for streams counted by chunks (to be tokenized)
     text: str | None = None
     max_tokens: int | None = None  # as the request asked
+    # llama.cpp's `timings` (its final event): prompt tokens it took from its cache
+    # (cache_n) and the ones it computed (prompt_n); None where the server sends none
+    engine_cached_tokens: int | None = None
+    engine_computed_tokens: int | None = None
 
 
 INCONSISTENT_COUNTS = "the server reported inconsistent token counts"
@@ -67,6 +71,7 @@ class StreamParser:
         self.prompt: int | None = None
         self.cached: int | None = None
         self.final_usage: int | None = None
+        self.timings: tuple[int, int] | None = None  # llama.cpp's (cache_n, prompt_n)
         self.error: str | None = None
 
     def feed(self, chunks: list[tuple[int, bytes]]) -> bool:
@@ -104,6 +109,10 @@ class StreamParser:
             msg = err.get("message") if isinstance(err, dict) else err
             return f"server error mid-stream: {msg}", None, False
         usage = obj.get("usage") or None
+        if "timings" in obj:  # llama-server: its own count of the prompt it found cached
+            problem = self._timings(obj["timings"])
+            if problem:
+                return problem, None, False
         text = False
         for choice in obj.get("choices") or ():
             delta = choice.get("delta") or {}
@@ -147,6 +156,18 @@ class StreamParser:
             self.cached = cached
         return None, cum, text
 
+    def _timings(self, timings: object) -> str | None:
+        """Read llama.cpp's `timings.cache_n` / `prompt_n` (both, or neither: a
+        server that sends only timing figures)."""
+        if not isinstance(timings, dict) or "cache_n" not in timings or "prompt_n" not in timings:
+            return None
+        cache_n, prompt_n = timings["cache_n"], timings["prompt_n"]
+        if not _is_count(cache_n) or not _is_count(prompt_n):
+            return (f"{INCONSISTENT_COUNTS}: timings.cache_n {cache_n!r} / prompt_n {prompt_n!r} "
+                    "are not counts")
+        self.timings = (cache_n, prompt_n)
+        return None
+
     def _count_problem(self, cum: object) -> str | None:
         if not _is_count(cum):
             return f"{INCONSISTENT_COUNTS}: completion_tokens {cum!r} is not a count"
@@ -182,6 +203,8 @@ class StreamParser:
             error=self.error,
             text=None if continuous else reasoning + content,
             max_tokens=self.max_tokens,
+            engine_cached_tokens=self.timings[0] if self.timings else None,
+            engine_computed_tokens=self.timings[1] if self.timings else None,
         )
 
 

@@ -91,10 +91,11 @@ class RequestRecord:
     max_tokens: int | None = None
     ignore_eos: bool = False
     text: str | None = None  # the whole streamed text of a chunk-counted stream
+    engine_computed_tokens: int | None = None  # llama.cpp's timings.prompt_n (traffic cells' check)
 
     @classmethod
     def from_stream(
-        cls, key: tuple[str, int, int], request_id: str, purpose: str, index: int,
+        cls, key: tuple, request_id: str, purpose: str, index: int,
         result: StreamResult, parsed: ParsedStream, redact: Callable[[str], str],
         ignore_eos: bool = False,
     ) -> RequestRecord:
@@ -107,7 +108,8 @@ class RequestRecord:
         on a cancelled stream."""
         error = stream_error(result, parsed) or usage_problem(
             request_id, parsed.prompt_tokens, parsed.cached_tokens)
-        phase, context, concurrency = key
+        phase, context, concurrency = key[:3]
+        reuse, turn = (key[3], key[4]) if len(key) > 3 else (None, None)
         return cls(
             phase=phase, context=context, concurrency=concurrency, request_id=request_id,
             purpose=purpose, stream_index=index, send_ns=result.send_ns,
@@ -118,7 +120,9 @@ class RequestRecord:
             content_tail=parsed.content or None, reasoning_tail=parsed.reasoning or None,
             counting=parsed.counting, final_usage_tokens=parsed.final_usage_tokens,
             status=result.status, max_tokens=parsed.max_tokens, ignore_eos=ignore_eos,
-            text=parsed.text,
+            text=parsed.text, prefix_reuse_target=reuse, turn=turn,
+            engine_cached_tokens=parsed.engine_cached_tokens,
+            engine_computed_tokens=parsed.engine_computed_tokens,
         )
 
     @property

@@ -42,6 +42,8 @@ from rundir.contract import (
     PENDING,
     PREFILL,
     REQUESTS_QUEUED,
+    REUSE_OFF_TARGET,
+    REUSE_UNVERIFIED,
     VALID,
 )
 from rundir.words import context_label, status_label
@@ -52,6 +54,12 @@ LOG_WIDTH = 10_000
 
 
 PREFILL_TOK_S_GUESS = 20_000  # until a prefill cell is measured: a mid-size model on one GPU
+
+
+def _order(cell: Cell) -> tuple:
+    """Prefill first, then decode, then the traffic cells, each by its key (empty parts first)."""
+    rank = {PREFILL: 0, DECODE: 1}.get(cell.phase, 2)
+    return (rank, cell.phase, cell.context, cell.concurrency, cell.reuse or -1, cell.turn or -1)
 
 
 def estimate_s(cells: list[Cell], settings, prefill_tok_s: float = PREFILL_TOK_S_GUESS) -> float:
@@ -114,7 +122,7 @@ def summary_line(counts: Mapping[str, int]) -> str:
         return status_label(status).lower()
 
     parts = [f"{counts.get(VALID, 0)} {word(VALID)}"]
-    for status in (REQUESTS_QUEUED, LOOPED):
+    for status in (REQUESTS_QUEUED, LOOPED, REUSE_OFF_TARGET, REUSE_UNVERIFIED):
         if counts.get(status):
             parts.append(f"{counts[status]} {word(status)}")
     parts.append(f"{counts.get(ERROR, 0)} {word(ERROR)}")
@@ -142,7 +150,7 @@ class Progress:
         self.console = console or stderr_console()
         self.live: Live | None = None
         self.plan: Plan | None = None
-        self.results: dict[tuple[str, int, int], str] = {}
+        self.results: dict[tuple, str] = {}
         self.current: Cell | None = None
         self.remaining: list[Cell] = []
         self.eta: Eta | None = None
@@ -165,6 +173,8 @@ class Progress:
           f"{f' ({kv_source})' if kv_source else ''}", markup=False, highlight=False)
         if (slots := plan.slots_line(todo)) is not None:
             p(slots, markup=False, highlight=False, soft_wrap=True)
+        for line in plan.traffic_lines(todo):
+            p(line, markup=False, highlight=False, soft_wrap=True)
         p(f"Contexts: {', '.join(context_label(c) for c in plan.contexts) or 'none'}; "
           f"concurrency: {', '.join(map(str, plan.concurrency))}; "
           f"prefill at: {', '.join(context_label(c) for c in plan.prefill_contexts) or 'none'}")
@@ -173,7 +183,7 @@ class Progress:
         skipped = [c for c in plan.cells if c.status != PENDING and c not in todo]
         for c in skipped:
             if c.status != VALID:
-                p(f"  skip {c.phase} {context_label(c.context)} × {c.concurrency}: "
+                p(f"  skip {c.phase} {context_label(c.context)} × {c.concurrency}{c.part}: "
                   f"{status_label(c.status)}{' — ' + c.reason if c.reason else ''}")
         if plan.workers is not None:
             p(plan.workers.line(), markup=False, highlight=False, soft_wrap=True)
@@ -206,7 +216,7 @@ class Progress:
                 self.results[key] = matrix_text(line)
         self.note(header(self.telemetry is not None))
         for line, r in sorted(((x, store.rows[x.cell.key]) for x in self.earlier),
-                              key=lambda p: (p[0].cell.phase != PREFILL, p[0].cell.key[1:])):
+                              key=lambda p: _order(p[0].cell)):
             self._say(line, r.get("reason"))
         if self.console.is_terminal:
             self.live = Live(console=self.console, refresh_per_second=2, get_renderable=self._view)
@@ -304,9 +314,9 @@ class Progress:
         for ctx in plan.contexts if plan else []:
             row = [context_label(ctx)]
             for c in plan.concurrency:
-                row.append(self.results.get((DECODE, ctx, c), ""))
+                row.append(self.results.get((DECODE, ctx, c, None, None), ""))
             table.add_row(*row)
-        pre = [f"{context_label(c)}: {self.results.get((PREFILL, c, 1), '')}"
+        pre = [f"{context_label(c)}: {self.results.get((PREFILL, c, 1, None, None), '')}"
                for c in (plan.prefill_contexts if plan else [])]
         caption = ["prefill prompt tok/s " + "  ".join(pre)] if pre else []
         if any(x.client_bound for x in (*self.earlier, *self.lines)):

@@ -84,6 +84,11 @@ class RunOptions:
     coordinator: tuple[str, int] | None = None
     join_timeout_s: float = 600.0
     source_addresses: tuple[str, ...] = ()  # --source-address (bench/core/sources.py)
+    # Traffic cells (bench/core/plan.py traffic_cells): --prefix-reuse percents, --turns,
+    # and their streams; None: none planned, the run is the matrix alone
+    prefix_reuse: list[int] | None = None
+    turns: list[int] | None = None
+    traffic_concurrency: list[int] | None = None
     # option name -> value, for the options set on the command line (a
     # resumed run compares them with its run.yaml)
     given: dict[str, object] = field(default_factory=dict)
@@ -149,9 +154,14 @@ def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
         contexts=opts.contexts, concurrency=opts.concurrency, max_output=s.max_output,
         max_model_len=info.max_model_len, kv_budget=kv_budget, prefill=opts.prefill,
         prefill_contexts=opts.prefill_contexts, slots=info.slots,
+        prefix_reuse=opts.prefix_reuse, turns=opts.turns,
+        traffic_concurrency=opts.traffic_concurrency,
     )
     if not plan.cells:
         raise RunError("the plan is empty: no context fits the server's max model length")
+    if opts.prefix_reuse and not plan.prefill_contexts:
+        raise FlagError("--prefix-reuse: prefix cells run at the prefill contexts, and this plan has "
+                        "none (drop --no-prefill, or give --prefill-contexts)")
     run_dir, run_info = _new_run_info(opts, info, plan, kv_budget, kv_source, clean)
     store = RunStore(run_dir, run_info, plan.cells, secrets_of(opts))
     todo = plan.to_run
@@ -275,7 +285,8 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
         contexts=wanted.contexts, concurrency=wanted.concurrency, max_output=s.max_output,
         max_model_len=info.max_model_len, kv_budget=kv_budget,
         prefill=bool(wanted.prefill_contexts), prefill_contexts=wanted.prefill_contexts or None,
-        slots=info.slots,
+        slots=info.slots, prefix_reuse=opts.prefix_reuse, turns=opts.turns,
+        traffic_concurrency=opts.traffic_concurrency,
     )
     try:
         store = RunStore.resume(run_dir, old, secrets_of(opts))
@@ -289,7 +300,8 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
     if old.kv_budget.tokens is None and kv_budget is not None:
         old.kv_budget = KvBudget(tokens=kv_budget, source=kv_source)
     retry = (PENDING, ERROR) if opts.retry_errors else (PENDING,)
-    cells = [*plan.cells, *(Cell(*k) for k in store.rows if k not in {c.key for c in plan.cells})]
+    planned = {c.key for c in plan.cells}  # a run's traffic cells come back from its cells.parquet
+    cells = [*plan.cells, *(Cell(*k) for k in store.rows if k not in planned)]
     for cell in cells:
         row = store.rows[cell.key]
         cell.status, cell.reason = row["status"], row["reason"]

@@ -60,6 +60,7 @@ from rundir.contract import (
     WINDOWS_FILE,
     WINDOWS_SCHEMA,
     RunInfo,
+    cell_key,
     empty_table,
 )
 from rundir.io import read_table, write_run_info, write_table
@@ -67,7 +68,7 @@ from rundir.manifest import MANIFEST_FILE, Edit, carry, check, seal, unseal
 from rundir.redact import redact, redact_literals, redact_tree
 from rundir.windows import by_cell
 
-Key = tuple[str, int, int]
+Key = tuple  # rundir.contract.cell_key: (phase, context, concurrency, prefix_reuse_target, turn)
 _OUR_FILES = (RUN_YAML, CELLS_FILE, REQUESTS_FILE, SERVER_METRICS_FILE, SUPERSEDED_REQUESTS_FILE,
               GPU_METRICS_FILE, WINDOWS_FILE, CLOCK_OFFSETS_FILE, MANIFEST_FILE)
 _ANSWER_TEXT = frozenset({"content_tail", "reasoning_tail"})  # literal secrets only
@@ -107,7 +108,7 @@ class RunStore:
         store = cls(run_dir, info, [], secrets)
         store.edited = carry(check(store.run_dir))  # before anything is rewritten
         for row in read_table(store.run_dir, CELLS_FILE).to_pylist():
-            store.rows[(row["phase"], row["context"], row["concurrency"])] = row
+            store.rows[cell_key(row)] = row
         store.requests = store._redacted(read_table(store.run_dir, REQUESTS_FILE, required=False))
         superseded = read_superseded(store.run_dir)
         store.superseded = store._redacted(superseded)
@@ -115,9 +116,10 @@ class RunStore:
         store.resumed_metrics = read_table(store.run_dir, SERVER_METRICS_FILE, required=False)
         store.server_metrics = store.resumed_metrics
         store.resumed_gpu = read_table(store.run_dir, GPU_METRICS_FILE, required=False)
-        store.windows = by_cell(read_table(store.run_dir, WINDOWS_FILE, required=False))
+        store.windows = {(*k, None, None): v for k, v in
+                         by_cell(read_table(store.run_dir, WINDOWS_FILE, required=False)).items()}
         for row in read_table(store.run_dir, CLOCK_OFFSETS_FILE, required=False).to_pylist():
-            key = (row.pop("phase"), row.pop("context"), row.pop("concurrency"))
+            key = (row.pop("phase"), row.pop("context"), row.pop("concurrency"), None, None)
             store.clocks.setdefault(key, []).append(row)
         return store
 
@@ -148,6 +150,8 @@ class RunStore:
         row["token_counting"] = outcome.counting
         row["client_bound"] = outcome.client_bound
         row["processes"], row["hosts"] = processes, hosts
+        for name, value in (outcome.server or {}).items():  # a traffic cell's engine-side reuse
+            row[name] = value
         self.windows.pop(cell.key, None)  # a re-measured cell's windows are its new attempt's
         if outcome.windows:
             self.windows[cell.key] = list(outcome.windows)
@@ -205,7 +209,7 @@ class RunStore:
         path = self.run_dir / WINDOWS_FILE
         if not self.windows and not path.exists():
             return
-        rows = [dict(phase=key[0], context=key[1], concurrency=key[2], window=i,
+        rows = [dict(phase=key[0], context=key[1], concurrency=key[2], window=i,  # matrix cells only
                      start_ns=start, end_ns=end)
                 for key, bounds in self.windows.items() for i, (start, end) in enumerate(bounds)]
         with _naming(path):
@@ -284,11 +288,18 @@ def _naming(path: Path) -> Iterator[None]:
 
 
 def _key_mask(table: pa.Table, key: Key) -> pa.ChunkedArray:
-    phase, context, concurrency = key
-    return pc.and_(
+    phase, context, concurrency, reuse, turn = key
+    mask = pc.and_(
         pc.and_(pc.equal(table["phase"], phase), pc.equal(table["context"], context)),
         pc.equal(table["concurrency"], concurrency),
     )
+    for name, value in (("prefix_reuse_target", reuse), ("turn", turn)):
+        if name not in table.column_names:
+            continue  # pragma: no cover - the store's tables hold the full schema
+        column = table[name]
+        same = pc.is_null(column) if value is None else pc.fill_null(pc.equal(column, value), False)
+        mask = pc.and_(mask, same)
+    return mask
 
 
 def _concat(a: pa.Table, b: pa.Table) -> pa.Table:
@@ -300,5 +311,6 @@ def _concat(a: pa.Table, b: pa.Table) -> pa.Table:
 
 def _cell_row(key: Key, status: str, reason: str | None) -> dict:
     row = {name: None for name in CELLS_SCHEMA.names}
-    row.update(phase=key[0], context=key[1], concurrency=key[2], status=status, reason=reason)
+    row.update(phase=key[0], context=key[1], concurrency=key[2], prefix_reuse_target=key[3],
+               turn=key[4], status=status, reason=reason)
     return row

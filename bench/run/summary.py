@@ -19,7 +19,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.core.plan import Cell
-from rundir.contract import DECODE, PREFILL, PURPOSE_MEASURE, REQUESTS_QUEUED, VALID
+from rundir.contract import (
+    CONVERSATION,
+    DECODE,
+    PREFILL,
+    PREFIX,
+    PURPOSE_MEASURE,
+    PURPOSE_REUSE,
+    PURPOSE_TURN,
+    REQUESTS_QUEUED,
+    REUSE_OFF_TARGET,
+    REUSE_UNVERIFIED,
+    VALID,
+)
 from rundir.energy import THROTTLE_CLASSES, cell_energy
 from rundir.metrics import Chunks, decode_metrics, prefill_metrics, prefill_used
 from rundir.words import (
@@ -34,7 +46,8 @@ from rundir.words import (
 )
 
 WIDTH = 80  # the terminal every line must fit
-NUMBER_STATUSES = (VALID, REQUESTS_QUEUED)  # statuses whose cells have figures
+# statuses whose cells have figures (a traffic cell off its reuse target is shown, marked)
+NUMBER_STATUSES = (VALID, REQUESTS_QUEUED, REUSE_OFF_TARGET, REUSE_UNVERIFIED)
 NAME_CHARS = 16  # a GPU's name in the panel, cut to this
 
 
@@ -55,6 +68,10 @@ def cell_label(cell: Cell) -> str:
     """``prefill 8K`` / ``decode 8K×64``."""
     if cell.phase == PREFILL:
         return f"prefill {context_label(cell.context)}"
+    if cell.phase == PREFIX:
+        return f"reuse {cell.reuse}% {context_label(cell.context)}×{cell.concurrency}"
+    if cell.phase == CONVERSATION:
+        return f"turn {cell.turn} {context_label(cell.context)}×{cell.concurrency}"
     return f"decode {context_label(cell.context)}×{cell.concurrency}"
 
 
@@ -72,7 +89,7 @@ def cell_line(cell: Cell, outcome: Any, gpu: pa.Table | None = None) -> CellLine
         return line
     table = getattr(outcome, "table", None)
     if table is not None and table.num_rows:
-        _prefill_figures(line, table)
+        (_traffic_figures if cell.traffic else _prefill_figures)(line, table)
     return line
 
 
@@ -87,7 +104,14 @@ def stored_line(cell: Cell, row: Mapping[str, Any], requests: pa.Table,
     mine = requests.filter(pc.and_(pc.and_(pc.equal(requests.column("phase"), cell.phase),
                                            pc.equal(requests.column("context"), cell.context)),
                                    pc.equal(requests.column("concurrency"), cell.concurrency)))
+    if cell.traffic:
+        for name, value in (("prefix_reuse_target", cell.reuse), ("turn", cell.turn)):
+            if value is not None and name in mine.column_names:
+                mine = mine.filter(pc.fill_null(pc.equal(mine.column(name), value), False))
     if not mine.num_rows:
+        return line
+    if cell.traffic:
+        _traffic_figures(line, mine)
         return line
     if cell.phase != DECODE:
         _prefill_figures(line, mine)
@@ -126,6 +150,15 @@ def _prefill_figures(line: CellLine, table: pa.Table) -> None:
     if used.any():
         pm = prefill_metrics(chunks.subset(np.flatnonzero(used)), prompt[used])
         line.tok_s, line.ttft_ms = pm.prompt_tok_s, pm.ttft_ms
+
+
+def _traffic_figures(line: CellLine, table: pa.Table) -> None:
+    """A traffic cell's median TTFT over its measured requests (the pages chart the rest)."""
+    rows = table.filter(pc.is_in(table.column("purpose"), pa.array([PURPOSE_REUSE, PURPOSE_TURN])))
+    firsts = [(ns[0] - send) / 1e6 for ns, send in zip(rows.column("chunk_ns").to_pylist(),
+                                                       rows.column("send_ns").to_pylist(), strict=True)
+              if ns and send is not None]
+    line.ttft_ms = float(np.median(firsts)) if firsts else None
 
 
 def matrix_text(line: CellLine) -> str:
@@ -174,8 +207,10 @@ def row(line: CellLine, energy: bool) -> str:
 def table_lines(lines: Iterable[CellLine], energy: bool) -> list[str]:
     """The end-of-run table: prefill contexts, then decode cells by context and
     concurrency; the heads and the legend once."""
-    def order(x: CellLine) -> tuple[int, int, int]:
-        return (0 if x.cell.phase == PREFILL else 1, x.cell.context, x.cell.concurrency)
+    def order(x: CellLine) -> tuple:
+        rank = {PREFILL: 0, DECODE: 1}.get(x.cell.phase, 2)
+        return (rank, x.cell.phase, x.cell.context, x.cell.concurrency, x.cell.reuse or -1,
+                x.cell.turn or -1)
 
     lines = sorted(lines, key=order)
     return [header(energy), *(row(x, energy) for x in lines), *legend(lines)]

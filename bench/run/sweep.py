@@ -30,13 +30,14 @@ from bench.distributed.shard_messages import ShardSetup
 from bench.distributed.shards import ShardedCellRunner, ShardPool, ShardSource
 from bench.measure.cells import CellOutcome, CellRunner
 from bench.measure.stream import StreamClient
+from bench.measure.traffic_cells import TrafficRunner
 from bench.run.progress import Progress
 from bench.run.store import RunStore
 from bench.server.engines import ServerError, ServerInfo, probe_server
 from bench.server.sampler import MetricsSampler
 from bench.server.telemetry import start_telemetry
 from bench.workload.prompts import PromptFactory
-from rundir.contract import DECODE, ERROR, PENDING, ContractError
+from rundir.contract import CONVERSATION, DECODE, ERROR, PENDING, ContractError
 from rundir.redact import redact_url
 from rundir.words import context_label
 
@@ -62,11 +63,13 @@ def _streams_here(plan: Plan, todo: list[Cell], hosts: int) -> int:
         if cell.phase == DECODE:
             share = hosts if hosts > 1 else cell_shards(plan.workers, cell.concurrency)
             most = max(most, math.ceil(cell.concurrency / share))
+        elif cell.traffic:  # a traffic cell's streams all run here
+            most = max(most, cell.concurrency)
     return most
 
 
 def label(cell: Cell) -> str:
-    return f"{cell.phase} {context_label(cell.context)}×{cell.concurrency}"
+    return f"{cell.phase} {context_label(cell.context)}×{cell.concurrency}{cell.part}"
 
 
 def queued_start(cell: Cell, slots: int) -> str:
@@ -99,6 +102,9 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     sampler = MetricsSampler(info, opts.api_key)
     telemetry = start_telemetry(opts.gpu_telemetry, info.base_url, progress.note)
     runner = CellRunner(info, client, prompts, sampler, s, clean)
+    traffic = TrafficRunner(runner, lambda cell: [
+        c.turn for c in todo if c.phase == CONVERSATION and c.turn is not None
+        and (c.context, c.concurrency) == (cell.context, cell.concurrency)])
     pool = ShardPool(lambda k, prefix: ShardSetup(k, prefix, info, opts.api_key, s, tuple(secrets),
                                                   sources), tag)
     hosts = None  # where a sharded decode cell's streams run (bench/distributed/shards.py)
@@ -145,7 +151,8 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
             cell_runner = runner if shards == 1 else ShardedCellRunner(runner, source, shards)
             # one process on each host; --workers: the cell's share, on this host
             spread = Spread(shards, shards if hosts is not None else 1)
-            outcome = await _run_cell(cell_runner, cell, interrupted, store, clean, url)
+            outcome = await _run_cell(traffic if cell.traffic else cell_runner, cell, interrupted,
+                                      store, clean, url)
             _save_cell(cell, outcome, spread, store, sampler, telemetry, progress, clean)
             # Collect now and freeze the survivors, so a garbage-collection
             # pass over everything measured so far cannot stall the next window.
@@ -182,12 +189,14 @@ def _setup(k: int, prefix: str, info: ServerInfo, api_key: str | None, s, secret
     return ShardSetup(k, prefix, dataclasses.replace(info, base_url=""), None, s, ())
 
 
-async def _run_cell(runner: CellRunner | ShardedCellRunner, cell: Cell, interrupted: asyncio.Event,
-                    store: RunStore, clean, url: str) -> CellOutcome:
+async def _run_cell(runner: CellRunner | ShardedCellRunner | TrafficRunner, cell: Cell,
+                    interrupted: asyncio.Event, store: RunStore, clean, url: str) -> CellOutcome:
     """Measure one cell; a server that fails, refuses the key or an interrupt
     ends the run here, before anything of the cell is stored."""
     try:
-        if cell.phase == DECODE:
+        if isinstance(runner, TrafficRunner):
+            outcome = await runner.run(cell, interrupted)
+        elif cell.phase == DECODE:
             outcome = await runner.decode(cell, interrupted)
         else:
             outcome = await runner.prefill(cell)

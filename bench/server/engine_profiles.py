@@ -133,6 +133,9 @@ def _vllm_facts(probe: Probe, metrics_text: str | None, _props: dict) -> None:
     for sample in parse_metrics(metrics_text):
         if sample.name == "vllm:cache_config_info":
             _vllm_kv(probe, sample.labels)
+            block = sample.labels.get("block_size", "")  # a malformed one: _vllm_kv notes it
+            if block.isascii() and block.isdigit() and int(block) > 0:
+                probe.info.cache_block_size = int(block)
 
 
 def _vllm_kv(probe: Probe, labels: dict[str, str]) -> None:
@@ -230,6 +233,9 @@ def _sglang_facts(probe: Probe, _metrics_text: str | None, _props: dict) -> None
         if budget:
             info.kv_budget = budget
             info.kv_budget_source = "sglang server_info max_total_num_tokens"
+    if data.get("page_size") is not None:
+        info.cache_block_size = probe.optional(lambda: integer(
+            data["page_size"], path, "page_size", 1), "prefix cache page size")
     if data.get("context_length") is not None and not info.max_model_len:
         info.max_model_len = probe.optional(lambda: integer(
             data["context_length"], path, "context_length", 1), "max model length")
@@ -285,6 +291,19 @@ GENERIC = EngineProfile(name="openai")
 # Detection order: the first profile the probe answers name wins.
 PROFILES: tuple[EngineProfile, ...] = (VLLM, LLAMACPP, SGLANG)
 BY_NAME: dict[str, EngineProfile] = {p.name: p for p in (*PROFILES, GENERIC)}
+
+
+def cache_block(info) -> int:
+    """The prefix cache's block in tokens, which a shared prefix is cut on and
+    the reuse tolerance allows: what vLLM (block_size) or SGLang (page_size)
+    told, else 1 (llama.cpp reuses its slot's cache token by token; an engine
+    that tells nothing is judged at token granularity)."""
+    return info.cache_block_size or 1
+
+
+def flush_path(info) -> str | None:
+    """The endpoint that empties the engine's prefix cache, where it has one."""
+    return {"vllm": "/reset_prefix_cache", "sglang": "/flush_cache"}.get(info.engine)
 
 
 def profile_named(name: str) -> EngineProfile:

@@ -53,6 +53,9 @@ class ServerInfo:
     gauges: dict[str, str] = field(default_factory=dict)
     tokenize: str | None = None  # a TokenizeDialect name ("vllm", "sglang", "llama.cpp"), if any
     backend: str | None = None
+    # The prefix cache's block in tokens, where the engine tells it (vLLM's block_size,
+    # SGLang's page_size); see engine_profiles.cache_block for the value a cell uses.
+    cache_block_size: int | None = None
     # Optional facts the server answered malformed, each "endpoint: problem; X unknown".
     notes: list[str] = field(default_factory=list)
 

@@ -61,6 +61,9 @@ def messages(text: str) -> list[dict[str, str]]:
 class Prompt:
     text: str
     tokens: int | None  # as counted by the server before sending; None if unknown
+    # The chat messages sent, where they are more than one user message of `text`
+    # (a shared system prefix, a conversation's history); None: [user: text]
+    messages: list[dict[str, str]] | None = None
 
 
 def retag(prompt: Prompt, run_tag: str, old_tag: str, new_tag: str) -> Prompt:
@@ -238,6 +241,11 @@ class PromptFactory:
             text = head + filler(words, body_seed)
             n = self.count(text) or n
         return Prompt(text, n)
+
+    def words_for(self, tokens: int) -> int:
+        """Filler words for about `tokens` tokens, by the run's words-per-token
+        ratio (a conversation's messages are sized with it, not one by one)."""
+        return max(1, int(tokens * self._calibrate()))
 
     def variant(self, prompt: Prompt, old_tag: str, new_tag: str) -> Prompt:
         """The same body under another tag: a distinct cache prefix at the same

@@ -168,6 +168,14 @@ class Parameters:
     # Windows per decode cell (`--repeats k`); written only when k > 1, so a k = 1 run's
     # run.yaml is what it was before the field existed. Absent: 1.
     repeats: int | None = None
+    # Traffic cells (`--prefix-reuse`, `--turns`, `--traffic-concurrency`); written only
+    # when the run has them, so a run without them is what it was before they existed.
+    prefix_reuse: list[int] | None = None
+    turns: list[int] | None = None
+    traffic_concurrency: list[int] | None = None
+
+
+TRAFFIC_PARAMETERS = ("prefix_reuse", "turns", "traffic_concurrency")
 
 
 @dataclass
@@ -220,6 +228,9 @@ class RunInfo:
             del data["model"]["family"]
         if data["parameters"].get("repeats") in (None, 1):
             del data["parameters"]["repeats"]
+        for name in TRAFFIC_PARAMETERS:
+            if not data["parameters"].get(name):
+                del data["parameters"][name]
         return data
 
     @classmethod
@@ -271,6 +282,9 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "parameters.max_output_tokens": (1, True),
     "parameters.prefill_repeats": (0, True),
     "parameters.repeats": (1, True),
+    "parameters.prefix_reuse": (0, True),
+    "parameters.turns": (1, True),
+    "parameters.traffic_concurrency": (1, True),
     "kv_budget.tokens": (0, True),
 }
 _INDEX = re.compile(r"\[\d+\]")

@@ -38,6 +38,7 @@ from rundir.contract import (
     ERROR,
     PENDING,
     SCHEMA_VERSION,
+    TRAFFIC_PARAMETERS,
     Clock,
     ContractError,
     Engine,
@@ -198,6 +199,14 @@ def _claim_new(run_dir: Path) -> RunLock:
     return lock
 
 
+def traffic_parameters(opts: RunOptions) -> dict[str, list[int] | None]:
+    """run.yaml's record of the traffic flags: none without --prefix-reuse or --turns."""
+    if not (opts.prefix_reuse or opts.turns):
+        return dict.fromkeys(TRAFFIC_PARAMETERS)
+    return {"prefix_reuse": opts.prefix_reuse or None, "turns": opts.turns or None,
+            "traffic_concurrency": sorted(set(opts.traffic_concurrency or [1]))}
+
+
 def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_source, clean):
     now = dt.datetime.now(dt.UTC)
     run_id = f"{now:%Y%m%d-%H%M%S}-{slugify(clean(info.model))}-{slugify(clean(info.engine))}"
@@ -225,6 +234,7 @@ def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_
             prefill_repeats=s.prefill_repeats, decode_test="Fixed duration",
             tool_name=TOOL_NAME, tool_version=__version__,
             repeats=s.repeats if s.repeats > 1 else None,
+            **traffic_parameters(opts),
         ),
         clock=Clock(monotonic_anchor_ns=time.monotonic_ns(), wall_anchor_ns=time.time_ns()),
         kv_budget=KvBudget(tokens=kv_budget, source=kv_source if kv_budget else None),
@@ -297,6 +307,9 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
     p.contexts = sorted({*p.contexts, *plan.contexts})
     p.concurrency = sorted({*p.concurrency, *plan.concurrency})
     p.prefill_contexts = sorted({*p.prefill_contexts, *plan.prefill_contexts})
+    for name, values in traffic_parameters(opts).items():  # flags given again may add cells
+        if values:
+            setattr(p, name, sorted({*(getattr(p, name) or []), *values}))
     if old.kv_budget.tokens is None and kv_budget is not None:
         old.kv_budget = KvBudget(tokens=kv_budget, source=kv_source)
     retry = (PENDING, ERROR) if opts.retry_errors else (PENDING,)

@@ -7,6 +7,7 @@ before and then reports every prompt token cached (so a 90% target reads
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -237,6 +238,8 @@ def test_a_run_without_the_flags_writes_no_traffic_columns(refserver, tmp_path: 
         assert not {"prefix_reuse_target", "turn", "server_source", "prefix_group",
                     "conversation_turn", "engine_cached_tokens"} & set(names), names
     assert "Prefix reuse" not in res.stderr and "Conversations" not in res.stderr
+    params = (tmp_path / "run" / "run.yaml").read_text(encoding="utf-8")
+    assert not {"prefix_reuse", "turns", "traffic_concurrency"} & set(re.findall(r"\w+", params))
 
 
 def test_prefix_cells_against_a_cache_that_reuses_everything(refserver, tmp_path: Path) -> None:
@@ -251,6 +254,8 @@ def test_prefix_cells_against_a_cache_that_reuses_everything(refserver, tmp_path
     assert res.returncode == 0, res.stderr
     out = " ".join(res.stderr.split())
     assert "Prefix reuse: 6 cells at 0, 90, 99% shared, contexts 2K, streams 1, 3" in out
+    p = read_run(run).info.parameters  # the flags are part of the run's record
+    assert (p.prefix_reuse, p.turns, p.traffic_concurrency) == ([0, 90, 99], None, [1, 3])
     cells, requests = _tables(run)
     prefix = {(c["concurrency"], c["prefix_reuse_target"]): c for c in cells if c["phase"] == PREFIX}
     assert len(prefix) == 6

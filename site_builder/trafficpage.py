@@ -68,8 +68,9 @@ def conversation_tables(cells: list[TrafficCell]) -> list[TrafficTable]:
     out: dict[tuple[int, int], TrafficTable] = {}
     for x in cells:
         if x.phase == contract.CONVERSATION:
+            many = "conversations" if x.concurrency != 1 else "conversation"
             out.setdefault((x.context, x.concurrency), TrafficTable(
-                f"{words.context_label(x.context)} context, {x.concurrency} conversations at once"
+                f"{words.context_label(x.context)} context, {x.concurrency} {many} at once"
             )).cells.append(x)
     return list(out.values())
 
@@ -106,7 +107,9 @@ def _template() -> Template:
         tooltip=[nominal("series", "Context × requests"), nominal("X", chartkit.slot("x_title")),
                  nominal("Y", chartkit.slot("y_title")), nominal("Status")])
     chart = alt.layer(line, points, data=CELLS).encode(
-        x=alt.X(field="x", type="quantitative", title=chartkit.slot("x_title")),
+        # whole numbers on x: turns and percents (a turn axis ticked 1.5 means nothing)
+        x=alt.X(field="x", type="quantitative", title=chartkit.slot("x_title"),
+                axis={"format": "d", "tickMinStep": 1}),
         y=alt.Y(field="y", type="quantitative", title=chartkit.slot("y_title"), axis={"format": "~s"}),
     ).properties(width=WIDTH, height=HEIGHT)
     return template(chart)

@@ -34,6 +34,7 @@ from rundir.contract import (
 )
 from rundir.energy import THROTTLE_CLASSES, cell_energy
 from rundir.metrics import Chunks, decode_metrics, prefill_metrics, prefill_used
+from rundir.reuse import requests_ratio
 from rundir.words import (
     MISSING,
     context_label,
@@ -62,6 +63,7 @@ class CellLine:
     ttft_ms: float | None = None
     j_per_token: float | None = None
     client_bound: bool = False  # the collector may have limited it: MARK beside its figures
+    reused: float | None = None  # traffic cells: percent of prompt tokens the requests report cached
 
 
 def cell_label(cell: Cell) -> str:
@@ -159,6 +161,8 @@ def _traffic_figures(line: CellLine, table: pa.Table) -> None:
                                                        rows.column("send_ns").to_pylist(), strict=True)
               if ns and send is not None]
     line.ttft_ms = float(np.median(firsts)) if firsts else None
+    line.reused = requests_ratio(rows.column("prompt_tokens").to_pylist(),
+                                 rows.column("cached_tokens").to_pylist())
 
 
 def matrix_text(line: CellLine) -> str:
@@ -200,8 +204,10 @@ def row(line: CellLine, energy: bool) -> str:
     req = shown(tok_s(line.per_request_tok_s), decode)
     first = shown(ttft(line.ttft_ms))
     j = f"{shown(j_per_token(line.j_per_token), decode):>{_J}}" if energy else ""
+    # what a traffic cell's server reused: the figure its pages lead with (rundir/reuse.py)
+    reused = f", {line.reused:.1f}% cached" if line.reused is not None and measured else ""
     return (f"{cell_label(line.cell):<{_LABEL}}{tok:>{_TOK}}{req:>{_REQ}}{first:>{_TTFT}}{j}"
-            f"  {status_label(line.status)}{MARK if line.client_bound else ''}")
+            f"  {status_label(line.status)}{MARK if line.client_bound else ''}{reused}")
 
 
 def table_lines(lines: Iterable[CellLine], energy: bool) -> list[str]:

@@ -278,7 +278,8 @@ def test_prefix_cells_against_a_cache_that_reuses_everything(refserver, tmp_path
                                       "cached, server counters 100.0% (tolerance 2.0 points)")
         else:
             assert cell["status"] == VALID and cell["reason"] is None, cell
-    assert "Reuse off target" in out
+    assert "Reuse off target, 100.0% cached" in out  # the terminal says what the server reused
+    assert "Valid, 0.0% cached" in out
     assert "8 cells: 6 valid, 2 reuse off target, 0 error" in out  # the last line counts them
     # resumed with nothing to do, the traffic cells are kept as they were
     again = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(run))

@@ -86,8 +86,8 @@ def test_run_page_shows_conversation_turns(site: Path) -> None:
     html = (site / "runs" / "with-traffic" / "index.html").read_text()
     text = _text(html, "conversations")
     assert "8K context, 2 conversations at once" in text
-    assert "1 2,048 0.0% 100 ms 20.5K 100.0 Valid" in text
-    assert "4 8,192 75.0% 80 ms 25.6K 100.0 Valid" in text
+    assert "1 2,048 0.0% — 100 ms 20.5K 100.0 Valid" in text  # cached: requests, then engine (none)
+    assert "4 8,192 75.0% 75.0% 80 ms 25.6K 100.0 Valid" in text
     assert 'id="chart-turn-ttft"' in html
 
 

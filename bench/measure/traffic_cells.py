@@ -25,8 +25,14 @@ from dataclasses import dataclass
 
 import httpx
 
-from bench.core.plan import Cell, conversation_output, prefix_groups, running_at_once
-from bench.measure.cells import CellOutcome, CellRunner
+from bench.core.plan import (
+    Cell,
+    conversation_output,
+    more_than_slots,
+    prefix_groups,
+    running_at_once,
+)
+from bench.measure.cells import CellOutcome, CellRunner, queued_note
 from bench.measure.records import RequestRecord, context_refused
 from bench.server.engine_profiles import cache_block, flush_path
 from bench.workload.conversation import conversation, turn_sizes
@@ -40,6 +46,7 @@ from rundir.contract import (
     PURPOSE_REUSE,
     PURPOSE_TURN,
     PURPOSE_TURN_FILL,
+    REQUESTS_QUEUED,
     REUSE_OFF_TARGET,
     REUSE_UNVERIFIED,
     VALID,
@@ -212,6 +219,10 @@ class TrafficRunner:
         server = counters or timings_count(measured)
         status, reason, columns = judge_traffic(records, measured, cell.reuse, server, self.block,
                                                 list(problems))
+        slots = self.runner.info.slots
+        if status == VALID and more_than_slots(cell.concurrency, slots):
+            # its TTFTs hold the wait for a slot: never published as C streams served at once
+            status, reason = REQUESTS_QUEUED, queued_note(cell.concurrency, slots)
         return CellOutcome(records, status, reason, server=columns)
 
     # -- conversation cells -------------------------------------------------

@@ -22,6 +22,7 @@ from rundir.contract import (
     PURPOSE_REUSE,
     PURPOSE_TURN,
     PURPOSE_TURN_FILL,
+    REQUESTS_QUEUED,
     REUSE_OFF_TARGET,
     REUSE_UNVERIFIED,
     VALID,
@@ -138,3 +139,16 @@ def test_a_conversation_whose_cache_does_nothing_is_flagged_turn_by_turn(refserv
     cell = figures[(CONVERSATION, 2048, 1, None, 4)]
     assert cell.status == REUSE_OFF_TARGET
     assert "conversation 0 turn 4: 0 cached tokens, expected at least" in cell.reason
+
+
+def test_more_streams_than_slots_are_requests_queued(refserver, tmp_path) -> None:
+    """Two slots, four prefix streams: two wait in the server's queue, so the
+    cell's TTFTs hold that wait and it is never published as four served at once."""
+    srv = refserver(engine="llamacpp", slots=2, **CACHE)
+    run = collect(srv, tmp_path / "run", "--contexts", "2k", "--prefix-reuse", "90",
+                  "--traffic-concurrency", "4")
+    cell = published(run)[(PREFIX, 2048, 4, 90, None)]
+    assert cell.status == REQUESTS_QUEUED, cell.reason
+    assert cell.reason == ("4 streams, 2 server slots: at most 2 ran at once, the other 2 waited "
+                           "in the server's queue")
+    assert cell.achieved == pytest.approx(90, abs=2)  # the reuse is still what the server did

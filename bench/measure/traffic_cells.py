@@ -252,6 +252,7 @@ class TrafficRunner:
         outcomes: dict[tuple, CellOutcome] = {}
         turns: list[Turn] = []
         pending: list[RequestRecord] = []  # the turns since the last listed one
+        owed: list[str] = []  # their turns that did not reuse the turn before: flag the listed one
         for j in range(1, last + 1):
             key_turn = next(k for k in listed if k >= j)
             owner = cells[key_turn]
@@ -266,16 +267,15 @@ class TrafficRunner:
                 outcomes[owner.key] = CellOutcome(pending, PENDING, "interrupted")
                 return outcomes
             failed = any(x.error for x in got)
+            owed += [p for p in turn_problems([t for t in turns if t.turn in (j - 1, j)], self.block)
+                     if f" turn {j}:" in p]  # every turn, listed or not, must reuse the one before
             if purpose == PURPOSE_TURN or failed:
                 after = None
                 if before is not None and not failed:
                     after = await r.counters_with(before, sum(x.prompt_tokens or 0 for x in got))
-                mine = [t for t in turns if t.turn in (j - 1, j)]
-                problems = turn_problems(mine, self.block) if j == key_turn else []
-                problems = [p for p in problems if f" turn {j}:" in p]
                 outcomes[owner.key] = self._ended(owner, pending, got if j == key_turn else [],
-                                                  counters_count(before, after), problems)
-                pending = []
+                                                  counters_count(before, after), owed)
+                pending, owed = [], []
             if failed:  # the later turns' history is broken: their cells share the failure
                 for k in listed:
                     if k > key_turn:

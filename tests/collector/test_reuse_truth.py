@@ -152,3 +152,18 @@ def test_more_streams_than_slots_are_requests_queued(refserver, tmp_path) -> Non
     assert cell.reason == ("4 streams, 2 server slots: at most 2 ran at once, the other 2 waited "
                            "in the server's queue")
     assert cell.achieved == pytest.approx(90, abs=2)  # the reuse is still what the server did
+
+
+def test_a_turn_between_the_listed_ones_that_reused_nothing_flags_the_next_listed_turn(
+        refserver, tmp_path) -> None:
+    """Turn 2 (not listed: a turn_fill row) reuses nothing while turns 3 and 4
+    hit: the cell of turn 4, which its rows belong to, says so."""
+    srv = refserver(**CACHE, prefix_cache_miss_marker=" turn 2: ")
+    run = collect(srv, tmp_path / "run", "--contexts", "2k", "--turns", "1,4")
+    rows = sorted((r for r in run.requests.to_pylist() if r["phase"] == CONVERSATION),
+                  key=lambda r: r["conversation_turn"])
+    assert [r["cached_tokens"] > 0 for r in rows] == [False, False, True, True]
+    cell = published(run)[(CONVERSATION, 2048, 1, None, 4)]
+    assert cell.status == REUSE_OFF_TARGET
+    assert cell.reason.startswith("reuse off target: conversation 0 turn 2: 0 cached tokens, "
+                                  "expected at least")

@@ -98,9 +98,11 @@ class ServerCache:
         self.seen: set[tuple[str, ...]] = set()  # the old cache: prefixes prefilled before
         self.hits = 0  # tokens truly reused, all requests
 
-    def lookup(self, words: Sequence[str], prompt_tokens: int, forced: bool = False) -> int:
-        """Tokens of this prompt the cache truly reuses (counted in `hits`)."""
-        if self.sc.prefix_cache_silent_off or prompt_tokens <= 0:
+    def lookup(self, words: Sequence[str], prompt_tokens: int, forced: bool = False,
+               missed: bool = False) -> int:
+        """Tokens of this prompt the cache truly reuses (counted in `hits`);
+        `missed`: none (the scenario's miss marker is in its last message)."""
+        if self.sc.prefix_cache_silent_off or missed or prompt_tokens <= 0:
             return 0
         if self.blocks is not None:
             cached = self.blocks.lookup(words, prompt_tokens - 1)

@@ -46,6 +46,8 @@ The toy model the scenario drives (documented here because tests rely on it):
   request's last chunk (the usage chunk, else the finish chunk; the body when
   not streaming). Broken caches: `prefix_cache_silent_off` reuses nothing
   while vLLM's cache_config_info still says enable_prefix_caching True;
+  `prefix_cache_miss_marker` makes a chat request whose last message holds
+  that text reuse nothing (one dropped conversation turn);
   `prefix_counters_lie` = f makes the counters and cache_n claim hits × f
   (rounded); `prefix_counters` false drops those counters and cache_n (with
   `prompt_tokens_details` false too, reuse cannot be verified); with
@@ -142,6 +144,9 @@ class Scenario:
     # no prefix-cache counters (nor llama.cpp's timings.cache_n); usage without
     # prompt_tokens_details (with no counters: reuse not verifiable)
     prefix_cache_silent_off: bool = False
+    # a chat request whose last message contains this text reuses nothing (a cache that
+    # drops one conversation turn's hits while the turns around it hit)
+    prefix_cache_miss_marker: str | None = None
     prefix_counters_lie: float = 1.0
     prefix_counters: bool = True
     prompt_tokens_details: bool = True

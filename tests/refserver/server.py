@@ -71,6 +71,7 @@ class Req:
         self.bad_size_sent = self.bad_size_now = False
         self.late_fault: dict | None = None  # inject.py: a trigger waiting for its token count
         self.forced_hit, self.report_cached, self.cached_extra, self.details = False, True, 0, True
+        self.forced_miss = False
         self.first_extra_ns, self.every_steps, self.steps_waited = 0, 1, 0  # variation.py
         self.text = ["", ""]  # non-stream body: reasoning, content
         self.rec = {"request_id": rid, "index": index,
@@ -164,7 +165,8 @@ class Engine:
         while self.waiting and (self.slots is None or len(self.running) < self.slots):
             r = self.waiting.popleft()
             now = mono()
-            r.cached_tokens = cached = self.cache.lookup(r.words, r.prompt_tokens, r.forced_hit)
+            r.cached_tokens = cached = self.cache.lookup(r.words, r.prompt_tokens, r.forced_hit,
+                                                         r.forced_miss)
             prefill = 0 if not sc.prefill_tok_per_s else (
                 (r.prompt_tokens - cached) / sc.prefill_tok_per_s)
             r.rec.update(slot_ns=now, cached=cached > 0, cached_tokens=cached)
@@ -524,6 +526,8 @@ class App:
             r.rec["prompt_tokens"] = r.prompt_tokens
         r.faulty = e.n_requests % sc.fault_every == 0
         r.forced_hit = bool(sc.cache_hit_every) and e.n_requests % sc.cache_hit_every == 0
+        r.forced_miss = bool(chat and sc.prefix_cache_miss_marker) and sc.prefix_cache_miss_marker in str(
+            ((data.get("messages") or [{}])[-1] or {}).get("content"))
         r.report_cached, r.cached_extra = sc.report_cached_tokens, sc.cached_tokens_extra
         r.details = sc.prompt_tokens_details
         extra_ms, r.every_steps = first_token_extra_ms(sc, e.n_requests), every_steps(sc, e.n_requests)

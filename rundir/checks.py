@@ -12,13 +12,15 @@ chunks per second), so validation does not slow reading down.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 KEY = ("phase", "context", "concurrency")
 # A traffic cell's key columns beyond the matrix's (empty on prefill and decode cells).
-TRAFFIC_KEY = ("prefix_reuse_target", "turn")
+TRAFFIC_KEY = ("prefix_reuse_target", "turn", "rate_target")
 CELL_KEY = KEY + TRAFFIC_KEY
 
 
@@ -73,35 +75,43 @@ def at_least(table: pa.Table, column: str, low: int) -> str | None:
             f"in {row_name(table, row)}")
 
 
-def cell_keys(table: pa.Table) -> str | None:
-    """Contexts and concurrency levels are positive (a cell key of 0 or -4 is no cell)."""
-    return at_least(table, "context", 1) or at_least(table, "concurrency", 1)
+def cell_keys(table: pa.Table, uncapped: str | None = None) -> str | None:
+    """Contexts and concurrency levels are positive (a cell key of 0 or -4 is no cell);
+    cells of phase `uncapped` (rate cells, whose concurrency is a cap) may have 0: no cap."""
+    problem = at_least(table, "context", 1)
+    if problem or uncapped is None or not len(table):
+        return problem or at_least(table, "concurrency", 1)
+    capped = table.filter(pc.not_equal(table.column("phase"), uncapped))
+    return at_least(capped, "concurrency", 1) or at_least(table, "concurrency", 0)
 
 
-def traffic_keys(table: pa.Table, traffic: tuple[str, ...], prefix: str, conversation: str
-                 ) -> str | None:
-    """A prefix cell has a target reuse (0 to 100 percent) and no turn; a
-    conversation cell a turn (from 1) and no target; a matrix cell neither."""
+def traffic_keys(table: pa.Table, traffic: tuple[str, ...], prefix: str, conversation: str,
+                 rate: str) -> str | None:
+    """A prefix cell has a target reuse (0 to 100 percent) and no turn or rate; a
+    conversation cell a turn (from 1) and neither of the others; a rate cell an
+    offered rate (> 0 requests/s), maybe a reuse level, no turn; a matrix cell none."""
     if not set(TRAFFIC_KEY) <= set(table.column_names):
         return None
     phases = table.column("phase").to_pylist()
-    targets, turns = (table.column(k).to_pylist() for k in TRAFFIC_KEY)
-    for row, (phase, target, turn) in enumerate(zip(phases, targets, turns, strict=True)):
-        if phase == prefix and (target is None or not 0 <= target <= 100):
+    columns = [table.column(k).to_pylist() for k in TRAFFIC_KEY]
+    for row, (phase, target, turn, offered) in enumerate(zip(phases, *columns, strict=True)):
+        got = {"prefix_reuse_target": target, "turn": turn, "rate_target": offered}
+        if phase in (prefix, rate) and target is not None and not 0 <= target <= 100:
             column, why = "prefix_reuse_target", "expected a target reuse from 0 to 100 (percent)"
-        elif phase == prefix and turn is not None:
-            column, why = "turn", "expected none on a prefix cell"
+        elif phase == prefix and target is None:
+            column, why = "prefix_reuse_target", "expected a target reuse from 0 to 100 (percent)"
         elif phase == conversation and (turn is None or turn < 1):
             column, why = "turn", "expected a turn from 1"
-        elif phase == conversation and target is not None:
-            column, why = "prefix_reuse_target", "expected none on a conversation cell"
-        elif phase not in traffic and (target is not None or turn is not None):
-            column = "prefix_reuse_target" if target is not None else "turn"
-            why = f"expected none on a {phase} cell"
+        elif phase == rate and (offered is None or not offered > 0 or not math.isfinite(offered)):
+            column, why = "rate_target", "expected an offered rate above 0 (requests/s)"
         else:
-            continue
-        got = target if column == "prefix_reuse_target" else turn
-        return f"column {column}: {why}, got {got} in {row_name(table, row)}"
+            allowed = {prefix: {"prefix_reuse_target"}, conversation: {"turn"},
+                       rate: {"rate_target", "prefix_reuse_target"}}.get(phase, set())
+            extra = [k for k in TRAFFIC_KEY if got[k] is not None and k not in allowed]
+            if not extra:
+                continue
+            column, why = extra[0], f"expected none on a {phase} cell"
+        return f"column {column}: {why}, got {got[column]} in {row_name(table, row)}"
     return None
 
 
@@ -111,7 +121,8 @@ def only_on(table: pa.Table, column: str, values: tuple[str, ...], phases: tuple
     for row, (value, phase) in enumerate(zip(table.column(column).to_pylist(),
                                              table.column("phase").to_pylist(), strict=True)):
         if value in values and phase not in phases:
-            return (f"column {column}: {value!r} is for {' and '.join(phases)} cells only, "
+            named = ", ".join(phases[:-1]) + " and " * (len(phases) > 1) + phases[-1]
+            return (f"column {column}: {value!r} is for {named} cells only, "
                     f"got it in {row_name(table, row)}")
     return None
 

@@ -48,9 +48,10 @@ DECODE = "decode"
 # DECODE rows and leaves these to the parts that know them (docs/data-format.md).
 PREFIX = "prefix"  # prompts that share a prefix with other requests, at a target reuse
 CONVERSATION = "conversation"  # one turn of multi-turn conversations that resend their history
-PHASES = (PREFILL, DECODE, PREFIX, CONVERSATION)
+RATE = "rate"  # requests sent on a schedule at an offered rate (open loop), not C restarted streams
+PHASES = (PREFILL, DECODE, PREFIX, CONVERSATION, RATE)
 MATRIX_PHASES = (PREFILL, DECODE)
-TRAFFIC_PHASES = (PREFIX, CONVERSATION)
+TRAFFIC_PHASES = (PREFIX, CONVERSATION, RATE)
 
 # Cell statuses (see docs/methodology.md for what each means).
 VALID = "valid"
@@ -63,8 +64,11 @@ PENDING = "pending"  # planned, not (yet) measured: an interrupted run
 # measures disagree), or nothing the server reports can tell it (never published Valid).
 REUSE_OFF_TARGET = "reuse_off_target"
 REUSE_UNVERIFIED = "reuse_unverified"
+# Rate cells only: the client did not send the load its schedule asked for (too few
+# requests sent, sends late, or gaps unlike the arrival process): never published Valid.
+LOAD_NOT_DELIVERED = "load_not_delivered"
 STATUSES = (VALID, OVER_CAPACITY, REQUESTS_QUEUED, LOOPED, ERROR, PENDING, REUSE_OFF_TARGET,
-            REUSE_UNVERIFIED)
+            REUSE_UNVERIFIED, LOAD_NOT_DELIVERED)
 
 # A prefill sample the collector rejected (a prefix-cache hit) keeps its row; its
 # `error` starts with this, so readers tell a rejection from a failure.
@@ -78,8 +82,9 @@ PURPOSE_PRIME = "prefix_prime"  # puts a prefix group's shared prefix in the cac
 PURPOSE_REUSE = "reuse_sample"  # a measured request of a prefix cell
 PURPOSE_TURN = "turn"  # a measured conversation turn (a turn `--turns` lists)
 PURPOSE_TURN_FILL = "turn_fill"  # a turn between the listed ones: sent, kept, not measured
+PURPOSE_ARRIVAL = "arrival"  # a rate cell's request, sent at its scheduled time
 PURPOSES = (PURPOSE_MEASURE, PURPOSE_PREFIX_FILL, PURPOSE_PREFILL, PURPOSE_PRIME, PURPOSE_REUSE,
-            PURPOSE_TURN, PURPOSE_TURN_FILL)
+            PURPOSE_TURN, PURPOSE_TURN_FILL, PURPOSE_ARRIVAL)
 
 # How a cell's chunk token counts were obtained. Readers show any other value
 # as it is written (the column is free text), so older run directories stay readable.
@@ -459,6 +464,10 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("conversation_id", pa.int64()),
         pa.field("conversation_turn", pa.int64()),
         pa.field("engine_cached_tokens", pa.int64()),
+        # Optional, rate cells: the key's offered rate, and when the schedule put the
+        # request (the run's monotonic clock; send_ns - scheduled_ns is its send lag).
+        pa.field("rate_target", pa.float64()),
+        pa.field("scheduled_ns", _NS),
     ]
 )
 
@@ -498,6 +507,13 @@ CELLS_SCHEMA = pa.schema(
         pa.field("server_cached_tokens", pa.int64()),
         pa.field("server_source", pa.string()),
         pa.field("reuse_block", pa.int64()),
+        # Optional, rate cells: the offered rate (requests/s, a key part), the arrival
+        # process ("poisson", "constant", "gamma:K"), the seed its schedule was drawn
+        # with, and the fixed output tokens of every request.
+        pa.field("rate_target", pa.float64()),
+        pa.field("arrivals", pa.string()),
+        pa.field("arrival_seed", pa.int64()),
+        pa.field("rate_output_tokens", pa.int64()),
     ]
 )
 
@@ -566,10 +582,12 @@ _REQUEST_TABLES = (REQUESTS_FILE, SUPERSEDED_REQUESTS_FILE)
 # empty (a run directory written before it did not record it), and a writer leaves one
 # out while every value is empty, so such a run directory stays byte for byte as it was.
 _TRAFFIC_REQUEST_COLUMNS = ("prefix_reuse_target", "turn", "prefix_group", "conversation_id",
-                            "conversation_turn", "engine_cached_tokens")
+                            "conversation_turn", "engine_cached_tokens", "rate_target",
+                            "scheduled_ns")
 OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
     CELLS_FILE: ("processes", "hosts", "prefix_reuse_target", "turn", "server_prompt_tokens",
-                 "server_cached_tokens", "server_source", "reuse_block"),
+                 "server_cached_tokens", "server_source", "reuse_block", "rate_target", "arrivals",
+                 "arrival_seed", "rate_output_tokens"),
     REQUESTS_FILE: _TRAFFIC_REQUEST_COLUMNS,
     SUPERSEDED_REQUESTS_FILE: _TRAFFIC_REQUEST_COLUMNS,
 }
@@ -626,16 +644,17 @@ def _compatible(actual: pa.DataType, expected: pa.DataType) -> bool:
 def _check_values(name: str, table: pa.Table, where: str) -> None:
     """Value rules beyond the schema: known enums, sane keys, and for raw
     requests chunk lists that a metric can trust (see docs/data-format.md)."""
-    problem = (checks.known(table, "phase", PHASES) or checks.cell_keys(table)
-               or checks.traffic_keys(table, TRAFFIC_PHASES, PREFIX, CONVERSATION))
+    problem = (checks.known(table, "phase", PHASES) or checks.cell_keys(table, RATE)
+               or checks.traffic_keys(table, TRAFFIC_PHASES, PREFIX, CONVERSATION, RATE))
     if name == CELLS_FILE:
         figures = [f.name for f in CELLS_SCHEMA
                    if f.name in ("warmup_s", "server_prompt_tokens", "server_cached_tokens",
-                                 "reuse_block") or f.name.startswith("pub_")]
+                                 "reuse_block", "rate_output_tokens") or f.name.startswith("pub_")]
         problem = (problem or checks.known(table, "status", STATUSES)
                    or checks.cells(table, figures) or checks.spread(table)
                    or checks.only_on(table, "status", (REUSE_OFF_TARGET, REUSE_UNVERIFIED),
-                                     TRAFFIC_PHASES))
+                                     TRAFFIC_PHASES)
+                   or checks.only_on(table, "status", (LOAD_NOT_DELIVERED,), (RATE,)))
     if name in _REQUEST_TABLES:
         problem = (problem or checks.known(table, "purpose", PURPOSES)
                    or checks.requests(table))
@@ -645,10 +664,19 @@ def _check_values(name: str, table: pa.Table, where: str) -> None:
 
 def cell_key(row: dict) -> tuple:
     """A cell's key from a row of cells.parquet or requests.parquet (as a dict):
-    (phase, context, concurrency, prefix_reuse_target, turn), the last two empty
-    on prefill and decode cells."""
-    return (row["phase"], row["context"], row["concurrency"], row.get("prefix_reuse_target"),
-            row.get("turn"))
+    (phase, context, concurrency, *TRAFFIC_KEY's parts), those parts empty on
+    prefill and decode cells."""
+    return tuple(row.get(k) for k in checks.CELL_KEY)
+
+
+def matrix_key(phase: str, context: int, concurrency: int) -> tuple:
+    """A prefill or decode cell's key (its traffic parts empty)."""
+    return (phase, context, concurrency, *(None,) * len(checks.TRAFFIC_KEY))
+
+
+def key_fields(key: tuple) -> dict[str, Any]:
+    """A cell key as the columns it fills."""
+    return dict(zip(checks.CELL_KEY, key, strict=True))
 
 
 def empty_table(name: str) -> pa.Table:

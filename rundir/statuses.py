@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from rundir.contract import (
     ERROR,
+    LOAD_NOT_DELIVERED,
     LOOPED,
     OVER_CAPACITY,
     PENDING,
@@ -99,6 +100,12 @@ TABLE: tuple[Status, ...] = (
            "Reuse not verifiable: the server reports no cached tokens and no prefix-cache "
            "counters, so the reuse it delivered is unknown.", True, "flagged",
            fill="#eaeef2", ink="#57606a", traffic=True),
+    # Flagged too: the server's numbers are real, at a load other than the one offered.
+    Status(LOAD_NOT_DELIVERED, "Load not delivered",
+           "Load not delivered: the benchmark did not send the requests its schedule asked "
+           "for (too few, too late, or spaced unlike the arrival process), so the server saw "
+           "another load than the one offered.", True, "flagged",
+           fill="#f3e8fd", ink="#6e40c9", traffic=True),
 )
 
 BY_CODE: dict[str, Status] = {s.code: s for s in TABLE}

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from rundir import contract, reuse
+from rundir.checks import CELL_KEY
 
 # The requests a traffic cell's figures are over, by phase.
 MEASURED_PURPOSE = {contract.PREFIX: contract.PURPOSE_REUSE,
@@ -118,9 +119,8 @@ def _order(cell: TrafficCell) -> tuple:
             cell.target if cell.target is not None else -1, cell.turn or 0)
 
 
-_SMALL = ("phase", "context", "concurrency", "purpose", "prefix_reuse_target", "turn",
-          "send_ns", "prompt_tokens", "cached_tokens", "finish_reason", "error", "cancelled",
-          "chunk_ns", "chunk_tokens")
+_SMALL = (*CELL_KEY, "purpose", "send_ns", "prompt_tokens", "cached_tokens", "finish_reason",
+          "error", "cancelled", "chunk_ns", "chunk_tokens")
 
 
 def traffic_cells(cells: pa.Table, requests: pa.Table) -> list[TrafficCell]:
@@ -135,10 +135,8 @@ def traffic_cells(cells: pa.Table, requests: pa.Table) -> list[TrafficCell]:
     names = [n for n in _SMALL if n in picked.column_names]
     by_key: dict[tuple, list[dict[str, Any]]] = {}
     for r in picked.select(names).to_pylist():
-        if r["purpose"] != MEASURED_PURPOSE[r["phase"]]:
+        if r["purpose"] != MEASURED_PURPOSE.get(r["phase"]):
             continue
-        key = (r["phase"], r["context"], r["concurrency"], r.get("prefix_reuse_target"),
-               r.get("turn"))
-        by_key.setdefault(key, []).append(r)
+        by_key.setdefault(contract.cell_key(r), []).append(r)
     out = [cell_figures(row, by_key.get(contract.cell_key(row), [])) for row in rows]
     return sorted(out, key=_order)

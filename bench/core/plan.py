@@ -126,13 +126,15 @@ class Cell:
     concurrency: int
     reuse: int | None = None
     turn: int | None = None
+    rate: float | None = None  # rate cells: offered requests/s
     status: str = PENDING
     reason: str | None = None
 
     @property
-    def key(self) -> tuple[str, int, int, int | None, int | None]:
-        """rundir.contract.cell_key's tuple: two cells at different targets or turns never collide."""
-        return (self.phase, self.context, self.concurrency, self.reuse, self.turn)
+    def key(self) -> tuple[str, int, int, int | None, int | None, float | None]:
+        """rundir.contract.cell_key's tuple: two cells at different targets, turns or
+        rates never collide."""
+        return (self.phase, self.context, self.concurrency, self.reuse, self.turn, self.rate)
 
     @property
     def traffic(self) -> bool:

@@ -87,6 +87,8 @@ class WireRecord(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     conversation_id: int | None
     conversation_turn: int | None
     engine_cached_tokens: int | None
+    rate_target: float | None
+    scheduled_ns: int | None
     counting: str
     final_usage_tokens: int | None
     status: int

@@ -34,6 +34,8 @@ from rundir.contract import (
     REQUESTS_QUEUED,
     REQUESTS_SCHEMA,
     VALID,
+    key_fields,
+    matrix_key,
 )
 
 CONTEXT_REFUSED_MARKERS = (
@@ -84,6 +86,8 @@ class RequestRecord:
     conversation_id: int | None = None
     conversation_turn: int | None = None
     engine_cached_tokens: int | None = None
+    rate_target: float | None = None
+    scheduled_ns: int | None = None
     counting: str = COUNT_CHUNKS
     final_usage_tokens: int | None = None
     status: int = 0
@@ -108,10 +112,8 @@ class RequestRecord:
         on a cancelled stream."""
         error = stream_error(result, parsed) or usage_problem(
             request_id, parsed.prompt_tokens, parsed.cached_tokens)
-        phase, context, concurrency = key[:3]
-        reuse, turn = (key[3], key[4]) if len(key) > 3 else (None, None)
         return cls(
-            phase=phase, context=context, concurrency=concurrency, request_id=request_id,
+            **key_fields(key if len(key) > 3 else matrix_key(*key)), request_id=request_id,
             purpose=purpose, stream_index=index, send_ns=result.send_ns,
             end_ns=result.end_ns or None, prompt_tokens=parsed.prompt_tokens,
             cached_tokens=parsed.cached_tokens, finish_reason=parsed.finish_reason,
@@ -120,8 +122,7 @@ class RequestRecord:
             content_tail=parsed.content or None, reasoning_tail=parsed.reasoning or None,
             counting=parsed.counting, final_usage_tokens=parsed.final_usage_tokens,
             status=result.status, max_tokens=parsed.max_tokens, ignore_eos=ignore_eos,
-            text=parsed.text, prefix_reuse_target=reuse, turn=turn,
-            engine_cached_tokens=parsed.engine_cached_tokens,
+            text=parsed.text, engine_cached_tokens=parsed.engine_cached_tokens,
             engine_computed_tokens=parsed.engine_computed_tokens,
         )
 

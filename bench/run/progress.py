@@ -45,6 +45,7 @@ from rundir.contract import (
     REUSE_OFF_TARGET,
     REUSE_UNVERIFIED,
     VALID,
+    matrix_key,
 )
 from rundir.words import context_label, status_label
 
@@ -314,9 +315,9 @@ class Progress:
         for ctx in plan.contexts if plan else []:
             row = [context_label(ctx)]
             for c in plan.concurrency:
-                row.append(self.results.get((DECODE, ctx, c, None, None), ""))
+                row.append(self.results.get(matrix_key(DECODE, ctx, c), ""))
             table.add_row(*row)
-        pre = [f"{context_label(c)}: {self.results.get((PREFILL, c, 1, None, None), '')}"
+        pre = [f"{context_label(c)}: {self.results.get(matrix_key(PREFILL, c, 1), '')}"
                for c in (plan.prefill_contexts if plan else [])]
         caption = ["prefill prompt tok/s " + "  ".join(pre)] if pre else []
         if any(x.client_bound for x in (*self.earlier, *self.lines)):

@@ -62,13 +62,15 @@ from rundir.contract import (
     RunInfo,
     cell_key,
     empty_table,
+    key_fields,
+    matrix_key,
 )
 from rundir.io import read_table, write_run_info, write_table
 from rundir.manifest import MANIFEST_FILE, Edit, carry, check, seal, unseal
 from rundir.redact import redact, redact_literals, redact_tree
 from rundir.windows import by_cell
 
-Key = tuple  # rundir.contract.cell_key: (phase, context, concurrency, prefix_reuse_target, turn)
+Key = tuple  # rundir.contract.cell_key: (phase, context, concurrency, *TRAFFIC_KEY's parts)
 _OUR_FILES = (RUN_YAML, CELLS_FILE, REQUESTS_FILE, SERVER_METRICS_FILE, SUPERSEDED_REQUESTS_FILE,
               GPU_METRICS_FILE, WINDOWS_FILE, CLOCK_OFFSETS_FILE, MANIFEST_FILE)
 _ANSWER_TEXT = frozenset({"content_tail", "reasoning_tail"})  # literal secrets only
@@ -116,10 +118,10 @@ class RunStore:
         store.resumed_metrics = read_table(store.run_dir, SERVER_METRICS_FILE, required=False)
         store.server_metrics = store.resumed_metrics
         store.resumed_gpu = read_table(store.run_dir, GPU_METRICS_FILE, required=False)
-        store.windows = {(*k, None, None): v for k, v in
+        store.windows = {matrix_key(*k): v for k, v in
                          by_cell(read_table(store.run_dir, WINDOWS_FILE, required=False)).items()}
         for row in read_table(store.run_dir, CLOCK_OFFSETS_FILE, required=False).to_pylist():
-            key = (row.pop("phase"), row.pop("context"), row.pop("concurrency"), None, None)
+            key = matrix_key(row.pop("phase"), row.pop("context"), row.pop("concurrency"))
             store.clocks.setdefault(key, []).append(row)
         return store
 
@@ -288,12 +290,12 @@ def _naming(path: Path) -> Iterator[None]:
 
 
 def _key_mask(table: pa.Table, key: Key) -> pa.ChunkedArray:
-    phase, context, concurrency, reuse, turn = key
+    phase, context, concurrency = key[:3]
     mask = pc.and_(
         pc.and_(pc.equal(table["phase"], phase), pc.equal(table["context"], context)),
         pc.equal(table["concurrency"], concurrency),
     )
-    for name, value in (("prefix_reuse_target", reuse), ("turn", turn)):
+    for name, value in list(key_fields(key).items())[3:]:
         if name not in table.column_names:
             continue  # pragma: no cover - the store's tables hold the full schema
         column = table[name]
@@ -311,6 +313,5 @@ def _concat(a: pa.Table, b: pa.Table) -> pa.Table:
 
 def _cell_row(key: Key, status: str, reason: str | None) -> dict:
     row = {name: None for name in CELLS_SCHEMA.names}
-    row.update(phase=key[0], context=key[1], concurrency=key[2], prefix_reuse_target=key[3],
-               turn=key[4], status=status, reason=reason)
+    row.update(key_fields(key), status=status, reason=reason)
     return row

@@ -19,7 +19,7 @@ import yaml
 from bench.core.plan import Cell
 from bench.measure.cells import Settings
 from bench.run.progress import estimate_s
-from rundir.contract import CELLS_FILE, CELLS_SCHEMA, PURPOSE_MEASURE, WINDOWS_FILE
+from rundir.contract import CELLS_FILE, CELLS_SCHEMA, OPTIONAL_COLUMNS, PURPOSE_MEASURE, WINDOWS_FILE
 from rundir.io import read_run
 from site_builder.aggregate import aggregate_run
 from tests.conftest import run_cli
@@ -120,8 +120,7 @@ def test_one_window_writes_what_it_always_did(refserver, tmp_path) -> None:
     assert "repeats" not in info["parameters"]
     # no column of its own: the contract's (processes, hosts: what measured the cell),
     # less the traffic cells' optional ones, left out while empty (issue 33)
-    traffic = {"prefix_reuse_target", "turn", "server_prompt_tokens", "server_cached_tokens",
-               "server_source", "reuse_block"}
+    traffic = set(OPTIONAL_COLUMNS[CELLS_FILE]) - {"processes", "hosts"}
     assert pq.read_schema(out / CELLS_FILE).names == [n for n in CELLS_SCHEMA.names
                                                       if n not in traffic]
     (cell,) = aggregate_run(read_run(out)).decode()

@@ -71,8 +71,8 @@ def test_traffic_cells_come_after_the_matrix_each_with_its_own_key() -> None:
     assert phases == [PREFILL] * 2 + [DECODE] * 4 + [PREFIX] * 8 + [CONVERSATION] * 8
     keys = [c.key for c in plan.cells]
     assert len(set(keys)) == len(keys)  # two targets (or turns) of one cell never collide
-    assert (PREFIX, 2048, 4, 90, None) in keys and (CONVERSATION, 4096, 1, None, 4) in keys
-    assert (DECODE, 2048, 2, None, None) in keys  # matrix keys: traffic parts empty
+    assert (PREFIX, 2048, 4, 90, None, None) in keys and (CONVERSATION, 4096, 1, None, 4, None) in keys
+    assert (DECODE, 2048, 2, None, None, None) in keys  # matrix keys: traffic parts empty
     lines = plan.traffic_lines(plan.to_run)
     assert lines[0].startswith("Prefix reuse: 8 cells at 0, 90% shared, contexts 2K, 4K, streams 1, 4")
     assert lines[1].startswith("Conversations: 8 cells at turns 1, 4, contexts 2K, 4K, streams 1, 4")
@@ -82,8 +82,8 @@ def test_traffic_cells_over_the_kv_budget_are_planned_over_capacity() -> None:
     plan = _plan(contexts=[4096], prefill_contexts=[4096], concurrency=[1], kv_budget=10_000,
                  prefix_reuse=[90], turns=[2], traffic_concurrency=[2, 4])
     by_key = {c.key: c for c in plan.cells}
-    assert by_key[(PREFIX, 4096, 2, 90, None)].status != OVER_CAPACITY  # 2 × 4,097 fits
-    over = by_key[(PREFIX, 4096, 4, 90, None)]
+    assert by_key[(PREFIX, 4096, 2, 90, None, None)].status != OVER_CAPACITY  # 2 × 4,097 fits
+    over = by_key[(PREFIX, 4096, 4, 90, None, None)]
     assert over.status == OVER_CAPACITY and "4 × (4,096 + 1)" in over.reason
     turn = by_key[(CONVERSATION, 4096, 4, None, 2)]
     assert turn.status == OVER_CAPACITY and "4 × (4,096 + 64)" in turn.reason

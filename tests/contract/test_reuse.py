@@ -95,7 +95,7 @@ def test_the_contract_keys_traffic_cells_and_keeps_their_statuses_to_them() -> N
         ([{"phase": "decode", "context": 1024, "concurrency": 1, "status": "valid", "turn": 2}],
          "column turn: expected none on a decode cell, got 2"),
         ([{"phase": "decode", "context": 1024, "concurrency": 1, "status": "reuse_off_target"}],
-         "column status: 'reuse_off_target' is for prefix and conversation cells only"),
+         "column status: 'reuse_off_target' is for prefix, conversation and rate cells only"),
         ([{"phase": "prefix", "context": 1024, "concurrency": 1, "status": "valid",
            "prefix_reuse_target": 90}] * 2,
          "columns phase, context, concurrency, prefix_reuse_target: cell (prefix, 1024, 1, "

@@ -85,7 +85,7 @@ def test_traffic_cells_over_the_kv_budget_are_planned_over_capacity() -> None:
     assert by_key[(PREFIX, 4096, 2, 90, None, None)].status != OVER_CAPACITY  # 2 × 4,097 fits
     over = by_key[(PREFIX, 4096, 4, 90, None, None)]
     assert over.status == OVER_CAPACITY and "4 × (4,096 + 1)" in over.reason
-    turn = by_key[(CONVERSATION, 4096, 4, None, 2)]
+    turn = by_key[(CONVERSATION, 4096, 4, None, 2, None)]
     assert turn.status == OVER_CAPACITY and "4 × (4,096 + 64)" in turn.reason
 
 

@@ -198,6 +198,35 @@ def test_a_20_percent_slow_schedule_fails_with_enough_gaps() -> None:
     assert any("Kolmogorov-Smirnov" in p for p in c.problems)
 
 
+def test_send_jitter_within_the_lag_limit_is_not_a_wrong_process() -> None:
+    """At 1,000 req/s, sends up to 0.2 ms late at random: the plain KS over ~10,000 gaps
+    rejects them; the test, blind to shifts within the lags' spread, does not."""
+    sched = _cell(POISSON, 1000.0, 10.0, 6)
+    send = sched + np.random.default_rng(6).integers(0, 200_000, sched.size)
+    gaps = np.diff(send) / 1e9
+    plain = arrivals.ks_statistic(POISSON, 1000.0, gaps)
+    assert arrivals.ks_p_value(plain, gaps.size) < 1e-3
+    c = check_load(POISSON, 1000.0, 10.0, sched, send, START)
+    assert c.delivered, c.reason
+    assert 0.19 < c.gap_slack_ms < 0.2 and c.gap_statistic is not None and c.gap_statistic < plain
+    # a constant process sent as Poisson with the same jitter is still caught
+    const = _cell(CONSTANT, 1000.0, 10.0, 0)
+    c = check_load(POISSON, 1000.0, 10.0, const, const + (send - sched)[:const.size], START)
+    assert not c.delivered and "to within 0.2 ms" in c.problems[0]
+
+
+def test_ks_slack_is_capped_at_the_lag_limit_and_validated() -> None:
+    sched = _cell(POISSON, 10.0, 100.0, 8)
+    send = sched.copy()
+    send[::50] += 3_000_000  # 2% of sends 3 ms late: over the 1 ms limit, the slack stops there
+    c = check_load(POISSON, 10.0, 100.0, sched, send, START)
+    assert c.gap_slack_ms == 1.0 and c.lag_p99_ms == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="slack"):
+        arrivals.ks_statistic(POISSON, 1.0, np.ones(3), -1.0)
+    with pytest.raises(ValueError, match="no observations"):
+        arrivals.ks_statistic(POISSON, 1.0, np.zeros(0))
+
+
 def test_poisson_sent_as_constant_fails() -> None:
     sched = _cell(POISSON, 10.0, 3.0, 2)
     c = check_load(CONSTANT, 10.0, 3.0, sched, sched, START)

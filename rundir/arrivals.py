@@ -74,7 +74,8 @@ class Process:
         if self.name != GAMMA:
             return self.name
         assert self.shape is not None
-        return f"gamma:{self.shape:g}"
+        k = float(self.shape)
+        return f"gamma:{int(k)}" if k == int(k) and k < 2 ** 53 else f"gamma:{k!r}"  # round-trips
 
 
 def parse_process(text: str) -> Process:

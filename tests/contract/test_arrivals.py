@@ -20,7 +20,8 @@ KEY = ("rate", 1024, 0, None, None, 2.0)
 @pytest.mark.parametrize("text, name, shape, back", [
     ("poisson", "poisson", None, "poisson"), ("constant", "constant", None, "constant"),
     ("gamma:4", "gamma", 4.0, "gamma:4"), ("gamma:0.5", "gamma", 0.5, "gamma:0.5"),
-    (" Gamma:2.5 ", "gamma", 2.5, "gamma:2.5")])
+    (" Gamma:2.5 ", "gamma", 2.5, "gamma:2.5"), ("gamma:1.2345678", "gamma", 1.2345678, "gamma:1.2345678"),
+    ("gamma:4.0", "gamma", 4.0, "gamma:4"), ("gamma:1e-3", "gamma", 0.001, "gamma:0.001")])
 def test_parse_process_round_trips(text: str, name: str, shape: float | None, back: str) -> None:
     p = parse_process(text)
     assert (p.name, p.shape, str(p)) == (name, shape, back)

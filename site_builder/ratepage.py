@@ -56,7 +56,8 @@ def achieved(cell: RateCell) -> str:
 
 
 def lag(value: float | None) -> str:
-    return words.MISSING if value is None else f"{formats.tbt(value, 2)}"
+    """A send lag: two decimals below 1 ms (a client on time lags tenths of one)."""
+    return formats.tbt(value, 2 if value is not None and value < 1 else 1)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rundir import contract, tails, words
-from site_builder import metrictable, ratepage, trafficpage
+from site_builder import metrictable, rate, ratepage, trafficpage
 from site_builder.aggregate import CellResult
 from site_builder.views import RunView
 
@@ -107,6 +107,8 @@ def _rate_records(run: RunView, before: list[dict[str, Any]]) -> list[dict[str, 
                 **ratepage.download_extra(x)}
         if "prefix_reuse_target" in row:
             row["prefix_reuse_target"] = x.reuse_target
+        if run.slo is not None:  # the share of its requests meeting the SLO, as for a decode cell
+            row["slo_met_share"] = rate.judge(x, run.slo.slo).goodput.share
         out.append(row)
     return out
 

@@ -96,15 +96,6 @@ def tables(cells: list[RateCell], slo: slo_mod.Slo) -> list[RateTable]:
     return out
 
 
-def summary(cells: list[RateCell]) -> str:
-    """``request rate 0.5–8/s``: what a run measured at a rate."""
-    rates = sorted({c.rate_target for c in cells})
-    if not rates:
-        return ""
-    span = rate(rates[0]) if len(rates) == 1 else f"{rate(rates[0])[:-2]}–{rate(rates[-1])}"
-    return f"request rate {span}"
-
-
 @chartkit.compiled
 def _template() -> Template:
     look = Look("x", "y", "Curve")

@@ -32,9 +32,10 @@ from rundir.metrics import (
     prefill_used,
 )
 from site_builder import drilldown, fingerprint
+from site_builder.rate import RateCell, rate_cells
 from site_builder.traffic import TrafficCell, traffic_cells
 
-CACHE_FORMAT = 8
+CACHE_FORMAT = 9  # 9: rate cells (site_builder/rate.py)
 # Statuses whose cells get numbers on the pages.
 NUMBER_STATUSES = statuses.NUMBER_STATUSES  # the status table (rundir/statuses.py)
 
@@ -126,6 +127,8 @@ class RunAggregate:
     # Its traffic cells (prefix reuse, conversations; site_builder/traffic.py), apart from
     # `cells` (the matrix), which every page part that predates them reads as before.
     traffic: list[TrafficCell] = field(default_factory=list)
+    # Its rate cells (site_builder/rate.py), apart from both.
+    rate: list[RateCell] = field(default_factory=list)
 
     def to_json(self) -> str:
         data = {
@@ -137,6 +140,7 @@ class RunAggregate:
             "details": self.details,
             "telemetry": self.telemetry,
             "traffic": [asdict(x) for x in self.traffic],
+            "rate": [asdict(x) for x in self.rate],
         }
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
 
@@ -148,13 +152,14 @@ class RunAggregate:
         names = {f.name for f in fields(CellResult)}
         cells = [CellResult(**{k: v for k, v in x.items() if k in names}) for x in data["cells"]]
         traffic = [TrafficCell(**x) for x in data.get("traffic", [])]
+        rate = [RateCell(**x) for x in data.get("rate", [])]
         return cls(data["run_id"], data["source"], data["digest"], cells, data["details"],
-                   bool(data.get("telemetry", False)), traffic)
+                   bool(data.get("telemetry", False)), traffic, rate)
 
     def head(self) -> RunAggregate:
         """The aggregate less its drill-down details (what the cache's head file holds)."""
         return RunAggregate(self.run_id, self.source, self.digest, self.cells,
-                            telemetry=self.telemetry, traffic=self.traffic)
+                            telemetry=self.telemetry, traffic=self.traffic, rate=self.rate)
 
     def decode(self) -> list[CellResult]:
         return [x for x in self.cells if x.phase == contract.DECODE]
@@ -441,7 +446,8 @@ def aggregate_run(data: RunData, digest: str = "") -> RunAggregate:
     cells, details = measured_cells(data)
     return RunAggregate(data.info.run_id, data.info.source, digest, cells, details,
                         telemetry=len(data.gpu_metrics) > 0,
-                        traffic=traffic_cells(data.cells, data.requests))
+                        traffic=traffic_cells(data.cells, data.requests),
+                        rate=rate_cells(data.cells, data.requests))
 
 
 # --------------------------------------------------------------------------

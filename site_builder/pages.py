@@ -24,7 +24,9 @@ from site_builder import (
     names,
     oppoint,
     rankings,
+    ratepage,
     runrows,
+    slo,
     trafficpage,
 )
 from site_builder.aggregate import CellResult
@@ -238,6 +240,14 @@ class Pages:
                  "prefix_tables": trafficpage.prefix_tables(traffic),
                  "conversation_tables": trafficpage.conversation_tables(traffic),
                  "reuse_pct": trafficpage.percent, "reuse_anchor": trafficpage.status_anchor}
+        if run.agg.rate:  # request-rate cells: only runs that have them
+            limits = run.slo.slo if run.slo is not None else slo.DEFAULT
+            rate_tables = ratepage.tables(run.agg.rate, limits)
+            extra |= {"rate_tables": rate_tables, "rate_slo": limits.text,
+                      "rate_charts": self.svg.fill(ratepage.page_charts(rate_tables)),
+                      "rate_fmt": ratepage.rate, "rate_achieved": ratepage.achieved,
+                      "rate_lag": ratepage.lag, "rate_anchor": ratepage.status_anchor,
+                      "rate_note": ratepage.QUEUEING_NOTE, "slo_pct": slo.percent}
         return self.r.render("run.html", depth=2, run=run, charts=page_charts, nav="runs",
                              costs=oppoint.cost_rows(run), tail_levels=lv,
                              latency_notes=latency_notes(MEDIANS_NOTE), **extra)

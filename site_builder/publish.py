@@ -388,7 +388,7 @@ def _publish(views: list[RunView], writer: SiteWriter, cache: AggregateCache,
     if bundle is not None:
         bundle.join()
     renderer = Renderer()
-    assets = write_assets(writer, renderer.folder, any(v.agg.traffic for v in views))
+    assets = write_assets(writer, renderer.folder, any(v.agg.traffic or v.agg.rate for v in views))
     text = methodology_text(methodology)
     fp = page_fingerprint(renderer, assets, text, views)
     renderer.keep_compiled(cache.folder.parent, fp, clean=True)  # Jinja's, in the build cache

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rundir import contract, tails, words
-from site_builder import metrictable, trafficpage
+from site_builder import metrictable, rate, ratepage, trafficpage
 from site_builder.aggregate import CellResult
 from site_builder.views import RunView
 
@@ -85,6 +85,31 @@ def cell_records(run: RunView) -> list[dict[str, Any]]:
         })
     if run.agg.traffic:  # runs with traffic cells only: the others' downloads as before
         out = [{**r, **trafficpage.download_extra(None)} for r in out] + _traffic_records(run, out)
+    if run.agg.rate:  # runs with rate cells only: the others' downloads as before
+        out = [{**r, **ratepage.download_extra(None)} for r in out] + _rate_records(run, out)
+    return out
+
+
+def _rate_records(run: RunView, before: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rate cells' rows: their key, status, the delivered load and the columns that
+    mean for them what they mean for a decode cell (TTFT and time between tokens at
+    every level, per request from send; output tok/s as total tok/s: all its requests'
+    tokens over the span they took); every other column empty."""
+    out = []
+    for x in run.agg.rate:
+        row = dict.fromkeys(before[0]) if before else {}
+        row |= {"run_id": run.run_id, "phase": x.phase, "context": x.context,
+                "context_label": words.context_label(x.context), "concurrency": x.concurrency,
+                "status": x.status, "status_label": words.status_label(x.status),
+                "reason": x.reason, "client_bound": False, "total_tok_s": x.output_tok_s,
+                "ttft_ms": x.tail("ttft_ms", "p50"), "tbt_ms": x.tail("tbt_ms", "p50"),
+                **{k: v for k, v in x.tails.items() if k in TAIL_COLUMNS},
+                **ratepage.download_extra(x)}
+        if "prefix_reuse_target" in row:
+            row["prefix_reuse_target"] = x.reuse_target
+        if run.slo is not None:  # the share of its requests meeting the SLO, as for a decode cell
+            row["slo_met_share"] = rate.judge(x, run.slo.slo).goodput.share
+        out.append(row)
     return out
 
 

@@ -126,11 +126,11 @@ _SMALL = (*CELL_KEY, "purpose", "send_ns", "prompt_tokens", "cached_tokens", "fi
 def traffic_cells(cells: pa.Table, requests: pa.Table) -> list[TrafficCell]:
     """Every traffic cell of a run with its figures (empty for a run without any:
     nothing of the matrix is read)."""
-    rows = [r for r in cells.to_pylist() if r["phase"] in contract.TRAFFIC_PHASES]
+    rows = [r for r in cells.to_pylist() if r["phase"] in MEASURED_PURPOSE]  # rate: site_builder/rate.py
     if not rows:
         return []
     phase = requests.column("phase").to_pylist() if len(requests) else []
-    keep = [i for i, p in enumerate(phase) if p in contract.TRAFFIC_PHASES]
+    keep = [i for i, p in enumerate(phase) if p in MEASURED_PURPOSE]
     picked = requests.take(pa.array(keep, type=pa.int64())) if keep else requests.slice(0, 0)
     names = [n for n in _SMALL if n in picked.column_names]
     by_key: dict[tuple, list[dict[str, Any]]] = {}

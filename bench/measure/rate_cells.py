@@ -3,14 +3,17 @@
 Before a cell starts its schedule is computed (rundir/arrivals.py): the offsets
 from the window's start of every arrival in [0, duration), from the run's
 arrival process, the cell's offered rate and cell_seed(run seed, cell key). The
-run seed is --arrival-seed, or derived from the run id (`derived_seed`); run.yaml
+run seed is --arrival-seed, or derived from the run id (rundir.arrivals.seed_from_text); run.yaml
 and every rate cell's `arrival_seed` hold it, so a cell's schedule can be
 computed again from its row (`cell_schedule`).
 
-Each request is sent at window start + its offset: a timer loop sleeps until the
-next due time (computed from the window's start, never by adding up sleeps, so
-it cannot drift), yields to the loop for the last SPIN_NS, and sends every
-request that is due. A request due while the cap on requests in flight is full
+Each request is sent at window start + its offset: a timer loop sleeps until
+LEAD_NS before the next due time (computed from the window's start, never by
+adding up sleeps, so it cannot drift) and starts every request that is that
+close; each opens its connection then and sends its request at its due time
+(StreamClient's `at_ns`: the server sees the request arrive on schedule, not a
+connect's round trips late; a pooled keep-alive client's requests arrive the
+same way). A request due while the cap on requests in flight is full
 waits in the client for a slot: that wait is its send lag (send_ns -
 scheduled_ns), and it counts in its TTFT from the schedule. When the window
 ends nothing more is sent (a request still waiting for a slot is never sent);
@@ -25,7 +28,6 @@ to the same length and its E2E means something.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from dataclasses import dataclass
 
@@ -35,6 +37,7 @@ import pyarrow.compute as pc
 
 from bench.core.plan import Cell, more_than_slots
 from bench.measure.cells import CellOutcome, CellRunner
+from bench.measure.monitor import gc_paused
 from bench.measure.records import RequestRecord, context_refused
 from rundir.arrivals import LoadCheck, Process, cell_seed, check_load, parse_process, schedule
 from rundir.contract import (
@@ -47,14 +50,7 @@ from rundir.contract import (
     VALID,
 )
 
-SPIN_NS = 2_000_000  # the last stretch before a due time: yield to the loop, never sleep past it
-SEED_BITS = 63
-
-
-def derived_seed(run_id: str) -> int:
-    """The run's arrival seed when --arrival-seed is not given: stable per run id."""
-    digest = hashlib.sha256(f"arrivals:{run_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> (64 - SEED_BITS)
+LEAD_NS = 10_000_000  # a request's connection opens this long before its due time
 
 
 def rate_tag(cell: Cell, i: int) -> str:
@@ -109,10 +105,11 @@ def judge_rate(cell: Cell, records: list[RequestRecord], load: LoadCheck, slots:
     if not load.delivered:
         return LOAD_NOT_DELIVERED, load.reason
     if more_than_slots(cell.concurrency, slots):
-        return REQUESTS_QUEUED, (f"cap {cell.concurrency} requests in flight, {slots} server "
-                                 f"slot{'' if slots == 1 else 's'}: at most {slots} ran at once, "
-                                 f"the others waited in the server's queue")
-    return VALID, None
+        queued = (f"cap {cell.concurrency} requests in flight, {slots} server "
+                  f"slot{'' if slots == 1 else 's'}: at most {slots} ran at once, the others "
+                  f"waited in the server's queue")
+        return REQUESTS_QUEUED, "; ".join(filter(None, [queued, load.reason]))
+    return VALID, load.reason  # None, or a note (e.g. too few gaps to test)
 
 
 class RateRunner:
@@ -131,8 +128,7 @@ class RateRunner:
 
     async def run(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:
         r, rs = self.runner, self.rate
-        window_ns = r.window_ns
-        offsets = cell_schedule(rs.process, cell, window_ns, rs.seed)
+        offsets = cell_schedule(rs.process, cell, r.window_ns, rs.seed)
         base_tag = rate_tag(cell, 0)
         base = await asyncio.to_thread(r.prompts.build, cell.context, base_tag)
         slots = asyncio.Semaphore(cell.concurrency) if cell.concurrency else None
@@ -142,28 +138,15 @@ class RateRunner:
         async def one(i: int, due: int) -> RequestRecord:
             prompt = base if i == 0 else r.prompts.variant(base, base_tag, rate_tag(cell, i))
             try:
-                rec = await r.send(cell, prompt, rs.output, PURPOSE_ARRIVAL, i, drained)
+                rec = await r.send(cell, prompt, rs.output, PURPOSE_ARRIVAL, i, drained, at_ns=due)
             finally:
                 if slots is not None:
                     slots.release()
             rec.scheduled_ns = due
             return rec
 
-        start = time.monotonic_ns() + 1_000_000  # a moment to enter the loop below
-        end = start + window_ns
-        for i, offset in enumerate(offsets.tolist()):
-            due = start + offset
-            if not await _until(due, interrupted):
-                break
-            if slots is not None and not await _slot(slots, end, interrupted):
-                break  # the window ended while the cap was full: the rest are never sent
-            if time.monotonic_ns() >= end:
-                if slots is not None:
-                    slots.release()
-                break
-            tasks.append(asyncio.create_task(one(i, due)))
-        if not interrupted.is_set():
-            await _until(end, interrupted)
+        with gc_paused():  # a full collection inside the window stalls the loop 8-20 ms
+            start, end = await self._window(cell, offsets, one, slots, interrupted, tasks)
         if tasks and not interrupted.is_set():
             await asyncio.wait(tasks, timeout=r.settings.drain_timeout_s)
         drained.set()  # interrupted or past the drain: closing the connections aborts them
@@ -178,18 +161,36 @@ class RateRunner:
                           "rate_output_tokens": rs.output}
         return outcome
 
+    async def _window(self, cell: Cell, offsets: np.ndarray, one, slots: asyncio.Semaphore | None,
+                      interrupted: asyncio.Event, tasks: list[asyncio.Task]) -> tuple[int, int]:
+        """Start each request LEAD_NS before its due time, under the cap; nothing
+        once the window is over. Returns the window (start_ns, end_ns)."""
+        start = time.monotonic_ns() + LEAD_NS + 1_000_000  # the first may be due at once
+        end = start + self.runner.window_ns
+        for i, offset in enumerate(offsets.tolist()):
+            due = start + offset
+            if not await _until(due - LEAD_NS, interrupted):
+                break
+            if slots is not None and not await _slot(slots, end, interrupted):
+                break  # the window ended while the cap was full: the rest are never sent
+            if time.monotonic_ns() >= end:
+                if slots is not None:
+                    slots.release()
+                break
+            tasks.append(asyncio.create_task(one(i, due)))
+        await _until(end, interrupted)
+        return start, end
+
 
 async def _until(due_ns: int, interrupted: asyncio.Event) -> bool:
-    """Return at `due_ns` (CLOCK_MONOTONIC), not before: a sleep to SPIN_NS short of
-    it, then yields to the loop (other requests' reads go on) until it passes. False
-    when interrupted first."""
+    """Return at or after `due_ns` (CLOCK_MONOTONIC); False when interrupted first."""
     while True:
         left = due_ns - time.monotonic_ns()
         if interrupted.is_set():
             return False
         if left <= 0:
             return True
-        await asyncio.sleep((left - SPIN_NS) / 1e9 if left > SPIN_NS else 0)
+        await asyncio.sleep(min(left / 1e9, 0.05))
 
 
 async def _slot(slots: asyncio.Semaphore, end_ns: int, interrupted: asyncio.Event) -> bool:

@@ -25,7 +25,6 @@ from bench.core.lock import LOCK_FILE, LockHeld, RunLock
 from bench.core.plan import Cell, Plan, make_plan, rate_output
 from bench.core.workers import AUTO, WorkerPlan, host_cores, plan_workers
 from bench.measure.cells import Settings
-from bench.measure.rate_cells import derived_seed
 from bench.run.nextstep import next_steps
 from bench.run.progress import Progress
 from bench.run.resume import FlagConflict, resumed_inputs
@@ -34,6 +33,7 @@ from bench.run.store import RunStore, clean_stale_temps, session_tag
 from bench.run.sweep import sweep
 from bench.server.engines import ServerError, ServerInfo, ServerNotReady, probe_server
 from bench.server.provenance import detect_hardware, local_launch_command
+from rundir.arrivals import seed_from_text
 from rundir.contract import (
     DECODE,
     ERROR,
@@ -222,7 +222,7 @@ def traffic_parameters(opts: RunOptions, run_id: str) -> dict[str, object]:
         out.update(prefix_reuse=opts.prefix_reuse or None, turns=opts.turns or None,
                    traffic_concurrency=sorted(set(opts.traffic_concurrency or [1])))
     if opts.rate:
-        seed = opts.arrival_seed if opts.arrival_seed is not None else derived_seed(run_id)
+        seed = opts.arrival_seed if opts.arrival_seed is not None else seed_from_text(run_id)
         out.update(rate=sorted(set(opts.rate)), arrivals=opts.arrivals, arrival_seed=seed,
                    rate_cap=opts.rate_cap,
                    rate_output_tokens=rate_output(opts.settings.max_output, opts.rate_output))

@@ -29,8 +29,8 @@ from bench.distributed.coordinator import Coordinator
 from bench.distributed.shard_messages import ShardSetup
 from bench.distributed.shards import ShardedCellRunner, ShardPool, ShardSource
 from bench.measure.cells import CellOutcome, CellRunner
-from bench.measure.stream import StreamClient
 from bench.measure.rate_cells import RateRunner
+from bench.measure.stream import StreamClient
 from bench.measure.traffic_cells import TrafficRunner
 from bench.run.progress import Progress
 from bench.run.store import RunStore

@@ -25,15 +25,18 @@ from typing import Any
 
 import click
 
+from bench.core.plan import MAX_CONCURRENCY
 from bench.distributed.peer_auth import SECRET_ENV
 from bench.measure.cells import Settings
 from bench.params import (
     Address,
     ApiKey,
+    Arrivals,
     BaseUrl,
     Contexts,
     Levels,
     Percents,
+    Rates,
     Seconds,
     ShardSpec,
     SourceAddress,
@@ -269,6 +272,24 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("--traffic-concurrency", "traffic_concurrency",
               "Streams of the prefix-reuse and conversation cells, e.g. 1,4 (default: 1).",
               type=Levels(), group=MATRIX),
+    RunOption("--rate", "rate",
+              "Rate cells at these offered rates, requests/s, e.g. 0.5,1,2,4,8: requests sent "
+              "on a seeded schedule (open loop) for --duration, at the decode contexts, after "
+              "every other cell (default: none).", type=Rates(), group=MATRIX),
+    RunOption("--arrivals", "arrivals",
+              "The rate cells' arrival process: poisson, constant, or gamma:K (K > 0; gaps' "
+              "CV 1/sqrt(K)).", type=Arrivals(), show_default=True, group=MATRIX),
+    RunOption("--arrival-seed", "arrival_seed",
+              "Seed of the rate cells' schedules (default: derived from the run id); "
+              "recorded, so a run can be replayed.", type=click.IntRange(0, 2**63 - 1),
+              group=MATRIX),
+    RunOption("--rate-cap", "rate_cap",
+              "Most rate-cell requests in flight at once; one due while it is full waits "
+              "in the client (send lag) (default: no cap).",
+              type=click.IntRange(1, MAX_CONCURRENCY), group=MATRIX),
+    RunOption("--rate-output", "rate_output",
+              "Output tokens of every rate-cell request (max_tokens, with the engine's "
+              "ignore_eos) (default: min(--max-output, 256)).", type=Tokens(), group=MATRIX),
     RunOption("--dry-run", "dry_run",
               "Print the plan and exit, writing nothing. A server that does not answer "
               "within 2 s is not waited for: the plan is printed from the flags alone and "

@@ -22,6 +22,7 @@ from bench.core.plan import (
     parse_concurrency,
     parse_contexts,
     parse_percents,
+    parse_rates,
     parse_tokens,
     parse_turns,
     shown,
@@ -132,6 +133,36 @@ class Turns(click.ParamType):
         try:
             return parse_turns(str(value), flag_name(param)) or []
         except PlanError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Rates(click.ParamType):
+    """Comma-separated offered rates, requests/s > 0 (`--rate`)."""
+
+    name = "rates"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> list[float]:
+        if isinstance(value, list):
+            return value
+        try:
+            return parse_rates(str(value), flag_name(param)) or []
+        except PlanError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Arrivals(click.ParamType):
+    """An arrival process: poisson, constant or gamma:K (`--arrivals`), kept as
+    rundir.arrivals writes it back ("gamma:4")."""
+
+    name = "process"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from rundir.arrivals import parse_process
+
+        try:
+            return str(parse_process(str(value)))
+        except ValueError as exc:  # its message names --arrivals (one_line adds it only if not)
             self.fail(str(exc), param, ctx)
 
 

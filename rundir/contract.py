@@ -178,9 +178,18 @@ class Parameters:
     prefix_reuse: list[int] | None = None
     turns: list[int] | None = None
     traffic_concurrency: list[int] | None = None
+    # Rate cells (`--rate`, `--arrivals`, `--arrival-seed`, `--rate-cap`, `--rate-output`);
+    # written only when the run has them. arrival_seed: the run's seed (given, or derived
+    # from the run id); a cell's schedule is rundir.arrivals.schedule(..., cell_seed(it, key)).
+    rate: list[float] | None = None
+    arrivals: str | None = None
+    arrival_seed: int | None = None
+    rate_cap: int | None = None
+    rate_output_tokens: int | None = None
 
 
-TRAFFIC_PARAMETERS = ("prefix_reuse", "turns", "traffic_concurrency")
+TRAFFIC_PARAMETERS = ("prefix_reuse", "turns", "traffic_concurrency", "rate", "arrivals",
+                      "arrival_seed", "rate_cap", "rate_output_tokens")
 
 
 @dataclass
@@ -233,8 +242,8 @@ class RunInfo:
             del data["model"]["family"]
         if data["parameters"].get("repeats") in (None, 1):
             del data["parameters"]["repeats"]
-        for name in TRAFFIC_PARAMETERS:
-            if not data["parameters"].get(name):
+        for name in TRAFFIC_PARAMETERS:  # a seed of 0 is a seed: only absent or empty go
+            if data["parameters"].get(name) in (None, []):
                 del data["parameters"][name]
         return data
 
@@ -290,6 +299,10 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "parameters.prefix_reuse": (0, True),
     "parameters.turns": (1, True),
     "parameters.traffic_concurrency": (1, True),
+    "parameters.rate": (0, False),
+    "parameters.arrival_seed": (0, True),
+    "parameters.rate_cap": (1, True),
+    "parameters.rate_output_tokens": (1, True),
     "kv_budget.tokens": (0, True),
 }
 _INDEX = re.compile(r"\[\d+\]")

@@ -7,12 +7,13 @@ plan that runs.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from bench.core.workers import WorkerPlan
-from rundir.contract import CONVERSATION, DECODE, OVER_CAPACITY, PENDING, PREFILL, PREFIX
+from rundir.contract import CONVERSATION, DECODE, OVER_CAPACITY, PENDING, PREFILL, PREFIX, RATE
 from rundir.words import context_label
 
 DEFAULT_CONTEXTS = (8192, 16384, 32768, 65536, 131072)
@@ -28,6 +29,8 @@ class PlanError(ValueError):
 MAX_TOKENS = 1 << 40  # a token count beyond this is a typo, and would overflow int64 sums
 MAX_CONCURRENCY = 16_384  # streams per cell; past one process, --workers spreads them
 MAX_TURNS = 1024  # conversation turns; each resends the whole history
+MAX_RATE = 1_000_000.0  # offered requests/s; past this a rate is a typo
+RATE_OUTPUT = 256  # a rate cell's output tokens per request, at most (--rate-output's default)
 
 
 def shown(value: object, limit: int = 40) -> str:
@@ -86,6 +89,34 @@ def parse_turns(text: str | None, flag: str = "--turns") -> list[int] | None:
     return _whole_numbers(text, flag, 1, MAX_TURNS, "turn", "1,4,16,32")
 
 
+def parse_rates(text: str | None, flag: str = "--rate") -> list[float] | None:
+    """Comma-separated offered rates in requests/s: finite numbers > 0, sorted, unique."""
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = float(part) if re.fullmatch(r"[0-9.eE+-]{1,24}", part) else math.nan
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and 0 < value <= MAX_RATE):
+            raise PlanError(f"{flag}: expected requests per second above 0 and at most "
+                            f"{MAX_RATE:,.0f} like 0.5,1,2,4,8, got {shown(part)}")
+        out.append(value)
+    if not out:
+        raise PlanError(f"{flag}: expected at least one rate like 0.5,1,2,4,8, got {shown(text)}")
+    return sorted(set(out))
+
+
+def rate_output(max_output: int, given: int | None = None) -> int:
+    """A rate cell's output tokens per request: --rate-output, else min(--max-output, 256)
+    (every request must finish for its E2E to mean anything)."""
+    return given if given is not None else min(max_output, RATE_OUTPUT)
+
+
 def _whole_numbers(text: str | None, flag: str, low: int, high: int, what: str,
                    example: str) -> list[int] | None:
     if text is None:
@@ -138,11 +169,13 @@ class Cell:
 
     @property
     def traffic(self) -> bool:
-        return self.phase in (PREFIX, CONVERSATION)
+        return self.phase in (PREFIX, CONVERSATION, RATE)
 
     @property
     def part(self) -> str:
         """The key beyond phase, context and concurrency, as a label adds it ("" on the matrix)."""
+        if self.rate is not None:
+            return f" rate {self.rate:g}/s"
         if self.reuse is not None:
             return f" reuse {self.reuse}%"
         return f" turn {self.turn}" if self.turn is not None else ""
@@ -157,6 +190,8 @@ class Plan:
     dropped: list[str] = field(default_factory=list)  # contexts that did not fit
     workers: WorkerPlan | None = None  # how many processes read a decode cell's streams
     slots: int | None = None  # requests the server runs at once (llama.cpp's total_slots), if told
+    arrivals: str = "poisson"  # rate cells' arrival process (rundir.arrivals), as the plan line says it
+    rate_output: int | None = None  # rate cells' output tokens per request
 
     @property
     def to_run(self) -> list[Cell]:
@@ -183,6 +218,19 @@ class Plan:
                 f"contexts {_listed((c.context for c in turns), context_label)}, streams "
                 f"{_listed(c.concurrency for c in turns)}; each stream resends its whole history "
                 f"every turn (fixed replies)")
+        rates = [c for c in todo if c.phase == RATE]
+        if rates:
+            caps = sorted({c.concurrency for c in rates})
+            cap = ("no cap on requests in flight (the KV cache they need is unknown: a request "
+                   "the server cannot hold fails the cell)" if caps == [0] else
+                   f"at most {_listed(caps)} requests in flight (a request due while the cap is "
+                   f"full waits in the client: send lag, counted in its TTFT)")
+            lines.append(
+                f"Rates: {len(rates)} cells at {_listed((c.rate for c in rates), lambda r: f'{r:g}')} "
+                f"requests/s ({self.arrivals} arrivals), contexts "
+                f"{_listed((c.context for c in rates), context_label)}; {cap}; "
+                f"{self.rate_output} output tokens each; requests counted by scheduled time in "
+                f"the window, then drained")
         return lines
 
     def slots_line(self, todo: list[Cell]) -> str | None:
@@ -230,6 +278,10 @@ def make_plan(
     prefix_reuse: list[int] | None = None,
     turns: list[int] | None = None,
     traffic_concurrency: list[int] | None = None,
+    rates: list[float] | None = None,
+    rate_cap: int | None = None,
+    rate_output_tokens: int | None = None,
+    arrivals: str = "poisson",
 ) -> Plan:
     """Build the matrix; over-capacity cells are planned as skipped. With the
     server's `slots`, a cell needs the KV cache of the streams that run at
@@ -266,7 +318,8 @@ def make_plan(
                 pre.append(full)
     else:
         pre = []
-    plan = Plan(fitted, levels, pre, dropped=dropped, slots=slots)
+    plan = Plan(fitted, levels, pre, dropped=dropped, slots=slots, arrivals=arrivals,
+                rate_output=rate_output(max_output, rate_output_tokens) if rates else None)
     for ctx in pre:
         plan.cells.append(Cell(PREFILL, ctx, 1))
     for ctx in fitted:
@@ -284,6 +337,8 @@ def make_plan(
     levels = sorted(set(traffic_concurrency or [1]))
     plan.cells += traffic_cells(pre, fitted, levels, prefix_reuse or [], turns or [],
                                 conversation_output(max_output), kv_budget, slots)
+    plan.cells += rate_cells(fitted, rates or [], rate_cap or 0, plan.rate_output or 0, kv_budget,
+                             slots)
     return plan
 
 
@@ -338,6 +393,27 @@ def traffic_cells(prefill_contexts: list[int], decode_contexts: list[int], level
                     cell.reason = (f"needs {need:,} KV tokens ({running} × ({ctx:,} + "
                                    f"{turn_output:,})), server budget is {kv_budget:,}")
                 cells.append(cell)
+    return cells
+
+
+def rate_cells(decode_contexts: list[int], rates: list[float], cap: int, output: int,
+               kv_budget: int | None, slots: int | None) -> list[Cell]:
+    """Rate cells per (decode context, rate), after every other cell; concurrency is the
+    cap on requests in flight (0: none). Planned Over capacity when the requests that run
+    at once (the cap, or the server's slots when fewer or no cap) exceed the KV budget;
+    with neither a cap nor slots the need is unknown and nothing is skipped."""
+    cells = []
+    for ctx in decode_contexts:
+        running = min(cap or slots or 0, slots or cap or 0)
+        need = running * (ctx + output)
+        for r in sorted({float(x) for x in rates}):
+            cell = Cell(RATE, ctx, cap, rate=r)
+            if kv_budget is not None and running and need > kv_budget:
+                cell.status = OVER_CAPACITY
+                cell.reason = (f"needs {need:,} KV tokens ({running} × ({ctx:,} + {output:,}): "
+                               f"{running} requests in flight at most), server budget is "
+                               f"{kv_budget:,}")
+            cells.append(cell)
     return cells
 
 

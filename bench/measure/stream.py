@@ -338,8 +338,9 @@ class StreamClient:
         return tls, inbio, outbio
 
     async def _open(self, loop: asyncio.AbstractEventLoop, result: StreamResult,
-                    finished: asyncio.Future, data: bytes) -> _SocketStream:
-        """Connect (and shake hands), send the request, start reading."""
+                    finished: asyncio.Future, data: bytes, at_ns: int | None = None) -> _SocketStream:
+        """Connect (and shake hands), send the request (at `at_ns` when given: a rate
+        cell's scheduled time, the connection opened ahead of it), start reading."""
         sock = await self._connect(loop)
         try:
             tls = None
@@ -351,6 +352,8 @@ class StreamClient:
                 self._decoder = _Decoder(loop)
             stream = _SocketStream(result, finished, sock, loop, self._buf, self.monitor,
                                    self._decoder, tls)
+            if at_ns is not None:
+                await until_ns(at_ns)
             result.send_ns = stream.last_rx_ns = _mono()
             await loop.sock_sendall(sock, data)
             stream.start()
@@ -363,6 +366,7 @@ class StreamClient:
         self, path: str, payload: dict, request_id: str, cancel: asyncio.Event | None = None,
         on_start: Callable[[_SocketStream], object] | None = None,
         spill: tuple[int, Callable[[list[tuple[int, bytes]]], None]] | None = None,
+        at_ns: int | None = None,
     ) -> StreamResult:
         """Send one streaming request and read it to the end, a failure, a
         stall longer than stall_timeout_s, or until `cancel` is set. With
@@ -372,7 +376,7 @@ class StreamClient:
         self._active += 1
         self.monitor.ensure_running(loop)  # ticks while streams are open
         try:
-            return await self._post(loop, path, payload, request_id, cancel, on_start, spill)
+            return await self._post(loop, path, payload, request_id, cancel, on_start, spill, at_ns)
         finally:
             self._active -= 1
             if not self._active:
@@ -381,14 +385,14 @@ class StreamClient:
     async def _post(self, loop: asyncio.AbstractEventLoop, path: str, payload: dict,
                     request_id: str, cancel: asyncio.Event | None,
                     on_start: Callable[[_SocketStream], object] | None,
-                    spill: tuple[int, Callable[[list[tuple[int, bytes]]], None]] | None
-                    ) -> StreamResult:
+                    spill: tuple[int, Callable[[list[tuple[int, bytes]]], None]] | None,
+                    at_ns: int | None = None) -> StreamResult:
         result = StreamResult(spill=spill)
         finished: asyncio.Future = loop.create_future()
         data = self._request(path, json.dumps(payload).encode(), request_id)
         where = f"{self.host}:{self.port}"
         try:
-            stream = await asyncio.wait_for(self._open(loop, result, finished, data),
+            stream = await asyncio.wait_for(self._open(loop, result, finished, data, at_ns),
                                             self.stall_timeout_s)
         except ssl.SSLError as exc:
             result.error = f"TLS handshake with {where} failed ({exc.reason or exc})"
@@ -449,6 +453,17 @@ class StreamClient:
         if result.error is None and result.status != 200 and not result.cancelled:
             result.error = f"HTTP {result.status}: {_error_text(result.body)}"
         return result
+
+
+SPIN_NS = 2_000_000  # the last stretch before a due time: yield to the loop, never sleep past it
+
+
+async def until_ns(due_ns: int) -> None:
+    """Return at `due_ns` (CLOCK_MONOTONIC), not before and barely after: a sleep to
+    SPIN_NS short of it (the loop's timers wake up to a millisecond late), then
+    yields to the loop, whose other streams' reads go on, until it passes."""
+    while (left := due_ns - _mono()) > 0:
+        await asyncio.sleep((left - SPIN_NS) / 1e9 if left > SPIN_NS else 0)
 
 
 def _error_text(body: bytes) -> str:

@@ -19,14 +19,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.core.plan import Cell
+from bench.measure.rate_cells import load_of
+from rundir.arrivals import parse_process
 from rundir.contract import (
     CONVERSATION,
     DECODE,
+    LOAD_NOT_DELIVERED,
     PREFILL,
     PREFIX,
+    PURPOSE_ARRIVAL,
     PURPOSE_MEASURE,
     PURPOSE_REUSE,
     PURPOSE_TURN,
+    RATE,
     REQUESTS_QUEUED,
     REUSE_OFF_TARGET,
     REUSE_UNVERIFIED,
@@ -48,7 +53,7 @@ from rundir.words import (
 
 WIDTH = 80  # the terminal every line must fit
 # statuses whose cells have figures (a traffic cell off its reuse target is shown, marked)
-NUMBER_STATUSES = (VALID, REQUESTS_QUEUED, REUSE_OFF_TARGET, REUSE_UNVERIFIED)
+NUMBER_STATUSES = (VALID, REQUESTS_QUEUED, REUSE_OFF_TARGET, REUSE_UNVERIFIED, LOAD_NOT_DELIVERED)
 NAME_CHARS = 16  # a GPU's name in the panel, cut to this
 
 
@@ -64,6 +69,7 @@ class CellLine:
     j_per_token: float | None = None
     client_bound: bool = False  # the collector may have limited it: MARK beside its figures
     reused: float | None = None  # traffic cells: percent of prompt tokens the requests report cached
+    load: Any = None  # rate cells: the delivered load (rundir.arrivals.LoadCheck)
 
 
 def cell_label(cell: Cell) -> str:
@@ -74,6 +80,9 @@ def cell_label(cell: Cell) -> str:
         return f"reuse {cell.reuse}% {context_label(cell.context)}×{cell.concurrency}"
     if cell.phase == CONVERSATION:
         return f"turn {cell.turn} {context_label(cell.context)}×{cell.concurrency}"
+    if cell.phase == RATE:
+        cap = f"≤{cell.concurrency}" if cell.concurrency else ""
+        return f"{cell.rate:g}/s {context_label(cell.context)}{cap}"
     return f"decode {context_label(cell.context)}×{cell.concurrency}"
 
 
@@ -82,6 +91,8 @@ def cell_line(cell: Cell, outcome: Any, gpu: pa.Table | None = None) -> CellLine
     from its samples (rundir.metrics.prefill_used, as on the pages), joules per
     output token over the decode window when `gpu` (the run's telemetry) has it."""
     line = CellLine(cell, outcome.status, client_bound=bool(getattr(outcome, "client_bound", False)))
+    if cell.phase == RATE:
+        return _rate_figures(line, outcome.table, outcome.server or {}, outcome.window)
     if outcome.status not in NUMBER_STATUSES:
         return line
     if cell.phase == DECODE:
@@ -101,6 +112,11 @@ def stored_line(cell: Cell, row: Mapping[str, Any], requests: pa.Table,
     its row of cells.parquet and its rows of requests.parquet (`requests`, the
     run's), computed as the judge and the pages compute them."""
     line = CellLine(cell, row["status"], client_bound=bool(row.get("client_bound")))
+    if cell.phase == RATE and requests.num_rows:
+        mine = requests.filter(pc.is_in(requests.column("request_id"),
+                                        pa.array(_ids_of(cell, requests))))
+        start, end = row.get("window_start_ns"), row.get("window_end_ns")
+        return _rate_figures(line, mine, row, (start, end) if start is not None else None)
     if line.status not in NUMBER_STATUSES or not requests.num_rows:
         return line
     mine = requests.filter(pc.and_(pc.and_(pc.equal(requests.column("phase"), cell.phase),
@@ -154,15 +170,40 @@ def _prefill_figures(line: CellLine, table: pa.Table) -> None:
         line.tok_s, line.ttft_ms = pm.prompt_tok_s, pm.ttft_ms
 
 
-def _traffic_figures(line: CellLine, table: pa.Table) -> None:
+def _traffic_figures(line: CellLine, table: pa.Table,
+                     purposes: tuple[str, ...] = (PURPOSE_REUSE, PURPOSE_TURN)) -> None:
     """A traffic cell's median TTFT over its measured requests (the pages chart the rest)."""
-    rows = table.filter(pc.is_in(table.column("purpose"), pa.array([PURPOSE_REUSE, PURPOSE_TURN])))
+    rows = table.filter(pc.is_in(table.column("purpose"), pa.array(list(purposes))))
     firsts = [(ns[0] - send) / 1e6 for ns, send in zip(rows.column("chunk_ns").to_pylist(),
                                                        rows.column("send_ns").to_pylist(), strict=True)
               if ns and send is not None]
     line.ttft_ms = float(np.median(firsts)) if firsts else None
     line.reused = requests_ratio(rows.column("prompt_tokens").to_pylist(),
                                  rows.column("cached_tokens").to_pylist())
+
+
+def _ids_of(cell: Cell, requests: pa.Table) -> list[str]:
+    """The request ids of a rate cell's rows (its full key: phase, context, cap, rate)."""
+    keys = zip(requests.column("phase").to_pylist(), requests.column("context").to_pylist(),
+               requests.column("concurrency").to_pylist(),
+               requests.column("rate_target").to_pylist() if "rate_target" in requests.column_names
+               else [None] * requests.num_rows, requests.column("request_id").to_pylist(), strict=True)
+    return [rid for phase, ctx, c, rate, rid in keys
+            if (phase, ctx, c, rate) == (cell.phase, cell.context, cell.concurrency, cell.rate)]
+
+
+def _rate_figures(line: CellLine, table: pa.Table | None, columns: Mapping[str, Any],
+                  window: tuple[int, int] | None) -> CellLine:
+    """A rate cell's median TTFT, and the load it delivered (schedule computed again
+    from its seed), whatever its status: a cell that did not deliver shows why."""
+    if table is None or not table.num_rows or window is None or columns.get("arrivals") is None:
+        return line
+    if line.status in NUMBER_STATUSES:
+        _traffic_figures(line, table, (PURPOSE_ARRIVAL,))
+        line.reused = None
+    line.load = load_of(parse_process(columns["arrivals"]), line.cell, window,
+                        int(columns["arrival_seed"]), table)
+    return line
 
 
 def matrix_text(line: CellLine) -> str:
@@ -206,6 +247,10 @@ def row(line: CellLine, energy: bool) -> str:
     j = f"{shown(j_per_token(line.j_per_token), decode):>{_J}}" if energy else ""
     # what a traffic cell's server reused: the figure its pages lead with (rundir/reuse.py)
     reused = f", {line.reused:.1f}% cached" if line.reused is not None and measured else ""
+    if line.load is not None:  # what the client delivered, whatever the verdict
+        lag = line.load.lag_p99_ms
+        reused = (f", {line.load.achieved_rate:.3g} req/s sent of {line.load.schedule_rate:.3g} "
+                  f"scheduled" + (f", lag p99 {lag:.2f} ms" if lag is not None else ""))
     return (f"{cell_label(line.cell):<{_LABEL}}{tok:>{_TOK}}{req:>{_REQ}}{first:>{_TTFT}}{j}"
             f"  {status_label(line.status)}{MARK if line.client_bound else ''}{reused}")
 

@@ -29,6 +29,7 @@ from bench.distributed.coordinator import Coordinator
 from bench.distributed.shard_messages import ShardSetup
 from bench.distributed.shards import ShardedCellRunner, ShardPool, ShardSource
 from bench.measure.cells import CellOutcome, CellRunner
+from bench.measure.rate_cells import RateRunner
 from bench.measure.stream import StreamClient
 from bench.measure.traffic_cells import TrafficRunner
 from bench.run.progress import Progress
@@ -37,7 +38,7 @@ from bench.server.engines import ServerError, ServerInfo, probe_server
 from bench.server.sampler import MetricsSampler
 from bench.server.telemetry import start_telemetry
 from bench.workload.prompts import PromptFactory
-from rundir.contract import CONVERSATION, DECODE, ERROR, PENDING, ContractError
+from rundir.contract import CONVERSATION, DECODE, ERROR, PENDING, RATE, ContractError
 from rundir.redact import redact_url
 from rundir.words import context_label
 
@@ -54,7 +55,7 @@ class Spread(NamedTuple):
     hosts: int
 
 
-def _streams_here(plan: Plan, todo: list[Cell], hosts: int) -> int:
+def _streams_here(plan: Plan, todo: list[Cell], hosts: int, duration_s: float) -> int:
     """The most streams one process of this host holds at once: a decode
     cell's share (shard processes inherit this process's limit; `hosts`
     share a cell of --shard i/N), a prefill cell's one."""
@@ -63,9 +64,18 @@ def _streams_here(plan: Plan, todo: list[Cell], hosts: int) -> int:
         if cell.phase == DECODE:
             share = hosts if hosts > 1 else cell_shards(plan.workers, cell.concurrency)
             most = max(most, math.ceil(cell.concurrency / share))
+        elif cell.phase == RATE:  # its cap, or every request of its window at once
+            most = max(most, cell.concurrency or rate_requests_bound(cell, duration_s))
         elif cell.traffic:  # a traffic cell's streams all run here
             most = max(most, cell.concurrency)
     return most
+
+
+def rate_requests_bound(cell: Cell, duration_s: float) -> int:
+    """The most requests an uncapped rate cell can have open: all of its window's
+    (a Poisson count past 6 sigma above rate × duration is never seen)."""
+    mean = (cell.rate or 0) * duration_s
+    return math.ceil(mean + 6 * math.sqrt(mean) + 1)
 
 
 def label(cell: Cell) -> str:
@@ -91,7 +101,7 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     try:
         check_families(where.hostname or "", where.port or 80, opts.source_addresses)
         hosts_n = opts.shard[1] if opts.shard is not None else 1
-        raised = ensure_open_files(_streams_here(plan, todo, hosts_n), "the largest cell")
+        raised = ensure_open_files(_streams_here(plan, todo, hosts_n, s.duration_s), "the largest cell")
     except ValueError as exc:
         raise RunError(str(exc)) from None
     sources, why = plan_sources(where.hostname or "", opts.source_addresses,
@@ -102,6 +112,7 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     sampler = MetricsSampler(info, opts.api_key)
     telemetry = start_telemetry(opts.gpu_telemetry, info.base_url, progress.note)
     runner = CellRunner(info, client, prompts, sampler, s, clean)
+    rates = RateRunner.from_parameters(runner, store.info.parameters)
     traffic = TrafficRunner(runner, lambda cell: [
         c.turn for c in todo if c.phase == CONVERSATION and c.turn is not None
         and (c.context, c.concurrency) == (cell.context, cell.concurrency)])
@@ -151,8 +162,9 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
             cell_runner = runner if shards == 1 else ShardedCellRunner(runner, source, shards)
             # one process on each host; --workers: the cell's share, on this host
             spread = Spread(shards, shards if hosts is not None else 1)
-            outcome = await _run_cell(traffic if cell.traffic else cell_runner, cell, interrupted,
-                                      store, clean, url)
+            measurer = (rates if cell.phase == RATE else traffic if cell.traffic
+                        else cell_runner)
+            outcome = await _run_cell(measurer, cell, interrupted, store, clean, url)
             _save_cell(cell, outcome, spread, store, sampler, telemetry, progress, clean)
             # Collect now and freeze the survivors, so a garbage-collection
             # pass over everything measured so far cannot stall the next window.
@@ -189,12 +201,12 @@ def _setup(k: int, prefix: str, info: ServerInfo, api_key: str | None, s, secret
     return ShardSetup(k, prefix, dataclasses.replace(info, base_url=""), None, s, ())
 
 
-async def _run_cell(runner: CellRunner | ShardedCellRunner | TrafficRunner, cell: Cell,
+async def _run_cell(runner: CellRunner | ShardedCellRunner | TrafficRunner | RateRunner, cell: Cell,
                     interrupted: asyncio.Event, store: RunStore, clean, url: str) -> CellOutcome:
     """Measure one cell; a server that fails, refuses the key or an interrupt
     ends the run here, before anything of the cell is stored."""
     try:
-        if isinstance(runner, TrafficRunner):
+        if isinstance(runner, TrafficRunner | RateRunner):
             outcome = await runner.run(cell, interrupted)
         elif cell.phase == DECODE:
             outcome = await runner.decode(cell, interrupted)

@@ -173,7 +173,8 @@ class ScriptedClient:
         self.fail_stream = fail_stream
         self.sent: list[tuple[str, str, int]] = []  # (request id, prompt text, max_tokens)
 
-    async def post_stream(self, path, payload, rid, cancel=None, on_start=None, spill=None) -> StreamResult:
+    async def post_stream(self, path, payload, rid, cancel=None, on_start=None, spill=None,
+                          at_ns=None) -> StreamResult:
         text, max_tokens = payload["messages"][-1]["content"], payload["max_tokens"]
         self.sent.append((rid, text, max_tokens))
         if max_tokens == 1:  # a prefix fill

@@ -1,0 +1,208 @@
+"""Running rate cells (issue 34): requests that arrive on a schedule (open loop).
+
+Before a cell starts its schedule is computed (rundir/arrivals.py): the offsets
+from the window's start of every arrival in [0, duration), from the run's
+arrival process, the cell's offered rate and cell_seed(run seed, cell key). The
+run seed is --arrival-seed, or derived from the run id (rundir.arrivals.seed_from_text); run.yaml
+and every rate cell's `arrival_seed` hold it, so a cell's schedule can be
+computed again from its row (`cell_schedule`).
+
+Each request is sent at window start + its offset: a timer loop sleeps until
+LEAD_NS before the next due time (computed from the window's start, never by
+adding up sleeps, so it cannot drift) and starts every request that is that
+close; each opens its connection then and sends its request at its due time
+(StreamClient's `at_ns`: the server sees the request arrive on schedule, not a
+connect's round trips late; a pooled keep-alive client's requests arrive the
+same way). A request due while the cap on requests in flight is full
+waits in the client for a slot: that wait is its send lag (send_ns -
+scheduled_ns), and it counts in its TTFT from the schedule. When the window
+ends nothing more is sent (a request still waiting for a slot is never sent);
+what is in flight is drained for up to the drain timeout, then cancelled.
+
+Every request has its own prompt at the cell's context (variants of one base,
+each with its own prefix, as a decode cell's streams have) and asks for the
+run's rate output tokens with the engine profile's ignore_eos, so each runs
+to the same length and its E2E means something.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bench.core.plan import Cell, more_than_slots
+from bench.measure.cells import CellOutcome, CellRunner
+from bench.measure.monitor import gc_paused
+from bench.measure.records import RequestRecord, context_refused
+from rundir.arrivals import LoadCheck, Process, cell_seed, check_load, parse_process, schedule
+from rundir.contract import (
+    ERROR,
+    LOAD_NOT_DELIVERED,
+    OVER_CAPACITY,
+    PENDING,
+    PURPOSE_ARRIVAL,
+    REQUESTS_QUEUED,
+    VALID,
+)
+
+LEAD_NS = 10_000_000  # a request's connection opens this long before its due time
+
+
+def rate_tag(cell: Cell, i: int) -> str:
+    """The prompt tag of request `i` of a rate cell (unique per cell and request)."""
+    return f"a{cell.context}-q{cell.concurrency}-r{cell.rate:g}-n{i}"
+
+
+@dataclass(frozen=True)
+class RateSettings:
+    """What every rate cell of a run shares (run.yaml's parameters)."""
+
+    process: Process
+    seed: int  # the run's seed; a cell's is cell_seed(seed, key)
+    output: int  # max_tokens of every request
+
+
+def cell_schedule(process: Process, cell: Cell, window_ns: int, seed: int) -> np.ndarray:
+    """A rate cell's arrival offsets (ns from its window's start), from the run's seed."""
+    return schedule(process, float(cell.rate), window_ns / 1e9, cell_seed(seed, cell.key))
+
+
+def load_of(process: Process, cell: Cell, window: tuple[int, int], seed: int,
+            table: pa.Table) -> LoadCheck:
+    """The delivered load of a rate cell from its stored rows (`table`: its requests):
+    the schedule computed again from the seed, each scheduled request sent when a
+    row has its scheduled time. Shared by the judge and the terminal's lines."""
+    start, end = window
+    scheduled = start + cell_schedule(process, cell, end - start, seed)
+    rows = table.filter(pc.equal(table.column("purpose"), PURPOSE_ARRIVAL))
+    sent_at = dict(zip(rows.column("scheduled_ns").to_pylist(), rows.column("send_ns").to_pylist(),
+                       strict=True))
+    send = np.array([sent_at.get(int(t), -1) for t in scheduled], dtype=np.int64)
+    return check_load(process, float(cell.rate), (end - start) / 1e9, scheduled, send, start)
+
+
+def judge_rate(cell: Cell, records: list[RequestRecord], load: LoadCheck, slots: int | None,
+               drain_s: float) -> tuple[str, str | None]:
+    """(status, reason) of a rate cell (pure): a failed request ends it Error (Over
+    capacity when the server refused the context); a request still open after the
+    drain, Error; a load the client did not deliver, Load not delivered with its
+    figures; else Valid, or Requests queued when the cap exceeds the server's slots
+    (the key's cap of C in flight was never served at once)."""
+    failed = next((r for r in records if r.error), None)
+    if failed is not None:
+        if context_refused(failed.error, failed.status):
+            return OVER_CAPACITY, f"server refused the context: {failed.error}"
+        return ERROR, str(failed.error)
+    open_ = sum(r.cancelled for r in records)
+    if open_:
+        return ERROR, (f"{open_} of {len(records)} requests were still running {drain_s:g} s "
+                       f"after the window: cancelled, not finished")
+    if not load.delivered:
+        return LOAD_NOT_DELIVERED, load.reason
+    if more_than_slots(cell.concurrency, slots):
+        queued = (f"cap {cell.concurrency} requests in flight, {slots} server "
+                  f"slot{'' if slots == 1 else 's'}: at most {slots} ran at once, the others "
+                  f"waited in the server's queue")
+        return REQUESTS_QUEUED, "; ".join(filter(None, [queued, load.reason]))
+    return VALID, load.reason  # None, or a note (e.g. too few gaps to test)
+
+
+class RateRunner:
+    """Runs rate cells with a CellRunner's client, prompts and settings."""
+
+    def __init__(self, runner: CellRunner, settings: RateSettings) -> None:
+        self.runner = runner
+        self.rate = settings
+
+    @classmethod
+    def from_parameters(cls, runner: CellRunner, parameters) -> RateRunner:
+        """From run.yaml's parameters (a run without rate cells: poisson, seed 0)."""
+        return cls(runner, RateSettings(parse_process(parameters.arrivals or "poisson"),
+                                        parameters.arrival_seed or 0,
+                                        parameters.rate_output_tokens or 1))
+
+    async def run(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:
+        r, rs = self.runner, self.rate
+        offsets = cell_schedule(rs.process, cell, r.window_ns, rs.seed)
+        base_tag = rate_tag(cell, 0)
+        base = await asyncio.to_thread(r.prompts.build, cell.context, base_tag)
+        slots = asyncio.Semaphore(cell.concurrency) if cell.concurrency else None
+        drained = asyncio.Event()  # the drain is over: cancel what is still open
+        tasks: list[asyncio.Task] = []
+
+        async def one(i: int, due: int) -> RequestRecord:
+            prompt = base if i == 0 else r.prompts.variant(base, base_tag, rate_tag(cell, i))
+            try:
+                rec = await r.send(cell, prompt, rs.output, PURPOSE_ARRIVAL, i, drained, at_ns=due)
+            finally:
+                if slots is not None:
+                    slots.release()
+            rec.scheduled_ns = due
+            return rec
+
+        with gc_paused():  # a full collection inside the window stalls the loop 8-20 ms
+            start, end = await self._window(cell, offsets, one, slots, interrupted, tasks)
+        if tasks and not interrupted.is_set():
+            await asyncio.wait(tasks, timeout=r.settings.drain_timeout_s)
+        drained.set()  # interrupted or past the drain: closing the connections aborts them
+        records = list(await asyncio.gather(*tasks))
+        if interrupted.is_set():
+            return CellOutcome(records, PENDING, "interrupted")
+        outcome = CellOutcome(records, PENDING, None, (start, end))
+        load = load_of(rs.process, cell, (start, end), rs.seed, outcome.table)
+        outcome.status, outcome.reason = judge_rate(cell, records, load, r.info.slots,
+                                                    r.settings.drain_timeout_s)
+        outcome.server = {"arrivals": str(rs.process), "arrival_seed": rs.seed,
+                          "rate_output_tokens": rs.output}
+        return outcome
+
+    async def _window(self, cell: Cell, offsets: np.ndarray, one, slots: asyncio.Semaphore | None,
+                      interrupted: asyncio.Event, tasks: list[asyncio.Task]) -> tuple[int, int]:
+        """Start each request LEAD_NS before its due time, under the cap; nothing
+        once the window is over. Returns the window (start_ns, end_ns)."""
+        start = time.monotonic_ns() + LEAD_NS + 1_000_000  # the first may be due at once
+        end = start + self.runner.window_ns
+        for i, offset in enumerate(offsets.tolist()):
+            due = start + offset
+            if not await _until(due - LEAD_NS, interrupted):
+                break
+            if slots is not None and not await _slot(slots, end, interrupted):
+                break  # the window ended while the cap was full: the rest are never sent
+            if time.monotonic_ns() >= end:
+                if slots is not None:
+                    slots.release()
+                break
+            tasks.append(asyncio.create_task(one(i, due)))
+        await _until(end, interrupted)
+        return start, end
+
+
+async def _until(due_ns: int, interrupted: asyncio.Event) -> bool:
+    """Return at or after `due_ns` (CLOCK_MONOTONIC); False when interrupted first."""
+    while True:
+        left = due_ns - time.monotonic_ns()
+        if interrupted.is_set():
+            return False
+        if left <= 0:
+            return True
+        await asyncio.sleep(min(left / 1e9, 0.05))
+
+
+async def _slot(slots: asyncio.Semaphore, end_ns: int, interrupted: asyncio.Event) -> bool:
+    """A place under the cap, waited for until the window ends; False: none came."""
+    if not slots.locked():
+        await slots.acquire()
+        return True
+    left = (end_ns - time.monotonic_ns()) / 1e9
+    if left <= 0 or interrupted.is_set():
+        return False
+    try:
+        await asyncio.wait_for(slots.acquire(), left)
+    except TimeoutError:
+        return False
+    return True

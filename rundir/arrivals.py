@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -423,3 +424,22 @@ def _gap_test(process: Process, rate: float, gaps_ns: np.ndarray, slack_ms: floa
                         f"Kolmogorov-Smirnov D = {d:.3f} over {n} gaps (to within {_fmt(slack_ms)} ms), "
                         f"p = {p:.2g} < {SIGNIFICANCE:g}.")
     return d, p
+
+
+def stored_load(process: Process, rate: float, key: tuple, window_start_ns: int,
+                window_end_ns: int, run_seed: int, scheduled_ns: Sequence[int],
+                send_ns: Sequence[int]) -> LoadCheck:
+    """A stored rate cell's delivered load: its schedule made again from the run's
+    seed and the cell's key (`key`: rundir.contract.cell_key of its row), each
+    scheduled request sent when a stored request has its scheduled time.
+
+    Why again from the seed: a request the client never sent (due while the cap
+    was full when the window ended) has no row, yet it was offered; the seed the
+    run recorded makes the whole schedule, so the collector's verdict and the
+    builder's figures count it alike."""
+    window_ns = window_end_ns - window_start_ns
+    offsets = schedule(process, rate, window_ns / _NS, cell_seed(run_seed, key))
+    scheduled = window_start_ns + offsets
+    sent_at = dict(zip((int(t) for t in scheduled_ns), (int(t) for t in send_ns), strict=True))
+    send = np.array([sent_at.get(int(t), -1) for t in scheduled], dtype=np.int64)
+    return check_load(process, rate, window_ns / _NS, scheduled, send, window_start_ns)

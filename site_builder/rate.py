@@ -119,10 +119,12 @@ def cell_figures(row: dict[str, Any], requests: list[dict[str, Any]]) -> RateCel
     cell.window_s = (end - start) / 1e9
     sched = _ns([r.get("scheduled_ns") for r in requests])
     inside = [r for r, s in zip(requests, sched, strict=True) if start <= s < end]
-    if cell.arrivals:
-        check = arrivals.check_load(arrivals.parse_process(cell.arrivals), cell.rate_target,
-                                    cell.window_s, sched, _ns([r["send_ns"] for r in requests]),
-                                    int(start))
+    if cell.arrivals and row.get("arrival_seed") is not None:
+        # the schedule made again from the run's seed: a request never sent has no row
+        check = arrivals.stored_load(arrivals.parse_process(cell.arrivals), cell.rate_target,
+                                     contract.cell_key(row), int(start), int(end),
+                                     int(row["arrival_seed"]), sched.tolist(),
+                                     [r["send_ns"] for r in requests])
         cell.scheduled, cell.sent = check.scheduled, check.sent
         cell.schedule_rate, cell.rate_achieved = check.schedule_rate, check.achieved_rate
         cell.rate_uncertainty = check.rate_uncertainty

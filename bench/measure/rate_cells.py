@@ -39,7 +39,14 @@ from bench.core.plan import Cell, more_than_slots
 from bench.measure.cells import CellOutcome, CellRunner
 from bench.measure.monitor import gc_paused
 from bench.measure.records import RequestRecord, context_refused
-from rundir.arrivals import LoadCheck, Process, cell_seed, check_load, parse_process, schedule
+from rundir.arrivals import (
+    LoadCheck,
+    Process,
+    cell_seed,
+    parse_process,
+    schedule,
+    stored_load,
+)
 from rundir.contract import (
     ERROR,
     LOAD_NOT_DELIVERED,
@@ -77,13 +84,9 @@ def load_of(process: Process, cell: Cell, window: tuple[int, int], seed: int,
     """The delivered load of a rate cell from its stored rows (`table`: its requests):
     the schedule computed again from the seed, each scheduled request sent when a
     row has its scheduled time. Shared by the judge and the terminal's lines."""
-    start, end = window
-    scheduled = start + cell_schedule(process, cell, end - start, seed)
     rows = table.filter(pc.equal(table.column("purpose"), PURPOSE_ARRIVAL))
-    sent_at = dict(zip(rows.column("scheduled_ns").to_pylist(), rows.column("send_ns").to_pylist(),
-                       strict=True))
-    send = np.array([sent_at.get(int(t), -1) for t in scheduled], dtype=np.int64)
-    return check_load(process, float(cell.rate), (end - start) / 1e9, scheduled, send, start)
+    return stored_load(process, float(cell.rate), cell.key, window[0], window[1], seed,
+                       rows.column("scheduled_ns").to_pylist(), rows.column("send_ns").to_pylist())
 
 
 def judge_rate(cell: Cell, records: list[RequestRecord], load: LoadCheck, slots: int | None,

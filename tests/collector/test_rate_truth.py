@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rundir.contract import PURPOSE_ARRIVAL, RATE, VALID
+from rundir.contract import LOAD_NOT_DELIVERED, PURPOSE_ARRIVAL, RATE, VALID
 from rundir.io import read_run
 from site_builder.rate import rate_cells
 from tests.conftest import run_cli
@@ -62,7 +62,11 @@ def test_the_published_load_is_the_load_the_server_saw(refserver, tmp_path, rate
                        for r, t in zip(counted, arrived, strict=True))
     assert cell.tails["ttft_ms_p50"] >= float(np.percentile(true_ttft, 50)) - 1e-6
     assert cell.tails["ttft_ms_p50"] - float(np.percentile(true_ttft, 50)) < TRANSPORT_MS
-    assert cell.status == VALID, cell.reason
+    # Valid unless the client fell behind its schedule, as a loaded host can make it at
+    # 500/s: then the cell says so with the figures the builder found in the raw rows
+    assert cell.status == (LOAD_NOT_DELIVERED if cell.load_problems else VALID), cell.reason
+    if cell.load_problems:
+        assert cell.reason.startswith(" ".join(cell.load_problems))
 
 
 def test_a_client_that_cannot_send_on_time_did_not_deliver_the_load(refserver, tmp_path) -> None:
@@ -72,5 +76,10 @@ def test_a_client_that_cannot_send_on_time_did_not_deliver_the_load(refserver, t
     run = collect(srv, tmp_path / "run", "--rate", "20", "--duration", "2", "--rate-cap", "1",
                   "--rate-output", "50", "--arrivals", "constant")
     (cell,) = rate_cells(run.cells, run.requests)
-    assert cell.status == "load_not_delivered", cell.reason
-    assert cell.send_lag_ms_p99 > 100 and "p99 send lag" in cell.reason
+    assert cell.status == LOAD_NOT_DELIVERED, cell.reason
+    # about 8 of 40 sent (0.25 s or more each, one at a time; fewer on a slow host):
+    # the rest waited in the client past the window, offered but never sent
+    assert cell.scheduled == 40 and 1 <= cell.sent <= 9
+    assert cell.reason.startswith(f"Sent {cell.sent} of the 40 requests scheduled in the 2 s "
+                                  f"window ({100 * cell.sent / 40:.1f}%, needs 99%). Send lag p99 was ")
+    assert cell.send_lag_ms_p99 > 1000

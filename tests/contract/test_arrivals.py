@@ -312,3 +312,20 @@ def test_nothing_scheduled_and_bad_arrays() -> None:
     assert c.reason is not None and c.reason.startswith("The schedule put no request in the 1 s window.")
     with pytest.raises(ValueError, match="one length"):
         check_load(POISSON, 1.0, 1.0, np.zeros(3, dtype=np.int64), np.zeros(2, dtype=np.int64), 0)
+
+
+def test_a_stored_cell_counts_the_requests_it_never_sent() -> None:
+    """A request due while the cap was full when the window ended has no row: the
+    schedule made again from the recorded seed still counts it as offered."""
+    from rundir.arrivals import Process, cell_seed, schedule, stored_load
+
+    process, key, seed, start = Process("poisson"), ("rate", 1024, 2, None, None, 20.0), 7, 1_000
+    scheduled = start + schedule(process, 20.0, 3.0, cell_seed(seed, key))
+    stored = scheduled[: len(scheduled) // 2].tolist()  # the rows: the first half, sent on time
+    check = stored_load(process, 20.0, key, start, start + 3_000_000_000, seed, stored, stored)
+    assert (check.scheduled, check.sent) == (len(scheduled), len(stored))
+    assert not check.delivered and check.problems[0].startswith(f"Sent {len(stored)} of the ")
+    # the same key with its numbers as another type makes the same schedule (a row's float)
+    again = stored_load(process, 20, ("rate", 1024, 2, None, None, 20), start,
+                        start + 3_000_000_000, seed, stored, stored)
+    assert again.scheduled == check.scheduled

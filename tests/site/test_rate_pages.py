@@ -92,8 +92,8 @@ def test_run_page_shows_the_curve(site: Path) -> None:
     assert "1K context, no cap on requests in flight · knee 2/s" in text
     assert "1/s 1/s 0.20 ms 0.20 ms 1/s 17.0 100 ms 100 ms — — 10.0 ms — 100.0% Valid" in text
     assert "2/s knee 2/s 0.20 ms 0.20 ms 2/s 34.0 100 ms 100 ms — — 10.0 ms — 100.0% Valid" in text
-    assert "4/s 4/s 0.20 ms 0.20 ms 3.34/s 56.8 2,075 ms 3,655 ms — — 10.0 ms — 48.8% Valid" in text
-    assert ("8/s 8/s 50.0 ms 50.0 ms 7.93/s 134.7 100 ms 100 ms 100 ms 150 ms 10.0 ms 10.0 ms "
+    assert "4/s 4/s 0.20 ms 0.20 ms 3.32/s 56.5 2,075 ms 3,655 ms — — 10.0 ms — 48.8% Valid" in text
+    assert ("8/s 8/s 50.0 ms 50.0 ms 7.9/s 134.3 100 ms 100 ms 100 ms 150 ms 10.0 ms 10.0 ms "
             f"100.0% Load not delivered : {rate_runs.LAG_REASON}") in text
     assert "counts in its TTFT from schedule" in text  # client-side queueing, said
     assert '<a href="../../methodology.html#load-not-delivered">Load not delivered</a>' in html

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from rundir import contract
+from rundir import arrivals, contract
 from rundir.io import read_table, write_table
 
 MS = 1_000_000
@@ -41,8 +41,9 @@ CELLS = {
     8.0: (50.0, lambda i: 100.0, contract.LOAD_NOT_DELIVERED, LAG_REASON),
 }
 KNEE = 2.0
-# The last request of the 4/s cell: scheduled at 19.75 s, TTFT 100 + 50 × 79 ms.
-SPAN_4 = 19.75 + 0.0002 + 4.05 + TBT_SPAN_MS / 1000 + 0.001
+# The last request of the 4/s cell: scheduled at 19.875 s (a constant schedule sits half
+# a gap in: rundir.arrivals.schedule), TTFT 100 + 50 × 79 ms.
+SPAN_4 = 19.875 + 0.0002 + 4.05 + TBT_SPAN_MS / 1000 + 0.001
 
 
 def _request(n: int, rate: float, sched: int, lag_ms: float, ttft_ms: float) -> dict[str, Any]:
@@ -64,9 +65,10 @@ def add_rate(path: Path) -> Path:
     t = max(r["end_ns"] or r["send_ns"] for r in requests) + 1000 * MS
     n = 0
     for rate, (lag, ttft, status, reason) in CELLS.items():
-        start, gap = t, int(1e9 / rate)
-        for i in range(int(WINDOW_S * rate)):
-            requests.append(_request(n, rate, start + i * gap, lag, ttft(i)))
+        start = t
+        # the schedule the seed makes (the builder makes it again from the recorded seed)
+        for i, offset in enumerate(arrivals.schedule(arrivals.Process("constant"), rate, WINDOW_S, 7)):
+            requests.append(_request(n, rate, start + int(offset), lag, ttft(i)))
             n += 1
         cells.append({"phase": contract.RATE, "context": CONTEXT, "concurrency": 0,
                       "status": status, "reason": reason, "window_start_ns": start,

@@ -81,3 +81,33 @@ def test_vllm_delivers_the_reuse_asked(vllm_server, tmp_path: Path) -> None:
     cells, requests = traffic_run(vllm_server.base_url, tmp_path / "run")
     check_traffic(cells, requests, block=128, source="counters")
     assert all(r["cached_tokens"] % 128 == 0 for r in requests if r["cached_tokens"])
+
+
+@pytest.mark.engine_llama
+def test_llama_server_rate_cells_publish_the_load_it_received(llama_server, tmp_path: Path) -> None:
+    """`bench run --rate 2,8` on llama-server: every offered request that was sent
+    ran to its fixed output, the page states the load the server received, and
+    each cell's status follows the load check the builder makes from the raw rows."""
+    from rundir.contract import LOAD_NOT_DELIVERED, PURPOSE_ARRIVAL, RATE
+    from site_builder.rate import rate_cells
+
+    out = tmp_path / "data" / "run"
+    res = run_cli("bench", "run", "--base-url", llama_server.base_url, "--out", str(out),
+                  "--contexts", "1k", "--concurrency", "1", "--no-prefill", "--duration", "3",
+                  "--warmup-stable", "0.5", "--max-output", "32", "--server-wait", "5",
+                  "--rate", "2,8", "--rate-output", "16", "--arrival-seed", "3", timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = read_run(out)
+    rows = [r for r in run.requests.to_pylist() if r["phase"] == RATE]
+    assert rows and all(r["purpose"] == PURPOSE_ARRIVAL and r["error"] is None for r in rows)
+    assert all(r["finish_reason"] == "length" and r["chunk_tokens"][-1] == 16 for r in rows)
+    cells = {c.rate_target: c for c in rate_cells(run.cells, run.requests)}
+    assert sorted(cells) == [2.0, 8.0]
+    for cell in cells.values():
+        assert cell.sent == len([r for r in rows if r["rate_target"] == cell.rate_target])
+        assert cell.status == (LOAD_NOT_DELIVERED if cell.load_problems else VALID), cell.reason
+    site = tmp_path / "site"
+    built = run_cli("build-site", "--data", str(tmp_path / "data"), "--out", str(site))
+    assert built.returncode == 0, built.stderr[-2000:]
+    page = next(site.rglob("runs/*/index.html")).read_text(encoding="utf-8")
+    assert "Request rate" in page and "send lag" in page.lower()

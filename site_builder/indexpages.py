@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rundir import words
-from site_builder import runrows, trafficpage
+from site_builder import raterank, runrows, trafficpage
 from site_builder.render import json_script
 from site_builder.views import RunView
 
@@ -91,7 +91,7 @@ def _badge(run: RunView) -> list[str] | str:
 def _traffic_title(run: RunView) -> str:
     """What a run measured besides its matrix (``also measured: prefix reuse 0–99%,
     4 turns``), the model cell's hover text; "" for a run without traffic cells."""
-    what = trafficpage.summary(run.agg.traffic)
+    what = raterank.also_measured(run, trafficpage.summary(run.agg.traffic))
     return f"also measured: {what}" if what else ""
 
 

@@ -25,6 +25,7 @@ from site_builder import (
     oppoint,
     rankings,
     ratepage,
+    raterank,
     runrows,
     slo,
     trafficpage,
@@ -383,7 +384,8 @@ class Pages:
                              peak_notes=_peak_notes(model.runs), nav="runs",
                              oppoint=rankings.page_context(model.runs, index=False, models=[model]),
                              tail_levels=lv, matrix_notes=family_matrix_notes(),
-                             also_measured=lambda r: trafficpage.summary(r.agg.traffic))
+                             also_measured=lambda r: raterank.also_measured(
+                                 r, trafficpage.summary(r.agg.traffic)))
 
     def compare_page(self, runs: list[RunView]) -> str:
         # A site with traffic cells: their A/B tables, and the status rules that know
@@ -393,15 +395,18 @@ class Pages:
                              pick=compare_default(runs), metrics=COMPARE_METRICS, nav="compare",
                              traffic=traffic, STATUS_RULES=statuses.js_rules(traffic))
 
-    def explore_page(self, data: dict[str, Any], traffic: bool = False) -> str:
+    def explore_page(self, data: dict[str, Any], traffic: bool = False, rate: bool = False) -> str:
         """The explorer: its controls, and the default view's picture for readers without JS.
-        `traffic`: some run has prefix-reuse or conversation cells, which the explorer
-        leaves out (its points are decode matrix cells): a note says where they are."""
+        `traffic` / `rate`: some run has prefix-reuse or conversation cells / rate cells,
+        which the explorer leaves out (its points are decode matrix cells): a note says
+        where they are."""
         dates = sorted(r["date"] for r in data["runs"] if r.get("date"))
         return self.r.render("explore.html", depth=0, families=data["families"], nav="explore",
                              filters=explore.filter_options(data["runs"]),
                              dates=(dates[0], dates[-1]) if dates else None,
-                             traffic_note=trafficpage.EXPLORE_NOTE if traffic else "",
+                             traffic_note=" ".join(note for note, has in ((trafficpage.EXPLORE_NOTE, traffic),
+                                                                          (raterank.EXPLORE_NOTE, rate))
+                                                   if has),
                              slo_spec=data.get("slo", ""), **explorecharts.default_picture(data))
 
     def downloads_page(self, runs: list[RunView]) -> str:

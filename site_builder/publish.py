@@ -371,7 +371,8 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
              "colors": chartkit.LINE_COLORS, "rest_color": chartkit.REST_COLOR}
     index, scripts = exploredata.scripts(data)  # an index, the points by family and context
     writer.write("explore.html", pages.explore_page(data | {"explore_index": index},
-                                                    traffic=any(v.agg.traffic for v in views)))
+                                                    traffic=any(v.agg.traffic for v in views),
+                                                    rate=any(v.agg.rate for v in views)))
     for rel, text in scripts:
         writer.write(rel, text)
     bar.advance(task, 8)

@@ -27,7 +27,7 @@ import json
 from typing import Any
 
 from rundir import contract, tails, words
-from site_builder import slo
+from site_builder import raterank, slo
 from site_builder.aggregate import CellResult
 from site_builder.oppoint import (
     COST_METRIC,
@@ -226,4 +226,6 @@ def page_context(runs: list[RunView], *, index: bool,
         "nearest_note": NEAREST_NOTE,
         "data_dir": DATA_DIR,
         "slo": slo_context(first.runs if first else runs, SLO_TOP if index else None, metrics),
+        # the sustained request rate under the build's limits (runs with rate cells only)
+        "rate": raterank.ranking(first.runs if first else runs, run_limits(runs).slo),
     }

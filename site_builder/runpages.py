@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from site_builder import curves, load, prices, runrows, slo
+from site_builder import curves, load, prices, raterank, runrows, slo
 from site_builder.aggregate import AggregateCache, aggregate_run
 from site_builder.pages import Pages
 from site_builder.render import json_script
@@ -50,6 +50,16 @@ def _details(cache: AggregateCache, run: RunView, src_dir: Path) -> dict[str, An
 
 
 DATA_FILES = ("cells.csv", "cells.json", "curve.csv", "curve.json", "data.js")
+# Runs with rate cells only: their rate curve. Kept out of curve.csv, whose points are
+# MLPerf's endpoint curve (one decode cell at a fixed number of requests each, its fixed
+# columns documented in docs/data-format.md): a rate point's x is an offered rate, and its
+# knee flag depends on the build's limits.
+RATE_FILES = ("rate_curve.csv", "rate_curve.json")
+
+
+def data_files(run: RunView) -> tuple[str, ...]:
+    """The download and data files a run's folder holds."""
+    return DATA_FILES + (RATE_FILES if run.agg.rate else ())
 
 
 def _write_data(writer: SiteWriter, run: RunView, base: str, key: str) -> None:
@@ -61,6 +71,11 @@ def _write_data(writer: SiteWriter, run: RunView, base: str, key: str) -> None:
     curve = curves.curve_record(run)
     writer.write(f"{base}/curve.csv", csv_text(curve["points"], curves.POINT_COLUMNS), key)
     writer.write(f"{base}/curve.json", json_text(curve), key)
+    if run.agg.rate:
+        limits = run.slo.slo if isinstance(run.slo, slo.RunSlo) else slo.DEFAULT
+        rated = raterank.curve_record(run, limits)
+        writer.write(f"{base}/rate_curve.csv", csv_text(rated["points"], raterank.CURVE_COLUMNS), key)
+        writer.write(f"{base}/rate_curve.json", json_text(rated), key)
     writer.write(f"{base}/data.js", "(window.SPEED_MATRIX_RUNS = window.SPEED_MATRIX_RUNS || {})"
                  f"[{json_script(run.slug)}] = {json_script(runrows.compare_data(run))};\n", key)
 
@@ -94,7 +109,7 @@ def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
     # The downloads and data script: keyed like the run page, plus its site-wide name and
     # its price (a cost is computed from it), so an unchanged run's are not made again.
     data_key = digest(f"{page_key}|{run.name}|{run.price!r}".encode())
-    if not all(writer.is_current(f"{base}/{name}", data_key) for name in DATA_FILES):
+    if not all(writer.is_current(f"{base}/{name}", data_key) for name in data_files(run)):
         _write_data(writer, run, base, data_key)
     for name, _size in run.raw_files:
         writer.copy(f"{base}/raw/{name}", src_dir / name, digest(f"{run.agg.digest}|{name}".encode()))

@@ -7,12 +7,14 @@ from __future__ import annotations
 import csv
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from rundir import contract
-from site_builder import load, rate, slo
+from site_builder import load, rate, raterank, slo
 from site_builder.aggregate import RunAggregate, aggregate_run
 from site_builder.publish import build_site
 from tests.support import rate_runs
@@ -131,3 +133,82 @@ def test_runs_without_rate_cells_unchanged(site: Path) -> None:
     assert 'id="request-rate"' not in html
     header = next(csv.reader((site / "runs" / "plain" / "cells.csv").open()))
     assert not set(COLUMNS) & set(header)
+
+
+# ---- ranked by the rate sustained under the SLO, and the rate curve's download ----------
+def _run(slug: str, cells: list[rate.RateCell]) -> SimpleNamespace:
+    """What raterank reads of a run: its rate cells (and a slug to tell it by)."""
+    return SimpleNamespace(slug=slug, agg=SimpleNamespace(rate=cells))
+
+
+def test_sustained_rate_is_the_highest_knee_of_a_contexts_curves(tmp_path: Path) -> None:
+    cells = _cells(tmp_path)
+    assert {ctx: j.cell.rate_target for ctx, j in raterank.sustained(cells, slo.DEFAULT).items()} \
+        == {1024: rate_runs.KNEE}
+    assert raterank.sustained(cells, slo.parse("ttft_p50=50")) == {1024: None}
+    # a capped curve sustaining 2/s beside an uncapped one sustaining 1/s: 2/s, named
+    capped = [replace(c, concurrency=4) for c in cells if c.rate_target <= 2]
+    both = [c for c in cells if c.rate_target == 1] + capped
+    best = raterank.sustained(both, slo.DEFAULT)[1024]
+    assert best.cell.rate_target == 2.0 and raterank.curve_label(best.cell) == "at most 4 in flight"
+    assert raterank.summary(cells, slo.DEFAULT) == "request rate 1–8/s, sustained 2/s at 1K"
+    assert raterank.summary(cells, slo.parse("ttft_p50=50")) == "request rate 1–8/s, sustained none at 1K"
+    assert raterank.summary([], slo.DEFAULT) == ""
+
+
+def test_ranking_orders_runs_by_sustained_rate(tmp_path: Path) -> None:
+    cells = _cells(tmp_path)
+    runs = [_run("none", [c for c in cells if c.rate_target >= 4]),  # 4/s fails, 8/s not delivered
+            _run("one", [c for c in cells if c.rate_target != 2]),  # knee 1/s
+            _run("plain", []),  # no rate cells: absent
+            _run("two", cells), _run("two-again", cells)]  # knee 2/s, tied
+    [group] = raterank.ranking(runs, slo.DEFAULT)
+    assert group["context"] == "1K"
+    got = [(e.run.slug, e.place, e.texts["sustained"], e.texts["highest"]) for e in group["entries"]]
+    assert got == [("two", 1, "2/s", "8/s"), ("two-again", 1, "2/s", "8/s"), ("one", 3, "1/s", "8/s"),
+                   ("none", None, raterank.NONE_TEXT, "8/s")]
+    assert group["entries"][0].texts == {"sustained": "2/s", "curve": "no cap", "completed": "2/s",
+                                         "ttft": "100 ms", "highest": "8/s"}
+    assert raterank.ranking([_run("plain", [])], slo.DEFAULT) == []
+
+
+def _section(html: str, cls: str) -> str:
+    m = re.search(rf'<section class="{cls}".*?</section>', html, re.S)
+    assert m, cls
+    return " ".join(re.sub(r"<[^>]+>", " ", m.group(0)).split())
+
+
+def test_family_page_and_index_rank_by_sustained_rate(site: Path) -> None:
+    for page in (site / "models" / "synth-4b.html", site / "index.html"):
+        html = page.read_text()
+        text = _section(html, "rate-rank")
+        assert "1K context # Run Sustained rate Curve Completed/s there TTFT p90 there Highest offered " \
+               "1 Synth-4B · with-rate 2/s no cap 2/s 100 ms 8/s A run's" in text, page
+        assert "TTFT p90 ≤ 2,000 ms" in text and "plain" not in text  # no rate cells: absent
+    family = (site / "models" / "synth-4b.html").read_text()
+    also = re.findall(r'<span class="muted also-measured">(.*?)</span>', family)
+    assert also == ["· also request rate 1–8/s, sustained 2/s at 1K"]  # the plain run: nothing
+    explore = (site / "explore.html").read_text()
+    assert re.search(r'id="ex-traffic">Request-rate cells are not drawn here', explore)
+
+
+def test_the_rate_curve_download(site: Path) -> None:
+    base = site / "runs" / "with-rate"
+    rows = list(csv.DictReader((base / "rate_curve.csv").open()))
+    assert list(rows[0]) == raterank.CURVE_COLUMNS
+    assert [(float(r["rate_target"]), r["status"], r["slo_meets"], r["knee"]) for r in rows] == [
+        (1.0, contract.VALID, "True", "False"), (2.0, contract.VALID, "True", "True"),
+        (4.0, contract.VALID, "False", "False"), (8.0, contract.LOAD_NOT_DELIVERED, "True", "False")]
+    four = rows[2]
+    assert float(four["completed_rps"]) == pytest.approx(80 / rate_runs.SPAN_4)
+    assert float(four["ttft_ms_p50"]) == pytest.approx(100 + 50 * 39.5)
+    assert float(four["ttft_ms_p90"]) == pytest.approx(3655.0) and four["ttft_ms_p99"] == ""
+    data = json.loads((base / "rate_curve.json").read_text())
+    assert data["slo"] == slo.DEFAULT_SPEC and data["knee_share"] == rate.KNEE_SHARE
+    assert [p["rate_target"] for p in data["points"] if p["knee"]] == [rate_runs.KNEE]
+    assert 'href="rate_curve.csv"' in (base / "index.html").read_text()
+    assert 'runs/with-rate/rate_curve.csv' in (site / "downloads.html").read_text()
+    # curve.csv stays the decode matrix's MLPerf curve; a run without rate cells has no rate curve
+    assert all(r["concurrency"] in ("1", "2") for r in csv.DictReader((base / "curve.csv").open()))
+    assert not (site / "runs" / "plain" / "rate_curve.csv").exists()
+    assert 'rate_curve' not in (site / "runs" / "plain" / "index.html").read_text()

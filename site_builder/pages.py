@@ -390,7 +390,7 @@ class Pages:
     def compare_page(self, runs: list[RunView]) -> str:
         # A site with traffic cells: their A/B tables, and the status rules that know
         # their statuses; without, the page as it was before them.
-        traffic = any(r.agg.traffic for r in runs)
+        traffic = any(r.agg.traffic or r.agg.rate for r in runs)  # rate cells: theirs too
         return self.r.render("compare.html", depth=0, groups=compare_groups(runs),
                              pick=compare_default(runs), metrics=COMPARE_METRICS, nav="compare",
                              traffic=traffic, STATUS_RULES=statuses.js_rules(traffic))

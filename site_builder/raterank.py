@@ -18,7 +18,7 @@ from typing import Any
 from rundir import words
 from site_builder import slo as slo_mod
 from site_builder.rate import KNEE_SHARE, Judged, RateCell
-from site_builder.ratepage import rate, tables
+from site_builder.ratepage import STATUS_ANCHORS, achieved, rate, tables
 from site_builder.views import RunView
 
 NONE_TEXT = "no offered rate sustained"
@@ -141,3 +141,24 @@ def curve_record(run: RunView, limits: slo_mod.Slo) -> dict[str, Any]:
     """rate_curve.json: the run, the limits the knee was judged under, its points."""
     return {"run_id": run.run_id, "slug": run.slug, "title": run.title, "slo": limits.spec,
             "knee_share": KNEE_SHARE, "points": curve_points(run.agg.rate, limits)}
+
+
+# The compare page's rate cells (runs/<slug>/data.js "rate"): key, status, figures and texts.
+COMPARE_FIELDS = ["context", "context_label", "concurrency", "reuse", "rate_target", "rate_text",
+                  "heading", "status", "status_label", "reason", "achieved", "achieved_text",
+                  "ttft_p90", "ttft_p90_text", "knee"]
+
+
+def compare_data(cells: list[RateCell], limits: slo_mod.Slo) -> dict[str, Any]:
+    """Each rate cell's key, status and figures with their texts as the run page prints
+    them (the knee under `limits`), so the compare page's script formats nothing."""
+    rows = []
+    for t in tables(cells, limits):
+        for j in t.rows:
+            c = j.cell
+            p90 = c.tail("ttft_ms", "p90")
+            rows.append([c.context, words.context_label(c.context), c.concurrency, c.reuse_target,
+                         c.rate_target, rate(c.rate_target), t.heading, c.status,
+                         words.status_label(c.status), c.reason, c.rate_achieved, achieved(c),
+                         p90, words.ttft(p90), j is t.knee])
+    return {"fields": COMPARE_FIELDS, "cells": rows, "anchors": dict(STATUS_ANCHORS)}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rundir import contract, tails, words
-from site_builder import metrictable, rate, ratepage, trafficpage
+from site_builder import metrictable, rate, ratepage, raterank, slo, trafficpage
 from site_builder.aggregate import CellResult
 from site_builder.views import RunView
 
@@ -177,6 +177,9 @@ def compare_data(run: RunView) -> dict[str, Any]:
                       *(["windows", *spans] if repeated else [])], "cells": cells}
     if run.agg.traffic:  # prefix reuse, conversations: runs without them, data.js as before
         out["traffic"] = trafficpage.compare_data(run.agg.traffic)
+    if run.agg.rate:  # rate cells: runs without them, data.js as before
+        limits = run.slo.slo if isinstance(run.slo, slo.RunSlo) else slo.DEFAULT
+        out["rate"] = raterank.compare_data(run.agg.rate, limits)
     return out
 
 

@@ -1,10 +1,13 @@
-/* The compare page's prefix-reuse and conversation tables (sites with traffic
-   cells only: the build writes this file and #ab-traffic only there). For the
+/* The compare page's prefix-reuse, conversation and request-rate tables (sites
+   with traffic or rate cells only: the build writes this file and #ab-traffic
+   only there). Rate cells: per offered rate both runs measured on the same curve
+   (context, cap, reuse), each run's achieved rate, TTFT p90 and status. For the
    two runs picked in compare.js's controls: per cell both runs measured at the
    same context, requests at once and reuse asked (prefix cells), or turn
    (conversation cells), each run's achieved reuse, TTFT, uncached prefill tok/s
    and status, side by side. Every number and word arrives formatted by the
-   build (runs/<slug>/data.js "traffic", site_builder/trafficpage.py). */
+   build (runs/<slug>/data.js "traffic" and "rate", site_builder/trafficpage.py and
+   raterank.py). */
 (function () {
   "use strict";
   var index = window.SPEED_MATRIX_INDEX;
@@ -46,13 +49,14 @@
   /* A run's traffic cells of one phase by their key, and the keys in the run's order. */
   function cellsOf(run, phase) {
     var out = { cells: {}, keys: [] };
-    var t = run && run.traffic;
+    var t = run && (phase === "rate" ? run.rate : run.traffic);
     if (!t) return out;
     t.cells.forEach(function (row) {
       var c = {};
       t.fields.forEach(function (name, i) { c[name] = row[i]; });
-      if (c.phase !== phase) return;
-      var key = [c.context, c.concurrency, phase === "prefix" ? c.target : c.turn].join("x");
+      if (phase !== "rate" && c.phase !== phase) return;
+      var key = phase === "rate" ? [c.context, c.concurrency, c.reuse, c.rate_target].join("x")
+        : [c.context, c.concurrency, phase === "prefix" ? c.target : c.turn].join("x");
       out.cells[key] = c;
       out.keys.push(key);
     });
@@ -95,13 +99,13 @@
     var groups = {}, order = [];
     pa.keys.forEach(function (key) {
       if (!pb.cells[key]) return;
-      var c = pa.cells[key], g = c.context + "x" + c.concurrency;
+      var c = pa.cells[key], g = c.context + "x" + c.concurrency + (spec.group ? "x" + c.reuse : "");
       if (!groups[g]) { groups[g] = []; order.push(g); }
       groups[g].push(key);
     });
     return order.map(function (g) {
       var first = pa.cells[groups[g][0]];
-      var caption = first.context_label + " context, " + first.concurrency + spec.atOnce;
+      var caption = spec.group ? first.heading : first.context_label + " context, " + first.concurrency + spec.atOnce;
       var table = el("table", "traffic ab " + spec.cls);
       table.appendChild(el("caption", null, caption));
       var head = table.createTHead().insertRow();
@@ -136,10 +140,17 @@
                 rowLabel: function (c) { return String(c.turn); },
                 none: "The two runs share no conversation turn (the same context, conversations at once and turn)." };
 
+  var RATE = { cls: "request-rate", title: "Request rate", group: true,
+               headers: ["Offered", "Achieved", "TTFT p90", "Status"],
+               figures: ["achieved", "ttft_p90"],
+               rowLabel: function (c) { return c.rate_text; },
+               none: "The two runs share no request-rate cell (the same context, cap on requests in flight, reuse and offered rate)." };
+
   function section(runs, phase, spec, id) {
     var pa = cellsOf(runs[0], phase), pb = cellsOf(runs[1], phase);
     if (!pa.keys.length && !pb.keys.length) return null;
-    var anchors = (runs[0].traffic || runs[1].traffic).anchors || {};
+    var field = phase === "rate" ? "rate" : "traffic";
+    var anchors = (runs[0][field] || runs[1][field]).anchors || {};
     var sec = el("section", "ab-traffic-part");
     sec.id = id;
     sec.appendChild(el("h2", null, spec.title + ", A and B"));
@@ -149,6 +160,10 @@
     if (phase === "prefix" && parts.length) {
       sec.appendChild(el("p", "note", "Achieved: the share of prompt tokens the requests report " +
         "cached, never the reuse asked for; a status other than Valid says where the two differ."));
+    }
+    if (phase === "rate" && parts.length) {
+      sec.appendChild(el("p", "note", "Achieved: the requests each run sent ÷ the window, with the " +
+        "schedule's chance spread; TTFT p90 from send. Each run's page has every figure and its knee."));
     }
     return sec;
   }
@@ -160,7 +175,8 @@
     Promise.all([loadRun(a), loadRun(b)]).then(function (runs) {
       if (mine !== shown) return;
       [section(runs, "prefix", PREFIX, "ab-prefix-reuse"),
-       section(runs, "conversation", TURNS, "ab-conversations")].forEach(function (s) {
+       section(runs, "conversation", TURNS, "ab-conversations"),
+       section(runs, "rate", RATE, "ab-request-rate")].forEach(function (s) {
         if (s) box.appendChild(s);
       });
     }).catch(function (err) { console.error(err); });

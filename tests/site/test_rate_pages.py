@@ -212,3 +212,23 @@ def test_the_rate_curve_download(site: Path) -> None:
     assert all(r["concurrency"] in ("1", "2") for r in csv.DictReader((base / "curve.csv").open()))
     assert not (site / "runs" / "plain" / "rate_curve.csv").exists()
     assert 'rate_curve' not in (site / "runs" / "plain" / "index.html").read_text()
+
+
+def _data_js(site: Path, slug: str) -> dict:
+    text = (site / "runs" / slug / "data.js").read_text()
+    return json.loads(text[text.index("] = ") + 4:].rstrip().rstrip(";"))
+
+
+def test_compare_data_carries_the_rate_cells(site: Path) -> None:
+    data = _data_js(site, "with-rate")["rate"]
+    rows = [dict(zip(data["fields"], row, strict=True)) for row in data["cells"]]
+    assert [(r["rate_text"], r["achieved_text"], r["ttft_p90_text"], r["status_label"], r["knee"])
+            for r in rows] == [("1/s", "1/s", "100 ms", "Valid", False),
+                               ("2/s", "2/s", "100 ms", "Valid", True),
+                               ("4/s", "4/s", "3,655 ms", "Valid", False),
+                               ("8/s", "8/s", "100 ms", "Load not delivered", False)]
+    assert rows[0]["heading"] == "1K context, no cap on requests in flight"
+    assert data["anchors"] == {contract.LOAD_NOT_DELIVERED: "load-not-delivered"}
+    assert "rate" not in _data_js(site, "plain")  # runs without rate cells: data.js as before
+    compare = (site / "compare.html").read_text()
+    assert 'id="ab-traffic"' in compare and "compare_traffic" in compare

@@ -13,6 +13,7 @@ import pytest
 
 from site_builder.publish import build_site
 from tests.support.chromium import Watcher, require_chromium
+from tests.support.rate_runs import add_rate
 from tests.support.synthetic_runs import make_measured_run
 from tests.support.traffic_runs import add_traffic
 
@@ -68,5 +69,41 @@ def test_reuse_comparison_shows_each_runs_numbers(browser: Any, site: Path) -> N
     colours = page.evaluate("""() => Array.from(document.querySelectorAll(
       '#ab-prefix-reuse .badge')).map((b) => getComputedStyle(b).backgroundColor)""")
     assert colours[0] != colours[4] and len(set(colours)) == 3  # Valid, off target, unverified
+    assert watcher.problems() == []
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def rate_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_chromium()
+    root = tmp_path_factory.mktemp("rate-browser")
+    data = root / "data"
+    add_rate(make_measured_run(data / "a", run_id="ra", contexts=[1024], concurrency=[1]))
+    add_rate(make_measured_run(data / "b", run_id="rb", contexts=[1024], concurrency=[1], seed=2))
+    report = build_site(data, root / "site", cache_dir=root / "cache", jobs=1)
+    assert report.errors == []
+    return root / "site"
+
+
+def test_rate_comparison_shows_each_runs_numbers(browser: Any, rate_site: Path) -> None:
+    """Issue 34: per offered rate both runs measured on the same curve, each run's
+    achieved rate, TTFT p90 and status word (tests/support/rate_runs.py's figures)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    watcher = Watcher(rate_site.resolve().as_uri() + "/")
+    watcher.attach(context)
+    page = watcher.watch(context.new_page())
+    page.goto((rate_site / "compare.html").resolve().as_uri() + "#a=ra&b=rb")
+    page.locator("#ab-request-rate table tbody tr").first.wait_for()
+    assert page.evaluate(ROWS_JS, "#ab-request-rate") == [
+        ["1/s", "A 1/s B 1/s", "A 100 ms B 100 ms", "A Valid B Valid"],
+        ["2/s", "A 2/s B 2/s", "A 100 ms B 100 ms", "A Valid B Valid"],
+        ["4/s", "A 4/s B 4/s", "A 3,655 ms B 3,655 ms", "A Valid B Valid"],
+        ["8/s", "A 8/s B 8/s", "A 100 ms B 100 ms", "A Load not delivered B Load not delivered"],
+    ]
+    assert page.locator("#ab-request-rate caption").inner_text() == \
+        "1K context, no cap on requests in flight"
+    late = page.locator("#ab-request-rate .st-load_not_delivered a").first
+    assert late.get_attribute("href") == "methodology.html#load-not-delivered"
+    assert page.locator("#ab-prefix-reuse").count() == 0  # no traffic cells: no such part
     assert watcher.problems() == []
     context.close()

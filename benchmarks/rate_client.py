@@ -15,7 +15,10 @@ CPU between its window's start and end (interpolated between samples).
    cell offering C × T ÷ N requests/s of N output tokens each (the same event
    rate, about C in flight), one after the other in the same process against
    the same server. Per cell: collector CPU in the window ÷ the SSE events
-   (chunks) it stamped in the window; the ratio rate ÷ decode is printed.
+   (chunks) it stamped in the window; and CPU from the window's start to the
+   cell's end ÷ all its events (a decode cell parses its streams into records
+   after the window, a rate cell as each request ends: in its window). Both
+   ratios rate ÷ decode are printed.
 2. Rate sweep: one `bench run --rate R1,R2,...` with 2-token outputs (so the
    schedule, not the stream, is what costs), each cell's achieved rate and
    send lag as the run page publishes them (site_builder.rate.rate_cells),
@@ -40,6 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.measure.rate_cells import LEAD_NS  # noqa: E402
 from benchmarks.scale_out import REPO, collector_env  # noqa: E402
 from benchmarks.scale_out_cpu import SAMPLE_S, cpu_at, run_time_s  # noqa: E402
 from rundir.contract import DECODE, RATE, cell_key  # noqa: E402
@@ -63,10 +67,16 @@ class CellCpu:
     cpu_s: float
     status: str
     reason: str | None = None
+    all_events: int = 0  # every event of the cell's requests from the window's start on
+    all_cpu_s: float = 0.0  # from the window's start to the cell's end (records made, drained)
 
     @property
     def us_per_event(self) -> float | None:
         return self.cpu_s / self.events * 1e6 if self.events else None
+
+    @property
+    def us_per_event_all(self) -> float | None:
+        return self.all_cpu_s / self.all_events * 1e6 if self.all_events else None
 
 
 @dataclass
@@ -120,24 +130,33 @@ def collect(base_url: str, out: Path, args: list[str]) -> list[tuple[int, float]
 
 
 def cell_cpu(run_dir: Path, samples: list[tuple[int, float]]) -> list[CellCpu]:
-    """Each decode and rate cell's CPU in its window and the events stamped there."""
+    """Each decode and rate cell's CPU in its window and the events stamped there; and
+    from its window's start to its end (the next cell's window start less the rate
+    loop's lead, else its last request's end) over all its events: a decode cell's
+    streams are parsed into records after the window, a rate cell's as each ends."""
     run = read_run(run_dir)
     names = ["phase", "context", "concurrency", "prefix_reuse_target", "turn", "rate_target",
-             "chunk_ns"]
+             "chunk_ns", "end_ns"]
     names = [n for n in names if n in run.requests.column_names]
     by_key: dict[tuple, list[dict]] = {}
     for r in run.requests.select(names).to_pylist():
         by_key.setdefault(cell_key(r), []).append(r)
     out = []
-    for c in run.cells.to_pylist():
+    cells = sorted((c for c in run.cells.to_pylist() if c["window_start_ns"] is not None),
+                   key=lambda c: c["window_start_ns"])
+    for n, c in enumerate(cells):
         if c["phase"] not in (DECODE, RATE):
             continue
         start, end = c["window_start_ns"], c["window_end_ns"]
         rows = by_key.get(cell_key(c), [])
         events = sum(start <= s <= end for r in rows for s in r["chunk_ns"] or [])
+        done = (cells[n + 1]["window_start_ns"] - LEAD_NS - 1_000_000 if n + 1 < len(cells)
+                else max(r["end_ns"] or end for r in rows))
         out.append(CellCpu(c["phase"], c.get("rate_target"), (end - start) / 1e9, events,
                            sum(any(start <= s <= end for s in r["chunk_ns"] or []) for r in rows),
-                           cpu_at(samples, end) - cpu_at(samples, start), c["status"], c.get("reason")))
+                           cpu_at(samples, end) - cpu_at(samples, start), c["status"], c.get("reason"),
+                           sum(s >= start for r in rows for s in r["chunk_ns"] or []),
+                           cpu_at(samples, done) - cpu_at(samples, start)))
     return out
 
 
@@ -159,17 +178,26 @@ def side_by_side(tmp: Path, streams: int, tok_s: float, output: int, window: flo
                 else f"rate {c.rate_target:g} req/s x {output} tokens")
         print(f"  {what:34s} {c.events / c.window_s:8,.0f} events/s  {c.requests:5d} requests  "
               f"CPU {c.cpu_s:6.3f} s  {_f(c.us_per_event)} us/event  ({c.status})")
+    for c in (decode, rated):
+        print(f"  {c.phase:6s} to the cell's end: {c.all_events:6d} events  CPU {c.all_cpu_s:6.3f} s  "
+              f"{_f(c.us_per_event_all)} us/event")
     ratio = (rated.us_per_event / decode.us_per_event
              if rated.us_per_event and decode.us_per_event else None)
-    print(f"  rate / decode CPU per event: {_f(ratio, 2)}")
+    ratio_all = (rated.us_per_event_all / decode.us_per_event_all
+                 if rated.us_per_event_all and decode.us_per_event_all else None)
+    print(f"  rate / decode CPU per event: {_f(ratio, 2)} in the window, "
+          f"{_f(ratio_all, 2)} to the cell's end")
     extra = None
     if decode.us_per_event is not None and rated.requests:
         extra = (rated.cpu_s - rated.events * decode.us_per_event / 1e6) / rated.requests * 1e3
         print(f"  the rate cell's CPU beyond its events at the decode cell's cost: {extra:.2f} ms a request")
     if rated.reason:
         print(f"  rate cell: {rated.reason}")
-    return {"decode": asdict(decode) | {"us_per_event": decode.us_per_event},
-            "rate": asdict(rated) | {"us_per_event": rated.us_per_event}, "ratio": ratio,
+    return {"decode": asdict(decode) | {"us_per_event": decode.us_per_event,
+                                        "us_per_event_all": decode.us_per_event_all},
+            "rate": asdict(rated) | {"us_per_event": rated.us_per_event,
+                                     "us_per_event_all": rated.us_per_event_all},
+            "ratio": ratio, "ratio_to_end": ratio_all,
             "extra_ms_per_request": extra, "streams": streams, "tokens_per_s": tok_s, "output": output}
 
 

@@ -199,19 +199,23 @@ class CellRunner:
     async def send(
         self, cell: Cell, prompt: Prompt, max_tokens: int, purpose: str, index: int,
         cancel: asyncio.Event | None = None, on_start=None, at_ns: int | None = None,
+        body: bytes | None = None,
     ) -> RequestRecord:
-        rid, result, live = await self._post(prompt, max_tokens, cancel, on_start, at_ns=at_ns)
+        """One request; `body`: its JSON already encoded (else made from `prompt`)."""
+        rid, result, live = await self._post(prompt, max_tokens, cancel, on_start, at_ns=at_ns,
+                                             body=body)
         return await self._record(cell, rid, purpose, index, result, live)
 
     async def _post(self, prompt: Prompt, max_tokens: int, cancel: asyncio.Event | None,
-                    on_start, streams: int = 1, at_ns: int | None = None
-                    ) -> tuple[str, StreamResult, LiveParser]:
+                    on_start, streams: int = 1, at_ns: int | None = None,
+                    body: bytes | None = None) -> tuple[str, StreamResult, LiveParser]:
         """One stream (sent at `at_ns` if given), parsed as it runs once its raw events
         pass this process's share for one of `streams` streams (bench/measure/liveparse.py)."""
         rid = f"{self.id_prefix}-{next(self._ids)}"
         live = LiveParser(max_tokens)
         result = await self.client.post_stream(
-            "/v1/chat/completions", self.payload(prompt, max_tokens), rid, cancel, on_start,
+            "/v1/chat/completions", body if body is not None else self.payload(prompt, max_tokens),
+            rid, cancel, on_start,
             live.hook(streams), at_ns)
         return rid, result, live
 

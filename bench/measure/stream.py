@@ -363,7 +363,7 @@ class StreamClient:
             raise
 
     async def post_stream(
-        self, path: str, payload: dict, request_id: str, cancel: asyncio.Event | None = None,
+        self, path: str, payload: dict | bytes, request_id: str, cancel: asyncio.Event | None = None,
         on_start: Callable[[_SocketStream], object] | None = None,
         spill: tuple[int, Callable[[list[tuple[int, bytes]]], None]] | None = None,
         at_ns: int | None = None,
@@ -371,7 +371,8 @@ class StreamClient:
         """Send one streaming request and read it to the end, a failure, a
         stall longer than stall_timeout_s, or until `cancel` is set. With
         `spill` (n, taker) the events are handed to `taker` n at a time as
-        they come (`StreamResult.spill`); the result keeps the rest."""
+        they come (`StreamResult.spill`); the result keeps the rest. `payload`: the
+        JSON body, or its bytes already encoded (a rate cell's, made ahead)."""
         loop = asyncio.get_running_loop()
         self._active += 1
         self.monitor.ensure_running(loop)  # ticks while streams are open
@@ -382,14 +383,15 @@ class StreamClient:
             if not self._active:
                 self.monitor.stop()
 
-    async def _post(self, loop: asyncio.AbstractEventLoop, path: str, payload: dict,
+    async def _post(self, loop: asyncio.AbstractEventLoop, path: str, payload: dict | bytes,
                     request_id: str, cancel: asyncio.Event | None,
                     on_start: Callable[[_SocketStream], object] | None,
                     spill: tuple[int, Callable[[list[tuple[int, bytes]]], None]] | None,
                     at_ns: int | None = None) -> StreamResult:
         result = StreamResult(spill=spill)
         finished: asyncio.Future = loop.create_future()
-        data = self._request(path, json.dumps(payload).encode(), request_id)
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        data = self._request(path, body, request_id)
         where = f"{self.host}:{self.port}"
         try:
             stream = await asyncio.wait_for(self._open(loop, result, finished, data, at_ns),

@@ -4,6 +4,7 @@ the reference server, whose arrivals log keeps each request's arrival."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -13,8 +14,9 @@ import pytest
 import yaml
 
 from bench.core.plan import PlanError, make_plan, parse_rates
-from bench.measure.rate_cells import judge_rate
+from bench.measure.rate_cells import Bodies, judge_rate
 from bench.measure.records import RequestRecord
+from bench.workload.prompts import Prompt, messages, retag
 from rundir.arrivals import cell_seed, check_load, parse_process, schedule, seed_from_text
 from rundir.contract import (
     DECODE,
@@ -224,3 +226,28 @@ def test_a_run_without_rate_writes_nothing_new(refserver, tmp_path: Path) -> Non
     params = yaml.safe_load((tmp_path / "run" / "run.yaml").read_text(encoding="utf-8"))["parameters"]
     assert not {"rate", "arrivals", "arrival_seed", "rate_cap", "rate_output_tokens"} & set(params)
     assert "Rates:" not in res.stderr
+
+
+def test_a_rate_cells_bodies_are_encoded_once_and_are_what_json_dumps_gives_each_variant() -> None:
+    made: list[Prompt] = []
+
+    def payload(prompt: Prompt, model: str = "m") -> dict:
+        made.append(prompt)
+        return {"model": model, "messages": messages(prompt.text), "max_tokens": 4, "stream": True}
+
+    text = 'quotes " and \\ back\nslash, é, ☃, 🙂, </script> ' * 200
+    base = Prompt(f"[run1 a128-q0-r5-n0] {text}", 900)
+    bodies = Bodies("run1", payload, base, "a128-q0-r5-n0")
+    tags = ["a128-q0-r5-n0", "a128-q0-r5-n1", "a128-q0-r5-n12345", 'odd "tag\\', "ü"]
+    got = [bodies.body(tag) for tag in tags]
+    assert len(made) == 1  # the base's payload, encoded once for the whole cell
+    for tag, body in zip(tags, got, strict=True):
+        assert body == json.dumps(payload(retag(base, "run1", "a128-q0-r5-n0", tag))).encode()
+    # the encoded tag found twice (here the model's name holds it): each variant encoded alone
+    model = "[run1 a128-q0-r5-n0] "
+    named = Bodies("run1", lambda p: payload(p, model=model), base, "a128-q0-r5-n0")
+    made.clear()
+    body = named.body("a128-q0-r5-n7")
+    assert len(made) == 1
+    assert body == json.dumps(payload(retag(base, "run1", "a128-q0-r5-n0", "a128-q0-r5-n7"),
+                                      model=model)).encode()

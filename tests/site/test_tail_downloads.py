@@ -16,7 +16,7 @@ import pytest
 
 from rundir import contract, tails
 from site_builder import curves, metrictable, runrows
-from site_builder.aggregate import CellResult
+from site_builder.aggregate import CellResult, RunAggregate
 from site_builder.publish import build_site
 from tests.support.synthetic_runs import make_imported_run, make_measured_run
 
@@ -129,8 +129,9 @@ def test_cells_without_raw_numbers_have_every_new_column_empty(site: Path) -> No
 
 
 def _run(cells: list[CellResult], telemetry: bool = False) -> SimpleNamespace:
+    # the builder's own aggregate, so a field added to it later has its default here
     return SimpleNamespace(run_id="r", slo=None,
-                           agg=SimpleNamespace(cells=cells, telemetry=telemetry))
+                           agg=RunAggregate("r", "measured", "", cells, telemetry=telemetry))
 
 
 def test_intervals_and_windows_come_from_the_cell() -> None:

@@ -1,6 +1,6 @@
 """What a rate cell costs the client, and up to what rate one process keeps its schedule (issue 34, item 5).
 
-    python benchmarks/rate_client.py            # ~40 s: CPU side by side, then 100, 300, 1,000 req/s
+    python benchmarks/rate_client.py            # ~80 s: CPU side by side, then 100, 300, 1,000 req/s
     python benchmarks/rate_client.py --rates 100,300,1000,2000 --window 2
 
 Both parts run the real collector (`bench run`, the command line in a
@@ -23,6 +23,11 @@ CPU between its window's start and end (interpolated between samples).
    schedule, not the stream, is what costs), each cell's achieved rate and
    send lag as the run page publishes them (site_builder.rate.rate_cells),
    and where p99 send lag first passes 1 ms.
+
+Each part runs once per wait (--waits): `timerfd`, how the collector waits for a
+request's due time on Linux (bench/core/duetimer.py), and `poll`, its fallback
+where there is no timerfd (sleep to 2 ms short, then yield to the loop until due:
+what every platform used before), so the two are compared in one run.
 
 CPU time is the process's own whoever else ran, but on a loaded host the
 timer loop's lag is not: say what else ran when quoting these figures. Prints
@@ -112,9 +117,16 @@ class Sampler(threading.Thread):
         self.join()
 
 
-def collect(base_url: str, out: Path, args: list[str]) -> list[tuple[int, float]]:
+# How a request waits for its due time (bench/core/duetimer.py): the timerfd the
+# collector uses on Linux, or the sleep-then-yield wait it falls back to elsewhere.
+WAITS = {"timerfd": ["-m", "bench.cli"],
+         "poll": ["-c", "import bench.core.duetimer as d; d._TIMERFD = None; "
+                        "from bench.cli import main; main()"]}
+
+
+def collect(base_url: str, out: Path, args: list[str], wait: str = "timerfd") -> list[tuple[int, float]]:
     """One `bench run` (one process) with the collector's CPU sampled; returns the samples."""
-    cmd = [sys.executable, "-m", "bench.cli", "run", "--base-url", base_url, "--out", str(out),
+    cmd = [sys.executable, *WAITS[wait], "run", "--base-url", base_url, "--out", str(out),
            "--contexts", "128", "--no-prefill", "--warmup-stable", "0.2", "--server-wait", "5",
            "--gpu-telemetry", "off", "--arrivals", "poisson", "--arrival-seed", "7", *args]
     proc = subprocess.Popen(cmd, env=collector_env(), cwd=REPO, stdout=subprocess.DEVNULL,
@@ -160,17 +172,18 @@ def cell_cpu(run_dir: Path, samples: list[tuple[int, float]]) -> list[CellCpu]:
     return out
 
 
-def side_by_side(tmp: Path, streams: int, tok_s: float, output: int, window: float) -> dict:
+def side_by_side(tmp: Path, streams: int, tok_s: float, output: int, window: float,
+                 wait: str = "timerfd") -> dict:
     """Part 1: a decode cell and a rate cell at the same event rate, in one `bench run`."""
     rate = streams * tok_s / output
-    srv = start_refserver(Scenario(tokens_per_s=tok_s, ttft_ms=1), tmp / "srv1")
+    srv = start_refserver(Scenario(tokens_per_s=tok_s, ttft_ms=1), tmp / f"srv1-{wait}")
     try:
-        samples = collect(srv.base_url, tmp / "run1", [
+        samples = collect(srv.base_url, tmp / f"run1-{wait}", [
             "--concurrency", str(streams), "--max-output", "16000", "--duration", f"{window:g}",
-            "--rate", f"{rate:g}", "--rate-output", str(output)])
+            "--rate", f"{rate:g}", "--rate-output", str(output)], wait)
     finally:
         srv.stop()
-    cells = cell_cpu(tmp / "run1", samples)
+    cells = cell_cpu(tmp / f"run1-{wait}", samples)
     decode = next(c for c in cells if c.phase == DECODE)
     rated = next(c for c in cells if c.phase == RATE)
     for c in (decode, rated):
@@ -201,17 +214,17 @@ def side_by_side(tmp: Path, streams: int, tok_s: float, output: int, window: flo
             "extra_ms_per_request": extra, "streams": streams, "tokens_per_s": tok_s, "output": output}
 
 
-def sweep(tmp: Path, rates: list[float], window: float) -> dict:
+def sweep(tmp: Path, rates: list[float], window: float, wait: str = "timerfd") -> dict:
     """Part 2: achieved rate and send lag per offered rate, one process, 2-token outputs."""
-    srv = start_refserver(Scenario(tokens_per_s=2000, ttft_ms=1), tmp / "srv2")
+    srv = start_refserver(Scenario(tokens_per_s=2000, ttft_ms=1), tmp / f"srv2-{wait}")
     try:
-        samples = collect(srv.base_url, tmp / "run2", [
+        samples = collect(srv.base_url, tmp / f"run2-{wait}", [
             "--concurrency", "1", "--max-output", "2", "--duration", f"{window:g}",
-            "--rate", ",".join(f"{r:g}" for r in rates), "--rate-output", "2"])
+            "--rate", ",".join(f"{r:g}" for r in rates), "--rate-output", "2"], wait)
     finally:
         srv.stop()
-    run = read_run(tmp / "run2")
-    cpu = {c.rate_target: c for c in cell_cpu(tmp / "run2", samples) if c.phase == RATE}
+    run = read_run(tmp / f"run2-{wait}")
+    cpu = {c.rate_target: c for c in cell_cpu(tmp / f"run2-{wait}", samples) if c.phase == RATE}
     points = [RatePoint(c.rate_target, c.scheduled, c.sent, c.rate_achieved, c.send_lag_ms_p50,
                         c.send_lag_ms_p99, c.status, cpu[c.rate_target].us_per_event,
                         cpu[c.rate_target].cpu_s / max(1, cpu[c.rate_target].requests) * 1e3)
@@ -243,16 +256,25 @@ def main() -> None:
     ap.add_argument("--output", type=int, default=64, help="rate cell's output tokens (part 1)")
     ap.add_argument("--rates", default="100,300,1000", help="offered rates of the sweep (part 2)")
     ap.add_argument("--window", type=float, default=2.0, help="each cell's window, seconds")
+    ap.add_argument("--waits", default="timerfd,poll",
+                    help="how requests wait for their due time, each measured in turn: timerfd "
+                         "(the collector's on Linux), poll (its fallback elsewhere)")
     args = ap.parse_args()
+    waits = args.waits.split(",")
+    if not set(waits) <= set(WAITS):
+        ap.error(f"--waits: expected some of {', '.join(WAITS)}, got {args.waits}")
     rates = [float(x) for x in args.rates.split(",")]
     print(f"load average {os.getloadavg()[0]:.2f} at the start; {os.cpu_count()} cores; "
           f"Python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory(prefix="rate-client-") as d:
         tmp = Path(d)
-        print("CPU per event, decode cell and rate cell in one bench run:")
-        one = side_by_side(tmp, args.streams, args.tok_s, args.output, args.window)
-        print(f"rate sweep, one process, {args.window:g} s windows, 2-token outputs:")
-        two = sweep(tmp, rates, args.window)
+        one, two = {}, {}
+        for wait in waits:
+            print(f"[{wait}] CPU per event, decode cell and rate cell in one bench run:")
+            one[wait] = side_by_side(tmp, args.streams, args.tok_s, args.output, args.window, wait)
+        for wait in waits:
+            print(f"[{wait}] rate sweep, one process, {args.window:g} s windows, 2-token outputs:")
+            two[wait] = sweep(tmp, rates, args.window, wait)
     load = os.getloadavg()[0]
     print(f"load average {load:.2f} at the end")
     print(json.dumps({"side_by_side": one, "sweep": two, "load_end": load}))

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from bench.core.auth import bearer_header_line
+from bench.core.duetimer import until_ns
 from bench.core.sources import IP_BIND_ADDRESS_NO_PORT, OUT_OF_PORTS, out_of_ports, port_range
 from bench.measure.kernelstamps import ANC_SIZE as _ANC_SIZE
 from bench.measure.kernelstamps import CLOCK as _clock
@@ -455,17 +456,6 @@ class StreamClient:
         if result.error is None and result.status != 200 and not result.cancelled:
             result.error = f"HTTP {result.status}: {_error_text(result.body)}"
         return result
-
-
-SPIN_NS = 2_000_000  # the last stretch before a due time: yield to the loop, never sleep past it
-
-
-async def until_ns(due_ns: int) -> None:
-    """Return at `due_ns` (CLOCK_MONOTONIC), not before and barely after: a sleep to
-    SPIN_NS short of it (the loop's timers wake up to a millisecond late), then
-    yields to the loop, whose other streams' reads go on, until it passes."""
-    while (left := due_ns - _mono()) > 0:
-        await asyncio.sleep((left - SPIN_NS) / 1e9 if left > SPIN_NS else 0)
 
 
 def _error_text(body: bytes) -> str:

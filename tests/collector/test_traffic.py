@@ -78,6 +78,31 @@ def test_traffic_cells_come_after_the_matrix_each_with_its_own_key() -> None:
     assert lines[1].startswith("Conversations: 8 cells at turns 1, 4, contexts 2K, 4K, streams 1, 4")
 
 
+def test_the_plan_lines_of_every_traffic_kind_word_for_word() -> None:
+    """One line per kind, in phase order, each naming its cells, their key, contexts and
+    what a request does (pinned whole: progress prints them as they are)."""
+    plan = _plan(prefix_reuse=[0, 90], turns=[1, 4], traffic_concurrency=[1, 4], rates=[4.0, 0.5],
+                 rate_cap=8)
+    assert plan.traffic_lines(plan.to_run) == [
+        "Prefix reuse: 8 cells at 0, 90% shared, contexts 2K, 4K, streams 1, 4; 1 output token "
+        "each, after the shared prefixes are primed",
+        "Conversations: 8 cells at turns 1, 4, contexts 2K, 4K, streams 1, 4; each stream "
+        "resends its whole history every turn (fixed replies)",
+        "Rates: 4 cells at 0.5, 4 requests/s (poisson arrivals), contexts 2K, 4K; at most 8 "
+        "requests in flight (a request due while the cap is full waits in the client: send lag, "
+        "counted in its TTFT); 64 output tokens each; requests counted by scheduled time in the "
+        "window, then drained"]
+    uncapped = _plan(contexts=[2048], rates=[1.0])
+    assert uncapped.traffic_lines(uncapped.to_run) == [
+        "Rates: 1 cells at 1 requests/s (poisson arrivals), contexts 2K; no cap on requests in "
+        "flight (the KV cache they need is unknown: a request the server cannot hold fails the "
+        "cell); 64 output tokens each; requests counted by scheduled time in the window, then "
+        "drained"]
+    # only the kinds `todo` holds: the conversation cells alone give their line alone
+    turns = [c for c in plan.to_run if c.phase == CONVERSATION]
+    assert plan.traffic_lines(turns) == [plan.traffic_lines(plan.to_run)[1]]
+
+
 def test_traffic_cells_over_the_kv_budget_are_planned_over_capacity() -> None:
     plan = _plan(contexts=[4096], prefill_contexts=[4096], concurrency=[1], kv_budget=10_000,
                  prefix_reuse=[90], turns=[2], traffic_concurrency=[2, 4])

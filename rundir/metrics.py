@@ -14,7 +14,7 @@ Definitions are in docs/methodology.md; the short version:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,6 +196,17 @@ def last_chunk_ns(chunks: Chunks) -> np.ndarray:
 def first_token_ns(chunks: Chunks) -> np.ndarray:
     """Per request, the arrival time of its first token-carrying chunk (-1: none)."""
     return _first_token(chunks).copy()
+
+
+def first_content(chunk_tokens: Sequence[int | None] | None) -> int | None:
+    """Index of one request's first token-carrying chunk (None: none), from its row's
+    cumulative counts: `first_token_ns` for code that reads a request at a time (a
+    traffic cell's figures on the page and on the terminal). A 0-token role chunk,
+    which many servers send first, is never its first content."""
+    for i, t in enumerate(chunk_tokens or ()):
+        if t and t > 0:
+            return i
+    return None
 
 
 def ttft_ms(chunks: Chunks) -> np.ndarray:

@@ -13,15 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import altair as alt
-
 from rundir import contract, statuses, words
-from site_builder import chartkit, fallback, formats
+from site_builder import cellcurves, formats
 from site_builder import slo as slo_mod
-from site_builder.chartkit import HEIGHT, INVALID, WIDTH, Chart, Look, Template, nominal, template
+from site_builder.chartkit import Chart, Look
 from site_builder.rate import KNEE_SHARE, Judged, RateCell, curves, judge, knee
 
-CELLS = alt.Data(name="cells")
 THROUGHPUT = Look("Offered rate (requests/s)", "Completed requests/s", "Curve")
 TTFT_P90 = Look("Offered rate (requests/s)", "TTFT p90 (ms)", "Curve")
 QUEUEING_NOTE = ("A request due while the client could not send it (the cap full, or the client "
@@ -96,26 +93,6 @@ def tables(cells: list[RateCell], slo: slo_mod.Slo) -> list[RateTable]:
     return out
 
 
-@chartkit.compiled
-def _template() -> Template:
-    look = Look("x", "y", "Curve")
-    color = chartkit.color("series", look)
-    base = alt.Chart()
-    line = base.mark_line(invalid=INVALID).encode(color=alt.Color(**color),
-                                                  order=alt.Order(field="x", type="quantitative"))
-    points = base.mark_point(filled=True, size=60, opacity=1).encode(
-        color=alt.Color(**color),
-        tooltip=[nominal("series", "Curve"), nominal("X", chartkit.slot("x_title")),
-                 nominal("Y", chartkit.slot("y_title")), nominal("Status"), nominal("Knee")])
-    knees = base.mark_point(shape="diamond", size=260, filled=False, strokeWidth=2).encode(
-        color=alt.Color(**color)).transform_filter("datum.Knee == 'the knee'")
-    chart = alt.layer(line, points, knees, data=CELLS).encode(
-        x=alt.X(field="x", type="quantitative", title=chartkit.slot("x_title"), axis={"format": "~s"}),
-        y=alt.Y(field="y", type="quantitative", title=chartkit.slot("y_title"), axis={"format": "~s"}),
-    ).properties(width=WIDTH, height=HEIGHT)
-    return template(chart)
-
-
 def _chart(chart_id: str, title: str, caption: str, look: Look, curves_: list[RateTable],
            y_of: Any, y_text: Any) -> Chart | None:
     rows = []
@@ -130,18 +107,12 @@ def _chart(chart_id: str, title: str, caption: str, look: Look, curves_: list[Ra
             names[t.series] = name
             rows.append({"series": name, "x": c.rate_target, "y": y, "X": rate(c.rate_target),
                          "Y": y_text(c), "Status": words.status_label(c.status),
-                         "Knee": "the knee" if j is t.knee else ""})
+                         "Knee": cellcurves.KNEE if j is t.knee else ""})
     if not rows:
         return None
-    lines = list(dict.fromkeys(r["series"] for r in rows))
-    colors = chartkit.line_colors(len(lines))
-    spec = _template().fill({"cells": rows}, lines=lines, colors=colors, x_title=look.x,
-                            y_title=look.y)
-    series = [(name, sorted((r["x"], r["y"]) for r in rows if r["series"] == name)) for name in lines]
     hi = max(r["x"] for r in rows)
-    ticks = [(v, formats.count(v)) for v in _ticks(hi)]
-    return chartkit.make(chart_id, title, caption, spec, lambda: fallback.lines(
-        title, series, colors, look, x_ticks=ticks, x_log2=False, x_domain=(0.0, hi)))
+    return cellcurves.chart(chart_id, title, caption, look, rows, _ticks(hi), (0.0, hi),
+                            whole_x=False, knee=True)
 
 
 def _ticks(hi: float) -> list[float]:

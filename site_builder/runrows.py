@@ -9,6 +9,7 @@ forms, whose columns are a published format.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rundir import contract, tails, words
@@ -84,48 +85,50 @@ def cell_records(run: RunView) -> list[dict[str, Any]]:
             **(run.slo.record(x) if run.slo is not None else {}),  # site_builder/slo.py
         })
     if run.agg.traffic:  # runs with traffic cells only: the others' downloads as before
-        out = [{**r, **trafficpage.download_extra(None)} for r in out] + _traffic_records(run, out)
+        out = [{**r, **trafficpage.download_extra(None)} for r in out] + _extra_records(
+            run, run.agg.traffic, out, _traffic_columns)
     if run.agg.rate:  # runs with rate cells only: the others' downloads as before
-        out = [{**r, **ratepage.download_extra(None)} for r in out] + _rate_records(run, out)
+        reuse = bool(out) and "prefix_reuse_target" in out[0]
+        out = [{**r, **ratepage.download_extra(None)} for r in out] + _extra_records(
+            run, run.agg.rate, out, lambda x: _rate_columns(run, x, reuse))
     return out
 
 
-def _rate_records(run: RunView, before: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rate cells' rows: their key, status, the delivered load and the columns that
-    mean for them what they mean for a decode cell (TTFT and time between tokens at
-    every level, per request from send; output tok/s as total tok/s: all its requests'
-    tokens over the span they took); every other column empty."""
+def _extra_records(run: RunView, cells: list[Any], before: list[dict[str, Any]],
+                   columns: Callable[[Any], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of cells off the matrix (traffic, rate): the keys of the rows `before`
+    them, each filled with its cell's key and status and `columns(cell)`, every other
+    column empty."""
     out = []
-    for x in run.agg.rate:
+    for x in cells:
         row = dict.fromkeys(before[0]) if before else {}
         row |= {"run_id": run.run_id, "phase": x.phase, "context": x.context,
                 "context_label": words.context_label(x.context), "concurrency": x.concurrency,
                 "status": x.status, "status_label": words.status_label(x.status),
-                "reason": x.reason, "client_bound": False, "total_tok_s": x.output_tok_s,
-                "ttft_ms": x.tail("ttft_ms", "p50"), "tbt_ms": x.tail("tbt_ms", "p50"),
-                **{k: v for k, v in x.tails.items() if k in TAIL_COLUMNS},
-                **ratepage.download_extra(x)}
-        if "prefix_reuse_target" in row:
-            row["prefix_reuse_target"] = x.reuse_target
-        if run.slo is not None:  # the share of its requests meeting the SLO, as for a decode cell
-            row["slo_met_share"] = rate.judge(x, run.slo.slo).goodput.share
+                "reason": x.reason, "client_bound": False, **columns(x)}
         out.append(row)
     return out
 
 
-def _traffic_records(run: RunView, matrix: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The traffic cells' rows: their key, status, TTFT and per-request tok/s (the
-    same measures as the matrix's columns of those names) and the reuse columns;
-    every other column empty (the same keys as every row)."""
-    out = []
-    for x in run.agg.traffic:
-        row = dict.fromkeys(matrix[0]) if matrix else {}
-        row |= {"run_id": run.run_id, "phase": x.phase, "context": x.context,
-                "context_label": words.context_label(x.context), "concurrency": x.concurrency,
-                "status": x.status, "status_label": words.status_label(x.status),
-                "reason": x.reason, "client_bound": False, "ttft_ms": x.ttft_ms,
-                "per_request_tok_s": x.per_request_tok_s, **trafficpage.download_extra(x)}
-        out.append(row)
+def _traffic_columns(x: Any) -> dict[str, Any]:
+    """A traffic cell's TTFT and per-request tok/s (the same measures as the matrix's
+    columns of those names) and its reuse columns."""
+    return {"ttft_ms": x.ttft_ms, "per_request_tok_s": x.per_request_tok_s,
+            **trafficpage.download_extra(x)}
+
+
+def _rate_columns(run: RunView, x: Any, reuse: bool) -> dict[str, Any]:
+    """A rate cell's delivered load and the columns that mean for it what they mean for
+    a decode cell (TTFT and time between tokens at every level, per request from send;
+    output tok/s as total tok/s: all its requests' tokens over the span they took); its
+    reuse level as prefix_reuse_target where the run has that column (`reuse`)."""
+    out = {"total_tok_s": x.output_tok_s, "ttft_ms": x.tail("ttft_ms", "p50"),
+           "tbt_ms": x.tail("tbt_ms", "p50"), **{k: v for k, v in x.tails.items() if k in TAIL_COLUMNS},
+           **ratepage.download_extra(x)}
+    if reuse:
+        out["prefix_reuse_target"] = x.reuse_target
+    if run.slo is not None:  # the share of its requests meeting the SLO, as for a decode cell
+        out["slo_met_share"] = rate.judge(x, run.slo.slo).goodput.share
     return out
 
 

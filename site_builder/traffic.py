@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from rundir import contract, reuse
 from rundir.checks import CELL_KEY
+from rundir.metrics import first_content
 
 # The requests a traffic cell's figures are over, by phase.
 MEASURED_PURPOSE = {contract.PREFIX: contract.PURPOSE_REUSE,
@@ -58,21 +59,13 @@ def _median(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
 
 
-def _first_content(chunk_ns: list[int], chunk_tokens: list[int]) -> int | None:
-    """Index of the first chunk carrying tokens (the role chunk carries none)."""
-    for i, t in enumerate(chunk_tokens):
-        if t and t > 0:
-            return i
-    return None
-
-
 def request_figures(req: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
     """(TTFT ms, uncached prefill tok/s, per-request tok/s) of one request row;
     None where it did not finish normally or lacks what the figure needs."""
     if req.get("error") is not None or req.get("cancelled") or req.get("finish_reason") is None:
         return None, None, None
     ns, tok = req["chunk_ns"] or [], req["chunk_tokens"] or []
-    first = _first_content(ns, tok)
+    first = first_content(tok)
     if first is None:
         return None, None, None
     ttft_s = (ns[first] - req["send_ns"]) / 1e9

@@ -11,14 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import altair as alt
-
 from rundir import contract, statuses, words
-from site_builder import chartkit, fallback, formats
-from site_builder.chartkit import HEIGHT, INVALID, WIDTH, Chart, Look, Template, nominal, template
+from site_builder import cellcurves
+from site_builder.chartkit import Chart, Look
 from site_builder.traffic import TrafficCell
 
-CELLS = alt.Data(name="cells")
 TTFT_REUSE = Look("Prefix reuse achieved (%)", "TTFT (ms)", "Context × requests")
 UNCACHED_REUSE = Look("Prefix reuse achieved (%)", "Uncached prefill tok/s", "Context × requests")
 TTFT_TURN = Look("Turn", "TTFT (ms)", "Context × requests")
@@ -95,26 +92,6 @@ EXPLORE_NOTE = ("Prefix-reuse and conversation cells are not drawn here: each is
                 "cells.csv and cells.json, and side by side on the compare page.")
 
 
-@chartkit.compiled
-def _template() -> Template:
-    look = Look("x", "y", "Context × requests")
-    color = chartkit.color("series", look)
-    base = alt.Chart()
-    line = base.mark_line(invalid=INVALID).encode(color=alt.Color(**color),
-                                                  order=alt.Order(field="x", type="quantitative"))
-    points = base.mark_point(filled=True, size=60, opacity=1).encode(
-        color=alt.Color(**color),
-        tooltip=[nominal("series", "Context × requests"), nominal("X", chartkit.slot("x_title")),
-                 nominal("Y", chartkit.slot("y_title")), nominal("Status")])
-    chart = alt.layer(line, points, data=CELLS).encode(
-        # whole numbers on x: turns and percents (a turn axis ticked 1.5 means nothing)
-        x=alt.X(field="x", type="quantitative", title=chartkit.slot("x_title"),
-                axis={"format": "d", "tickMinStep": 1}),
-        y=alt.Y(field="y", type="quantitative", title=chartkit.slot("y_title"), axis={"format": "~s"}),
-    ).properties(width=WIDTH, height=HEIGHT)
-    return template(chart)
-
-
 def _chart(chart_id: str, title: str, caption: str, look: Look, cells: list[TrafficCell],
            x_of: Any, y_of: Any, x_text: Any, y_text: Any) -> Chart | None:
     rows = []
@@ -126,17 +103,11 @@ def _chart(chart_id: str, title: str, caption: str, look: Look, cells: list[Traf
                      "Status": words.status_label(c.status)})
     if not rows:
         return None
-    lines = list(dict.fromkeys(r["series"] for r in rows))
-    colors = chartkit.line_colors(len(lines))
-    spec = _template().fill({"cells": rows}, lines=lines, colors=colors, x_title=look.x,
-                            y_title=look.y)
-    series = [(name, sorted((r["x"], r["y"]) for r in rows if r["series"] == name))
-              for name in lines]
     xs = [r["x"] for r in rows]
     lo, hi = min(0.0, min(xs)), max(xs) if max(xs) > 0 else 1.0
-    ticks = [(v, formats.count(v)) for v in _ticks(lo, hi)]
-    return chartkit.make(chart_id, title, caption, spec, lambda: fallback.lines(
-        title, series, colors, look, x_ticks=ticks, x_log2=False, x_domain=(lo, hi)))
+    # whole numbers on x: turns and percents
+    return cellcurves.chart(chart_id, title, caption, look, rows, _ticks(lo, hi), (lo, hi),
+                            whole_x=True, knee=False)
 
 
 def _ticks(lo: float, hi: float) -> list[float]:

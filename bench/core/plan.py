@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -181,6 +182,16 @@ class Cell:
         return f" turn {self.turn}" if self.turn is not None else ""
 
 
+def _rate_cap(rates: list[Cell]) -> str:
+    """What the rate cells' cap on requests in flight means (0: none)."""
+    caps = sorted({c.concurrency for c in rates})
+    if caps == [0]:
+        return ("no cap on requests in flight (the KV cache they need is unknown: a request "
+                "the server cannot hold fails the cell)")
+    return (f"at most {_listed(caps)} requests in flight (a request due while the cap is "
+            f"full waits in the client: send lag, counted in its TTFT)")
+
+
 @dataclass
 class Plan:
     contexts: list[int]
@@ -204,34 +215,31 @@ class Plan:
     def traffic_lines(self, todo: list[Cell]) -> list[str]:
         """The plan's lines on its traffic cells in `todo`, one per kind (none: no line)."""
         lines = []
-        prefix = [c for c in todo if c.phase == PREFIX]
-        if prefix:
-            lines.append(
-                f"Prefix reuse: {len(prefix)} cells at {_listed(c.reuse for c in prefix)}% shared, "
-                f"contexts {_listed((c.context for c in prefix), context_label)}, streams "
-                f"{_listed(c.concurrency for c in prefix)}; 1 output token each, after the "
-                f"shared prefixes are primed")
-        turns = [c for c in todo if c.phase == CONVERSATION]
-        if turns:
-            lines.append(
-                f"Conversations: {len(turns)} cells at turns {_listed(c.turn for c in turns)}, "
-                f"contexts {_listed((c.context for c in turns), context_label)}, streams "
-                f"{_listed(c.concurrency for c in turns)}; each stream resends its whole history "
-                f"every turn (fixed replies)")
-        rates = [c for c in todo if c.phase == RATE]
-        if rates:
-            caps = sorted({c.concurrency for c in rates})
-            cap = ("no cap on requests in flight (the KV cache they need is unknown: a request "
-                   "the server cannot hold fails the cell)" if caps == [0] else
-                   f"at most {_listed(caps)} requests in flight (a request due while the cap is "
-                   f"full waits in the client: send lag, counted in its TTFT)")
-            lines.append(
-                f"Rates: {len(rates)} cells at {_listed((c.rate for c in rates), lambda r: f'{r:g}')} "
-                f"requests/s ({self.arrivals} arrivals), contexts "
-                f"{_listed((c.context for c in rates), context_label)}; {cap}; "
-                f"{self.rate_output} output tokens each; requests counted by scheduled time in "
-                f"the window, then drained")
+        for phase, label, key, tail in self._traffic_kinds():
+            cells = [c for c in todo if c.phase == phase]
+            if cells:
+                lines.append(f"{label}: {len(cells)} cells at {key(cells)}, contexts "
+                             f"{_listed((c.context for c in cells), context_label)}{tail(cells)}")
         return lines
+
+    def _traffic_kinds(self) -> list[tuple[str, str, Callable[[list[Cell]], str],
+                                           Callable[[list[Cell]], str]]]:
+        """Per traffic phase: its line's label, the key its cells are listed by, and what
+        follows the contexts (the streams, or the cap, and what a request does)."""
+        def streams(cells: list[Cell]) -> str:
+            return f", streams {_listed(c.concurrency for c in cells)}"
+
+        return [
+            (PREFIX, "Prefix reuse", lambda cs: f"{_listed(c.reuse for c in cs)}% shared",
+             lambda cs: f"{streams(cs)}; 1 output token each, after the shared prefixes are primed"),
+            (CONVERSATION, "Conversations", lambda cs: f"turns {_listed(c.turn for c in cs)}",
+             lambda cs: f"{streams(cs)}; each stream resends its whole history every turn "
+                        f"(fixed replies)"),
+            (RATE, "Rates", lambda cs: f"{_listed((c.rate for c in cs), lambda r: f'{r:g}')} "
+                                       f"requests/s ({self.arrivals} arrivals)",
+             lambda cs: f"; {_rate_cap(cs)}; {self.rate_output} output tokens each; requests "
+                        f"counted by scheduled time in the window, then drained"),
+        ]
 
     def slots_line(self, todo: list[Cell]) -> str | None:
         """The plan's line on the server's slots: how many, and what happens to

@@ -38,7 +38,7 @@ from rundir.contract import (
     VALID,
 )
 from rundir.energy import THROTTLE_CLASSES, cell_energy
-from rundir.metrics import Chunks, decode_metrics, prefill_metrics, prefill_used
+from rundir.metrics import Chunks, decode_metrics, first_content, prefill_metrics, prefill_used
 from rundir.reuse import requests_ratio
 from rundir.words import (
     MISSING,
@@ -172,11 +172,15 @@ def _prefill_figures(line: CellLine, table: pa.Table) -> None:
 
 def _traffic_figures(line: CellLine, table: pa.Table,
                      purposes: tuple[str, ...] = (PURPOSE_REUSE, PURPOSE_TURN)) -> None:
-    """A traffic cell's median TTFT over its measured requests (the pages chart the rest)."""
+    """A traffic cell's median TTFT over its measured requests, to its first chunk with
+    content as on the pages (a role chunk first is not a token); the pages chart the rest."""
     rows = table.filter(pc.is_in(table.column("purpose"), pa.array(list(purposes))))
-    firsts = [(ns[0] - send) / 1e6 for ns, send in zip(rows.column("chunk_ns").to_pylist(),
-                                                       rows.column("send_ns").to_pylist(), strict=True)
-              if ns and send is not None]
+    firsts = []
+    for ns, tok, send in zip(rows.column("chunk_ns").to_pylist(), rows.column("chunk_tokens").to_pylist(),
+                             rows.column("send_ns").to_pylist(), strict=True):
+        first = first_content(tok)
+        if first is not None and send is not None:
+            firsts.append((ns[first] - send) / 1e6)
     line.ttft_ms = float(np.median(firsts)) if firsts else None
     line.reused = requests_ratio(rows.column("prompt_tokens").to_pylist(),
                                  rows.column("cached_tokens").to_pylist())

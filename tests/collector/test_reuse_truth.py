@@ -16,17 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rundir.contract import (
-    CONVERSATION,
-    PREFIX,
-    PURPOSE_REUSE,
-    PURPOSE_TURN,
-    PURPOSE_TURN_FILL,
-    REQUESTS_QUEUED,
-    REUSE_OFF_TARGET,
-    REUSE_UNVERIFIED,
-    VALID,
-)
+from bench.measure.traffic_cells import MIN_REQUESTS
+from rundir import contract
 from rundir.io import read_run
 from site_builder.traffic import traffic_cells
 from tests.conftest import run_cli
@@ -63,23 +54,24 @@ def test_every_published_reuse_is_the_servers(refserver, tmp_path, engine) -> No
     run = collect(srv, tmp_path / "run", "--contexts", "2k", "--prefix-reuse", "0,50,90")
     figures = published(run)
     for target in (0, 50, 90):
-        cell = figures[(PREFIX, 2048, 1, target, None)]
-        rows = [r for r in run.requests.to_pylist() if r["phase"] == PREFIX
-                and r["prefix_reuse_target"] == target and r["purpose"] == PURPOSE_REUSE]
-        assert len(rows) >= 8
+        cell = figures[(contract.PREFIX, 2048, 1, target, None)]
+        rows = [r for r in run.requests.to_pylist() if r["phase"] == contract.PREFIX
+                and r["prefix_reuse_target"] == target and r["purpose"] == contract.PURPOSE_REUSE]
+        assert len(rows) >= MIN_REQUESTS
         assert cell.achieved == pytest.approx(truth_ratio(srv, rows), abs=1e-9)
         assert cell.achieved == pytest.approx(target, abs=2), (target, cell.achieved)
         assert cell.server == pytest.approx(cell.achieved, abs=1e-9)  # the same tokens, counted twice
-        assert cell.status == VALID, cell.reason
+        assert cell.status == contract.VALID, cell.reason
 
 
 def test_a_cache_that_silently_does_nothing_is_off_target(refserver, tmp_path) -> None:
     srv = refserver(**CACHE, prefix_cache_silent_off=True)
     run = collect(srv, tmp_path / "run", "--contexts", "2k", "--prefix-reuse", "0,90")
     figures = published(run)
-    assert figures[(PREFIX, 2048, 1, 0, None)].status == VALID  # nothing asked, nothing owed
-    cell = figures[(PREFIX, 2048, 1, 90, None)]
-    assert cell.status == REUSE_OFF_TARGET and cell.achieved == 0 and cell.server == 0
+    # nothing asked, nothing owed
+    assert figures[(contract.PREFIX, 2048, 1, 0, None)].status == contract.VALID
+    cell = figures[(contract.PREFIX, 2048, 1, 90, None)]
+    assert cell.status == contract.REUSE_OFF_TARGET and cell.achieved == 0 and cell.server == 0
     assert cell.reason.startswith("reuse off target: asked 90.0%, requests report 0.0% cached, "
                                   "server counters 0.0%")
 
@@ -87,8 +79,8 @@ def test_a_cache_that_silently_does_nothing_is_off_target(refserver, tmp_path) -
 def test_counters_that_disagree_with_the_answers_are_flagged(refserver, tmp_path) -> None:
     srv = refserver(**CACHE, prefix_counters_lie=0.5)
     run = collect(srv, tmp_path / "run", "--contexts", "2k", "--prefix-reuse", "90")
-    cell = published(run)[(PREFIX, 2048, 1, 90, None)]
-    assert cell.status == REUSE_OFF_TARGET
+    cell = published(run)[(contract.PREFIX, 2048, 1, 90, None)]
+    assert cell.status == contract.REUSE_OFF_TARGET
     assert cell.achieved == pytest.approx(90, abs=2) and cell.server == pytest.approx(45, abs=2)
 
 
@@ -97,17 +89,17 @@ def test_eviction_under_pressure_falls_below_the_target(refserver, tmp_path) -> 
     # tenants' traffic, say): the two groups' 1.8K prefixes evict each other.
     srv = refserver(**CACHE, kv_budget_tokens=65536, prefix_cache_capacity_tokens=3072)
     run = collect(srv, tmp_path / "run", "--contexts", "2k", "--prefix-reuse", "90")
-    cell = published(run)[(PREFIX, 2048, 1, 90, None)]
-    rows = [r for r in run.requests.to_pylist() if r["purpose"] == PURPOSE_REUSE]
+    cell = published(run)[(contract.PREFIX, 2048, 1, 90, None)]
+    rows = [r for r in run.requests.to_pylist() if r["purpose"] == contract.PURPOSE_REUSE]
     assert cell.achieved == pytest.approx(truth_ratio(srv, rows), abs=1e-9)
-    assert cell.achieved < 88 and cell.status == REUSE_OFF_TARGET, (cell.achieved, cell.reason)
+    assert cell.achieved < 88 and cell.status == contract.REUSE_OFF_TARGET, (cell.achieved, cell.reason)
 
 
 def test_a_server_that_reports_nothing_is_not_verifiable(refserver, tmp_path) -> None:
     srv = refserver(**CACHE, prompt_tokens_details=False, prefix_counters=False)
     run = collect(srv, tmp_path / "run", "--contexts", "2k", "--prefix-reuse", "90")
-    cell = published(run)[(PREFIX, 2048, 1, 90, None)]
-    assert cell.status == REUSE_UNVERIFIED and cell.achieved is None and cell.server is None
+    cell = published(run)[(contract.PREFIX, 2048, 1, 90, None)]
+    assert cell.status == contract.REUSE_UNVERIFIED and cell.achieved is None and cell.server is None
     assert "not verifiable" in cell.reason
 
 
@@ -116,17 +108,17 @@ def test_conversation_turns_reuse_their_history(refserver, tmp_path) -> None:
     run = collect(srv, tmp_path / "run", "--contexts", "2k", "--turns", "1,4,6")
     figures = published(run)
     truth = srv.truth_by_id()
-    rows = sorted((r for r in run.requests.to_pylist() if r["phase"] == CONVERSATION),
+    rows = sorted((r for r in run.requests.to_pylist() if r["phase"] == contract.CONVERSATION),
                   key=lambda r: r["conversation_turn"])
     assert [r["conversation_turn"] for r in rows] == [1, 2, 3, 4, 5, 6]
-    assert [r["purpose"] for r in rows] == [PURPOSE_TURN, PURPOSE_TURN_FILL, PURPOSE_TURN_FILL,
-                                           PURPOSE_TURN, PURPOSE_TURN_FILL, PURPOSE_TURN]
+    listed, fill = contract.PURPOSE_TURN, contract.PURPOSE_TURN_FILL
+    assert [r["purpose"] for r in rows] == [listed, fill, fill, listed, fill, listed]
     for before, now in zip(rows, rows[1:], strict=False):
         assert now["cached_tokens"] == truth[now["request_id"]]["cached_tokens"]
         assert now["cached_tokens"] >= before["prompt_tokens"] - BLOCK
     for turn in (1, 4, 6):
-        cell = figures[(CONVERSATION, 2048, 1, None, turn)]
-        assert cell.status == VALID, cell.reason
+        cell = figures[(contract.CONVERSATION, 2048, 1, None, turn)]
+        assert cell.status == contract.VALID, cell.reason
         mine = [r for r in rows if r["conversation_turn"] == turn]
         assert cell.achieved == pytest.approx(truth_ratio(srv, mine), abs=1e-9)
 
@@ -135,9 +127,10 @@ def test_a_conversation_whose_cache_does_nothing_is_flagged_turn_by_turn(refserv
     srv = refserver(**CACHE, prefix_cache_silent_off=True)
     run = collect(srv, tmp_path / "run", "--contexts", "2k", "--turns", "1,4")
     figures = published(run)
-    assert figures[(CONVERSATION, 2048, 1, None, 1)].status == VALID  # turn 1 has no history
-    cell = figures[(CONVERSATION, 2048, 1, None, 4)]
-    assert cell.status == REUSE_OFF_TARGET
+    # turn 1 has no history
+    assert figures[(contract.CONVERSATION, 2048, 1, None, 1)].status == contract.VALID
+    cell = figures[(contract.CONVERSATION, 2048, 1, None, 4)]
+    assert cell.status == contract.REUSE_OFF_TARGET
     assert "conversation 0 turn 4: 0 cached tokens, expected at least" in cell.reason
 
 
@@ -147,8 +140,8 @@ def test_more_streams_than_slots_are_requests_queued(refserver, tmp_path) -> Non
     srv = refserver(engine="llamacpp", slots=2, **CACHE)
     run = collect(srv, tmp_path / "run", "--contexts", "2k", "--prefix-reuse", "90",
                   "--traffic-concurrency", "4")
-    cell = published(run)[(PREFIX, 2048, 4, 90, None)]
-    assert cell.status == REQUESTS_QUEUED, cell.reason
+    cell = published(run)[(contract.PREFIX, 2048, 4, 90, None)]
+    assert cell.status == contract.REQUESTS_QUEUED, cell.reason
     assert cell.reason == ("4 streams, 2 server slots: at most 2 ran at once, the other 2 waited "
                            "in the server's queue")
     assert cell.achieved == pytest.approx(90, abs=2)  # the reuse is still what the server did
@@ -160,10 +153,10 @@ def test_a_turn_between_the_listed_ones_that_reused_nothing_flags_the_next_liste
     hit: the cell of turn 4, which its rows belong to, says so."""
     srv = refserver(**CACHE, prefix_cache_miss_marker=" turn 2: ")
     run = collect(srv, tmp_path / "run", "--contexts", "2k", "--turns", "1,4")
-    rows = sorted((r for r in run.requests.to_pylist() if r["phase"] == CONVERSATION),
+    rows = sorted((r for r in run.requests.to_pylist() if r["phase"] == contract.CONVERSATION),
                   key=lambda r: r["conversation_turn"])
     assert [r["cached_tokens"] > 0 for r in rows] == [False, False, True, True]
-    cell = published(run)[(CONVERSATION, 2048, 1, None, 4)]
-    assert cell.status == REUSE_OFF_TARGET
+    cell = published(run)[(contract.CONVERSATION, 2048, 1, None, 4)]
+    assert cell.status == contract.REUSE_OFF_TARGET
     assert cell.reason.startswith("reuse off target: conversation 0 turn 2: 0 cached tokens, "
                                   "expected at least")

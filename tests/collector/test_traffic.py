@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.core.plan import PlanError, make_plan, parse_percents, parse_turns, prefix_groups
+from bench.core.plan import Cell, PlanError, make_plan, parse_percents, parse_turns, prefix_groups
 from bench.measure.chunks import StreamParser
 from bench.measure.records import RequestRecord
 from bench.measure.traffic_cells import (
@@ -23,6 +25,7 @@ from bench.measure.traffic_cells import (
     measured_requests,
     timings_count,
 )
+from bench.run.summary import cell_line
 from bench.workload.conversation import conversation, turn_sizes
 from bench.workload.shared_prefix import group_of, shared_tokens, two_messages
 from rundir.contract import (
@@ -41,6 +44,8 @@ from rundir.contract import (
     VALID,
 )
 from rundir.io import read_run
+from rundir.metrics import first_content
+from site_builder.traffic import traffic_cells
 from tests.conftest import run_cli
 from tests.refserver.harness import refserver_fixture  # noqa: F401
 
@@ -76,6 +81,31 @@ def test_traffic_cells_come_after_the_matrix_each_with_its_own_key() -> None:
     lines = plan.traffic_lines(plan.to_run)
     assert lines[0].startswith("Prefix reuse: 8 cells at 0, 90% shared, contexts 2K, 4K, streams 1, 4")
     assert lines[1].startswith("Conversations: 8 cells at turns 1, 4, contexts 2K, 4K, streams 1, 4")
+
+
+def test_the_plan_lines_of_every_traffic_kind_word_for_word() -> None:
+    """One line per kind, in phase order, each naming its cells, their key, contexts and
+    what a request does (pinned whole: progress prints them as they are)."""
+    plan = _plan(prefix_reuse=[0, 90], turns=[1, 4], traffic_concurrency=[1, 4], rates=[4.0, 0.5],
+                 rate_cap=8)
+    assert plan.traffic_lines(plan.to_run) == [
+        "Prefix reuse: 8 cells at 0, 90% shared, contexts 2K, 4K, streams 1, 4; 1 output token "
+        "each, after the shared prefixes are primed",
+        "Conversations: 8 cells at turns 1, 4, contexts 2K, 4K, streams 1, 4; each stream "
+        "resends its whole history every turn (fixed replies)",
+        "Rates: 4 cells at 0.5, 4 requests/s (poisson arrivals), contexts 2K, 4K; at most 8 "
+        "requests in flight (a request due while the cap is full waits in the client: send lag, "
+        "counted in its TTFT); 64 output tokens each; requests counted by scheduled time in the "
+        "window, then drained"]
+    uncapped = _plan(contexts=[2048], rates=[1.0])
+    assert uncapped.traffic_lines(uncapped.to_run) == [
+        "Rates: 1 cells at 1 requests/s (poisson arrivals), contexts 2K; no cap on requests in "
+        "flight (the KV cache they need is unknown: a request the server cannot hold fails the "
+        "cell); 64 output tokens each; requests counted by scheduled time in the window, then "
+        "drained"]
+    # only the kinds `todo` holds: the conversation cells alone give their line alone
+    turns = [c for c in plan.to_run if c.phase == CONVERSATION]
+    assert plan.traffic_lines(turns) == [plan.traffic_lines(plan.to_run)[1]]
 
 
 def test_traffic_cells_over_the_kv_budget_are_planned_over_capacity() -> None:
@@ -332,3 +362,25 @@ def test_conversation_cells_keep_every_turn(refserver, tmp_path: Path) -> None:
     # turn 1 is new to the cache; every later turn reuses the history
     assert all(r["cached_tokens"] == 0 for r in talk if r["conversation_turn"] == 1)
     assert all(r["cached_tokens"] == r["prompt_tokens"] for r in talk if r["conversation_turn"] > 1)
+
+
+def test_the_terminal_and_the_page_time_ttft_to_the_first_chunk_with_content() -> None:
+    """Servers often send a role chunk (no tokens) first: TTFT runs to the first chunk
+    carrying a token, on the terminal's cell line as on the run page, never to the role
+    chunk (the terminal once took the request's first chunk: 2 ms here, not 40)."""
+    ms = 1_000_000
+    requests = pa.Table.from_pylist([
+        {"phase": PREFIX, "context": 2048, "concurrency": 1, "prefix_reuse_target": 50,
+         "purpose": PURPOSE_REUSE, "request_id": f"r{i}", "send_ns": i * 100 * ms,
+         "chunk_ns": [i * 100 * ms + 2 * ms, i * 100 * ms + (40 + i) * ms],
+         "chunk_tokens": [0, 1], "prompt_tokens": 2048, "cached_tokens": 1024,
+         "finish_reason": "length", "error": None, "cancelled": False} for i in range(3)])
+    cell = Cell(PREFIX, 2048, 1, reuse=50)
+    terminal = cell_line(cell, SimpleNamespace(status=VALID, table=requests))
+    cells = pa.Table.from_pylist([{"phase": PREFIX, "context": 2048, "concurrency": 1,
+                                   "prefix_reuse_target": 50, "status": VALID}])
+    (page,) = traffic_cells(cells, requests)
+    assert terminal.ttft_ms == pytest.approx(41.0)
+    assert page.ttft_ms == pytest.approx(terminal.ttft_ms)
+    assert first_content([0, 0, 3, 5]) == 2 and first_content([0, 0]) is None
+    assert first_content([]) is None and first_content(None) is None

@@ -13,7 +13,12 @@ printable ASCII, EOS and the chat specials included. Output is then printable
 ASCII only, one token per streamed chunk on llama.cpp, and ``max_tokens`` is
 always reached exactly.
 
-Usage: python make_tiny_models.py --gguf OUT.gguf --hf OUTDIR (either or both).
+A second GGUF, ``--gguf-draft``, is the draft model that disagrees with the
+first: the same weights with seeded noise added (``write_gguf``), for the
+speculative-decoding tests (the target served as its own draft agrees always).
+
+Usage: python make_tiny_models.py --gguf OUT.gguf --gguf-draft DRAFT.gguf --hf OUTDIR
+(any of them).
 The GGUF part needs only ``gguf`` and ``numpy``; the HF part needs ``torch``,
 ``transformers`` and ``tokenizers`` (it runs in the vLLM venv).
 """
@@ -27,6 +32,12 @@ from pathlib import Path
 import numpy as np
 
 SEED = 1234
+DRAFT_SEED = 4321  # the noise that makes the disagreeing draft (write_gguf's perturb)
+# How far the disagreeing draft is from the target: noise at this fraction of the
+# weights' own scale. The tiny models are near bigram machines, so agreement is
+# all or nothing: at 0.2 and 0.3 llama-server still accepted (nearly) every draft,
+# at 0.4 and 0.5 none; 0.5 keeps a margin (docs/engines.md, "Speculative decoding").
+DRAFT_PERTURB = 0.5
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 EOS = "<|endoftext|>"
 CHATML_TEMPLATE = (
@@ -91,19 +102,29 @@ class Vocab:
         return len(self.tokens)
 
 
-def write_gguf(path: Path, vocab: Vocab) -> None:
-    """Write the llama.cpp model: llama arch, 2 layers, hidden 128, F32."""
+def write_gguf(path: Path, vocab: Vocab, perturb: float = 0.0) -> None:
+    """Write the llama.cpp model: llama arch, 2 layers, hidden 128, F32.
+
+    ``perturb`` > 0 writes the draft that disagrees: the same weights plus
+    seeded noise of that many times their scale, so it shares the target's
+    vocabulary (llama.cpp requires it of a draft) and agrees with it only part
+    of the time. The determinism trick is applied after the noise, so the
+    draft too emits printable ASCII only."""
     import gguf
 
     n_embd, n_head, n_kv, n_ff, n_layer = 128, 4, 2, 384, 2
     head_dim = n_embd // n_head
     rng = np.random.default_rng(SEED)
+    noise = np.random.default_rng(DRAFT_SEED)
 
     def rand(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+        weights = rng.standard_normal(shape)
+        if perturb:
+            weights = weights + perturb * noise.standard_normal(shape)
+        return (weights * 0.02).astype(np.float32)
 
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("speed-matrix tiny random llama")
+    w.add_name("speed-matrix tiny random llama" + (f" (draft, perturbed {perturb:g})" if perturb else ""))
     w.add_context_length(MAX_POSITIONS)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)
@@ -209,15 +230,22 @@ def write_hf(outdir: Path, vocab: Vocab) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gguf", type=Path, help="write the llama.cpp GGUF model here")
+    parser.add_argument("--gguf-draft", type=Path,
+                        help="write the GGUF draft model that disagrees with --gguf's here")
+    parser.add_argument("--draft-perturb", type=float, default=DRAFT_PERTURB,
+                        help=f"noise of the draft, relative to the weights (default {DRAFT_PERTURB})")
     parser.add_argument("--hf", type=Path, help="write the Hugging Face model directory here")
     args = parser.parse_args(argv)
-    if args.gguf is None and args.hf is None:
-        parser.error("give --gguf and/or --hf")
+    if args.gguf is None and args.gguf_draft is None and args.hf is None:
+        parser.error("give --gguf, --gguf-draft and/or --hf")
+    if args.draft_perturb <= 0:
+        parser.error(f"--draft-perturb must be > 0 (got {args.draft_perturb:g}): 0 is the target itself")
     vocab = Vocab()
-    if args.gguf is not None:
-        args.gguf.parent.mkdir(parents=True, exist_ok=True)
-        write_gguf(args.gguf, vocab)
-        print(f"wrote {args.gguf} ({len(vocab)} tokens)", file=sys.stderr)
+    for path, perturb in ((args.gguf, 0.0), (args.gguf_draft, args.draft_perturb)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_gguf(path, vocab, perturb)
+            print(f"wrote {path} ({len(vocab)} tokens)", file=sys.stderr)
     if args.hf is not None:
         write_hf(args.hf, vocab)
         print(f"wrote {args.hf} ({len(vocab)} tokens)", file=sys.stderr)

@@ -5,7 +5,8 @@
 # llama-cpp-python's sdist vendors a pinned llama.cpp. Only the llama-server
 # target is built (about 8 min on 2 idle cores), cached outside the clone and keyed
 # by the llama.cpp commit so reruns and later CI jobs reuse it.
-# Also writes the tiny test model to $CACHE/models/tiny.gguf if missing.
+# Also writes the tiny test model to $CACHE/models/tiny.gguf if missing, and the
+# draft model that disagrees with it (speculative decoding tests) to tiny-draft.gguf.
 # Progress goes to stderr; the last line of stdout is the binary path.
 set -euo pipefail
 
@@ -17,6 +18,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 BIN_DIR="$CACHE/llama-server-$LLAMA_CPP_COMMIT"
 BIN="$BIN_DIR/llama-server"
 MODEL="$CACHE/models/tiny.gguf"
+DRAFT_MODEL="$CACHE/models/tiny-draft.gguf"
 JOBS="${JOBS:-2}"
 
 log() { echo "setup_llama_server: $*" >&2; }
@@ -72,16 +74,18 @@ build_server() {
     trap - EXIT
 }
 
+# ensure_model PATH FLAG: write one GGUF with make_tiny_models.py FLAG unless cached.
 ensure_model() {
-    [ -s "$MODEL" ] && return
+    local path="$1" flag="$2"
+    [ -s "$path" ] && return
     if ! "$PYTHON" -c "import gguf, numpy" 2>/dev/null; then
         log "installing gguf numpy into $("$PYTHON" -c 'import sys; print(sys.prefix)')"
         "$PYTHON" -m pip install --quiet gguf numpy >&2
     fi
-    mkdir -p "$(dirname "$MODEL")"
-    "$PYTHON" "$HERE/make_tiny_models.py" --gguf "$MODEL.tmp.$$" >&2
-    mv -f "$MODEL.tmp.$$" "$MODEL"
-    log "wrote $MODEL"
+    mkdir -p "$(dirname "$path")"
+    "$PYTHON" "$HERE/make_tiny_models.py" "$flag" "$path.tmp.$$" >&2
+    mv -f "$path.tmp.$$" "$path"
+    log "wrote $path"
 }
 
 if [ -x "$BIN" ]; then
@@ -90,5 +94,6 @@ else
     ensure_toolchain
     build_server
 fi
-ensure_model
+ensure_model "$MODEL" --gguf
+ensure_model "$DRAFT_MODEL" --gguf-draft
 echo "$BIN"

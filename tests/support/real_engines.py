@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,6 +251,65 @@ def start_llama_server(
         *extra_args,
     ]
     return _launch("llama-server", command, port, None, LLAMA_READY_TIMEOUT_S)
+
+
+# Speculative decoding on llama-server (docs/engines.md, "Speculative decoding"): -md
+# alone loads the draft but drafts nothing at this llama.cpp; --spec-type turns it on.
+SELF_DRAFT = "self"  # the target as its own draft: every draft accepted
+OTHER_DRAFT = "other"  # make_tiny_models.py --gguf-draft: a perturbed copy, none accepted
+DRAFT_FILES = {SELF_DRAFT: "tiny.gguf", OTHER_DRAFT: "tiny-draft.gguf"}
+DRAFT_MAX = 3  # llama.cpp's default --spec-draft-n-max, said so a new default cannot move it
+
+
+def draft_model(which: str) -> Path:
+    """The GGUF a llama-server drafts with: ``SELF_DRAFT`` or ``OTHER_DRAFT``."""
+    if which not in DRAFT_FILES:
+        raise ValueError(f"draft {which!r}: expected one of {', '.join(DRAFT_FILES)}")
+    return cache_dir() / "models" / DRAFT_FILES[which]
+
+
+def start_llama_server_with_draft(
+    which: str, parallel: int = 1, ctx: int = 32768, draft_max: int = DRAFT_MAX
+) -> EngineProcess:
+    """llama-server on the tiny GGUF drafting with ``draft_model(which)``, checked to
+    draft: a draft llama.cpp cannot use (another vocabulary) is only logged, and
+    the server then serves without drafts, which a test must not mistake for 0%.
+    Greedy by default (--temp 0): `bench run` sends no temperature, and at the
+    server's default (0.8) the tiny model's near-even printable tokens made even
+    the target as its own draft accept 10 drafts of 681."""
+    draft = draft_model(which)
+    _require([draft], LLAMA_SETUP)
+    engine = start_llama_server(
+        parallel=parallel,
+        ctx=ctx,
+        extra_args=["-md", str(draft), "--spec-type", "draft-simple",
+                    "--spec-draft-n-max", str(draft_max), "--temp", "0"],
+    )
+    try:
+        body = {"model": MODEL_NAME, "max_tokens": 8, "temperature": 0,
+                "messages": [{"role": "user", "content": "draft check"}]}
+        reply = httpx.post(f"{engine.base_url}/v1/chat/completions", json=body, timeout=60.0)
+        timings = reply.json().get("timings") or {}
+        if reply.status_code != 200 or not timings.get("draft_n"):
+            raise EngineStartError(
+                f"llama-server with draft {draft} drafted nothing (HTTP {reply.status_code}, "
+                f"timings {timings}); log {engine.log_path}:\n{engine.log_tail()}"
+            )
+    except BaseException:
+        engine.stop(timeout=5)
+        raise
+    return engine
+
+
+@contextmanager
+def llama_server_with_draft(which: str, **kwargs: int) -> Iterator[EngineProcess]:
+    """``start_llama_server_with_draft`` for a with-block: one draft server at a
+    time, so a test can measure both drafts on a 2-core host in turn."""
+    engine = start_llama_server_with_draft(which, **kwargs)
+    try:
+        yield engine
+    finally:
+        engine.stop()
 
 
 def start_vllm(extra_args: Sequence[str] = ()) -> EngineProcess:

@@ -1,4 +1,5 @@
-"""One shard of a decode cell's streams: a process of its own (`--workers N`).
+"""One shard of a decode cell's streams, or of a rate cell's schedule: a process
+of its own (`--workers N`; a host's, `--shard i/N`).
 
 The parent (bench/distributed/shards.py) starts it with `multiprocessing`'s spawn and
 talks to it over a pipe, one typed MessagePack frame a message

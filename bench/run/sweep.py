@@ -3,8 +3,9 @@
 The sweep owns the run's machinery (stream client, prompts, the server's
 gauges, GPU telemetry, the live display) and, with `--workers N` > 1, the
 shard processes a decode cell's streams are spread over (bench/distributed/shards.py,
-bench/core/workers.py). A server that fails, a refused key or Ctrl-C ends the
-run between cells with one line; every finished cell is already stored.
+bench/core/workers.py), and a rate cell's schedule (bench/distributed/rate_shards.py).
+A server that fails, a refused key or Ctrl-C ends the run between cells
+with one line; every finished cell is already stored.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.core.plan import Cell
-from bench.core.workers import AUTO, RateLoad, plan_workers, rate_shards
+from bench.core.workers import AUTO, RateLoad, host_cores, plan_workers, rate_shards
 from bench.distributed.clocksync import shift_record
 from bench.distributed.rate_shards import deal
 from bench.measure.rate_cells import cell_schedule
@@ -73,6 +73,17 @@ def test_auto_workers_plan_a_rate_cell_by_rate_times_output_tokens() -> None:
     assert rate_shards(explicit, RateLoad(1, 4)) == 3
     assert rate_shards(explicit, RateLoad(50, 4, cap=2)) == 2  # never more than the cap
     assert rate_shards(None, busy) == 1
+
+
+def test_the_plan_says_how_many_workers_a_rate_needs(refserver, tmp_path) -> None:
+    srv = refserver(tokens_per_s=100)
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--dry-run", *BASE, "--rate", "1,500",
+                  "--rate-output", "256", "--max-output", "256", "--workers", "auto")
+    assert res.returncode == 0, res.stderr
+    want = min(4, max(1, host_cores() - 1))
+    line = next(t for t in res.stderr.splitlines() if t.startswith("Workers:"))
+    assert line.startswith(f"Workers: {want} (auto: rate 500 requests/s × 256 output tokens = "
+                           "128,000 events/s, one process per 35,000"), line
 
 
 def test_a_record_from_another_clock_keeps_its_scheduled_time() -> None:

@@ -14,6 +14,12 @@ the host's cores - 1 (the parent, which plans, samples the server's gauges
 and stores, keeps a core). `--workers N` takes N. A decode cell is spread
 over `cell_shards` of them (never more than it has streams); a cell on one
 process, and every prefill cell, runs in the parent as before.
+
+A rate cell's planned event rate is its offered requests/s × its output
+tokens (one event per token; in a steady state that many tokens arrive a
+second whatever the server's speed), at most its cap's streams at
+PLANNED_STREAM_TOK_S each; `rate_shards` spreads its schedule over as many
+processes as that needs (under auto) or N (never more than its cap).
 """
 
 from __future__ import annotations
@@ -51,25 +57,62 @@ def host_cores() -> int:
 
 def needed(concurrency: int) -> int:
     """Processes the planned event rate of `concurrency` streams needs."""
-    return max(1, math.ceil(concurrency * PLANNED_STREAM_TOK_S / WORKER_EVENTS_PER_S))
+    return events_needed(concurrency * PLANNED_STREAM_TOK_S)
 
 
-def plan_workers(requested: int | str, concurrency: list[int], cores: int) -> WorkerPlan:
+def events_needed(events: int) -> int:
+    """Processes a planned `events` a second needs."""
+    return max(1, math.ceil(events / WORKER_EVENTS_PER_S))
+
+
+@dataclass(frozen=True)
+class RateLoad:
+    """A rate cell as the plan sees it: offered requests/s, output tokens a
+    request, its cap on requests in flight (0: none)."""
+
+    rate: float
+    output: int
+    cap: int = 0
+
+    @property
+    def events(self) -> int:
+        """Planned events/s: rate × output tokens, at most the cap's streams' worth."""
+        events = self.rate * self.output
+        if self.cap:
+            events = min(events, self.cap * PLANNED_STREAM_TOK_S)
+        return math.ceil(events)
+
+    def words(self) -> str:
+        capped = self.cap and self.cap * PLANNED_STREAM_TOK_S < self.rate * self.output
+        if capped:
+            return (f"rate {self.rate:g} requests/s capped at {self.cap:,} in flight × "
+                    f"{PLANNED_STREAM_TOK_S} tok/s planned = {self.events:,} events/s")
+        return (f"rate {self.rate:g} requests/s × {self.output:,} output tokens = "
+                f"{self.events:,} events/s")
+
+
+def plan_workers(requested: int | str, concurrency: list[int], cores: int,
+                 rates: list[RateLoad] | tuple[RateLoad, ...] = ()) -> WorkerPlan:
     """The run's worker count: `requested` is a number or AUTO; `concurrency`
-    the decode cells' levels; `cores` the host's."""
+    the decode cells' levels; `rates` the rate cells'; `cores` the host's."""
     top = max(concurrency, default=1)
     rate = top * PLANNED_STREAM_TOK_S
+    busiest = max(rates, key=lambda r: r.events, default=None)
     if requested != AUTO:
         n = int(requested)
         why = "--workers"
         if n > max(1, cores - 1):
             why += f"; more than this host's {cores} cores - 1: processes share cores"
         return WorkerPlan(n, False, why)
-    want = needed(top)
     cap = max(1, cores - 1)
+    if busiest is not None and busiest.events > rate:
+        want = events_needed(busiest.events)
+        why = f"auto: {busiest.words()}, one process per {WORKER_EVENTS_PER_S:,}"
+    else:
+        want = needed(top)
+        why = (f"auto: {top:,} streams × {PLANNED_STREAM_TOK_S} tok/s planned = {rate:,} "
+               f"events/s, one process per {WORKER_EVENTS_PER_S:,}")
     n = min(want, cap)
-    why = (f"auto: {top:,} streams × {PLANNED_STREAM_TOK_S} tok/s planned = {rate:,} events/s, "
-           f"one process per {WORKER_EVENTS_PER_S:,}")
     if want > cap:
         why += f"; {want} wanted, at most {cap} on {cores} cores (cores - 1)"
     return WorkerPlan(n, True, why)
@@ -83,6 +126,16 @@ def cell_shards(plan: WorkerPlan | None, concurrency: int) -> int:
         return 1
     n = min(plan.count, concurrency)
     return min(n, needed(concurrency)) if plan.auto else n
+
+
+def rate_shards(plan: WorkerPlan | None, load: RateLoad) -> int:
+    """How many processes a rate cell's schedule is split over (1: in the parent):
+    never more than its cap (each process holds a whole share of it); under
+    auto, only as many as its own planned event rate needs."""
+    if plan is None:
+        return 1
+    n = min(plan.count, load.cap) if load.cap else plan.count
+    return min(n, events_needed(load.events)) if plan.auto else n
 
 
 def shard_slots(concurrency: int, shards: int) -> list[list[int]]:

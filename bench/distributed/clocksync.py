@@ -94,6 +94,7 @@ def shift_record(r: RequestRecord, delta_ns: int) -> RequestRecord:
         return r
     return replace(r, send_ns=r.send_ns + delta_ns,
                    end_ns=None if r.end_ns is None else r.end_ns + delta_ns,
+                   scheduled_ns=None if r.scheduled_ns is None else r.scheduled_ns + delta_ns,
                    chunk_ns=np.asarray(r.chunk_ns, dtype=np.int64) + delta_ns)
 
 

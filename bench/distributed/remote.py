@@ -52,7 +52,7 @@ from rundir.redact import redact
 # The handshake's version: a mismatch is refused in one line (1: no secret; 2: pickled
 # messages; 3: typed MessagePack, bench/distributed/shard_messages.py; 4: request records
 # carry the traffic cells' fields, so a protocol-3 peer would decode them shifted).
-PROTOCOL = 4
+PROTOCOL = 5  # 5: rate cells' messages ("rate", "armed")
 CONNECT_RETRY_S = 0.5
 
 

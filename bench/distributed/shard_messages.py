@@ -129,6 +129,10 @@ class Done(_Message, tag="done"):
     window: tuple[int, int]
 
 
+class Armed(_Message, tag="armed"):
+    pass
+
+
 class Crashed(_Message, tag="crashed"):
     text: str
 
@@ -154,6 +158,18 @@ class Warm(_Message, tag="warm"):
     base_tag: str
     run_tag: str
     slots: list[int]
+
+
+class Rate(_Message, tag="rate"):
+    cell: tuple[str, int, int, float]  # phase, context, the cell's cap, offered requests/s
+    base: Prompt
+    base_tag: str
+    run_tag: str
+    output: int  # max_tokens of every request
+    cap: int  # this shard's share of the cap (0: none)
+    first: int  # its requests are first, first + step, ...
+    step: int
+    offsets: list[int]  # theirs, ns from the window's start
 
 
 class Start(_Message, tag="start"):
@@ -314,5 +330,6 @@ def _union(kinds: tuple[type[_Message], ...]) -> object:
     return functools.reduce(operator.or_, kinds)
 
 
-FROM_SHARD = Side("a shard", (Ready, Warmed, Producing, Failed, Done, Crashed, ClockAnswer))
-TO_SHARD = Side("a coordinator", (Setup, Refused, Warm, Start, Window, Cancel, Stop, Clock, Offset))
+FROM_SHARD = Side("a shard", (Ready, Warmed, Producing, Failed, Armed, Done, Crashed, ClockAnswer))
+TO_SHARD = Side("a coordinator", (Setup, Refused, Warm, Rate, Start, Window, Cancel, Stop, Clock,
+                                  Offset))

@@ -1,4 +1,5 @@
-"""One shard of a decode cell's streams: a process of its own (`--workers N`).
+"""One shard of a decode cell's streams, or of a rate cell's schedule: a process
+of its own (`--workers N`; a host's, `--shard i/N`).
 
 The parent (bench/distributed/shards.py) starts it with `multiprocessing`'s spawn and
 talks to it over a pipe, one typed MessagePack frame a message
@@ -11,6 +12,14 @@ merges the shards' records as they are.
 Parent -> shard:
   ("warm", key, base, base_tag, run_tag, slots)  prefix warm-ups of `slots`
                                                  (their prompts: `base` retagged)
+  ("rate", (phase, context, cap, rate), base,    a rate cell: this shard's requests
+   base_tag, run_tag, output, cap, first, step,  first, first + step, ... at their
+   offsets)                                      offsets from the window's start, at
+                                                 most `cap` in flight (0: no cap);
+                                                 answered ("armed",) once their bodies
+                                                 are made; the next "window" sends
+                                                 them (bench/measure/rate_cells.py's
+                                                 RateSender) and drains them
   ("start",)                                     start the slots' stream loops
   ("window", start_ns, end_ns)                   the window, as the parent opened it:
                                                  no stream starts past end_ns, every
@@ -27,8 +36,9 @@ Parent -> shard:
                                                  `--shard i/N`: bench/distributed/coordinator.py)
 Shard -> parent:
   ("ready", pid), ("warmed", records), ("producing", [slot, ...]) as slots
-  first receive tokens, ("failed",) once a stream failed, ("done", records,
-  delays, (start_ns, end_ns)) after the window, ("crashed", text) before
+  first receive tokens, ("failed",) once a stream failed, ("armed",) for a
+  rate cell, ("done", records, delays, (start_ns, end_ns)) after the window
+  (a rate cell's: after its drain, each record with its scheduled_ns), ("crashed", text) before
   exiting on a bug of ours. A shard whose parent goes away exits.
 
 Each end decodes every message it reads against the protocol's schema
@@ -46,6 +56,7 @@ import select
 import signal
 import struct
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from bench.core.eventloop import asyncio_run
@@ -54,6 +65,8 @@ from bench.distributed.clocksync import shift_delays, shift_record
 from bench.distributed.shard_messages import TO_SHARD, ShardSetup, Side, encode
 from bench.measure.cells import CellRunner, DecodeRun, slot_tag
 from bench.measure.monitor import gc_paused
+from bench.measure.rate_cells import Bodies, RateSender
+from bench.measure.records import RequestRecord
 from bench.measure.stream import StreamClient
 from bench.workload.prompts import Prompt, retag
 from rundir.contract import PURPOSE_MEASURE, PURPOSE_PREFIX_FILL
@@ -61,6 +74,18 @@ from rundir.redact import redact
 
 REPORT_S = 0.05  # how often a shard tells which slots began producing
 _HEAD = struct.Struct("!Q")
+
+
+@dataclass
+class RateShare:
+    """A shard's part of a rate cell, armed before its window."""
+
+    cell: Cell
+    sender: RateSender
+    base: Prompt
+    bodies: Bodies
+    due: list[tuple[int, int]]  # (request index, offset from the window's start)
+    cap: int
 
 
 class Channel:
@@ -165,6 +190,7 @@ class ShardWorker:
         self.inbox: asyncio.Queue = asyncio.Queue()
         self.abort = asyncio.Event()
         self.run: DecodeRun | None = None
+        self.rate: RateShare | None = None
         self.slots: list[int] = []
         self.offset_ns = 0  # this shard's clock − the parent's
         self.fault: str | None = None  # why the parent's connection was given up (a bad frame)
@@ -218,6 +244,8 @@ class ShardWorker:
         kind = message[0]
         if kind == "warm":
             await self._warm(*message[1:])
+        elif kind == "rate":
+            await self._arm(*message[1:])
         elif kind == "start":
             self._start()
         elif kind == "window":
@@ -232,6 +260,7 @@ class ShardWorker:
         """A new cell: make this shard's prompts, warm their prefixes."""
         cell = Cell(*key)
         self.abort = asyncio.Event()
+        self.rate = None
         prompts: list[Prompt | None] = [None] * cell.concurrency
         for i in slots:
             prompts[i] = base if i == 0 else retag(base, run_tag, base_tag, slot_tag(cell, i))
@@ -265,10 +294,44 @@ class ShardWorker:
                 return
             await asyncio.sleep(REPORT_S)
 
+    async def _arm(self, key: tuple, base: Prompt, base_tag: str, run_tag: str, output: int,
+                   cap: int, first: int, step: int, offsets: list[int]) -> None:
+        """A rate cell: its bodies made now, so the window finds them ready."""
+        phase, context, concurrency, rate = key
+        self.abort = asyncio.Event()
+        self.run = None
+        sender = RateSender(self.runner, output)
+        bodies = await asyncio.to_thread(sender.bodies, base, base_tag, run_tag)
+        due = [(first + j * step, offset) for j, offset in enumerate(offsets)]
+        self.rate = RateShare(Cell(phase, context, concurrency, rate=rate), sender, base, bodies,
+                              due, cap)
+        self.send(("armed",))
+
+    async def _rate_window(self, share: RateShare, start_ns: int, end_ns: int) -> None:
+        """Send this shard's requests in the parent's window (on this clock), drain
+        them, and hand every record back on the parent's clock."""
+        window = (start_ns + self.offset_ns, end_ns + self.offset_ns)
+        records = await share.sender.send(share.cell, share.base, share.bodies, share.due, window,
+                                          share.cap, self.abort)
+        self._hand_back(records, window)
+
+    def _hand_back(self, records: list[RequestRecord], window: tuple[int, int]) -> None:
+        """("done", ...) with the records, delays and window on the parent's clock."""
+        delays = self.runner.client.monitor.delays(*window)
+        back = -self.offset_ns
+        self.send(("done", [shift_record(r, back) for r in records], shift_delays(delays, back),
+                   (window[0] + back, window[1] + back)))
+        gc.collect()
+        gc.freeze()
+
     async def _window(self, start_ns: int, end_ns: int) -> None:
         """The parent's window: run the streams to end_ns (or a failure, or
         the parent's cancel), then cancel, parse and hand every record back.
         The edges come on the parent's clock; the streams run on this one."""
+        if self.rate is not None:
+            share, self.rate = self.rate, None
+            await self._rate_window(share, start_ns, end_ns)
+            return
         run = self.run
         assert run is not None
         start_ns, end_ns = start_ns + self.offset_ns, end_ns + self.offset_ns
@@ -280,11 +343,5 @@ class ShardWorker:
             await asyncio.gather(*run.tasks)
             await asyncio.gather(*run.parsing)
         await self._reporter
-        delays = self.runner.client.monitor.delays(start_ns, end_ns)
-        back = -self.offset_ns
-        measured = [shift_record(r, back) for r in run.records if r.purpose == PURPOSE_MEASURE]
-        window = (start_ns + back, end_ns + back)
-        self.send(("done", measured, shift_delays(delays, back), window))
         self.run = None
-        gc.collect()
-        gc.freeze()
+        self._hand_back([r for r in run.records if r.purpose == PURPOSE_MEASURE], (start_ns, end_ns))

@@ -215,6 +215,35 @@ class ShardClock:
     clock: CellClock
 
 
+def state_clocks(outcome: CellOutcome, clocks: list[ShardClock] | None, n: int,
+                 rows: bool = True) -> None:
+    """Put the other hosts' clocks over the cell in its outcome (rows, for
+    clock_offsets.parquet, which holds decode cells only, and a note in its
+    reason); None: one host, nothing to say."""
+    if clocks is not None and rows:
+        outcome.clocks = [dict(shard=c.index, host=c.host, offset_ns=c.clock.offset_ns,
+                               uncertainty_ns=c.clock.uncertainty_ns, rtt_ns=c.clock.rtt_ns,
+                               drift_ns=c.clock.drift_ns) for c in clocks]
+    if clocks:
+        worst = max(c.clock.uncertainty_ns for c in clocks)
+        note = (f"{n} hosts: every time is on shard 0's clock, each "
+                f"shard's offset within ±{worst / 1e3:.0f} µs (clock_offsets.parquet)")
+        outcome.reason = "; ".join(filter(None, [outcome.reason, note]))
+
+
+async def answer(shard: Shard, kind: str, timeout: float | None = None,
+                 when: str = "after the window") -> tuple | None:
+    """The shard's next message, which must be `kind`, or None once it died (or
+    was killed for not answering within `timeout` seconds `when`)."""
+    try:
+        return await asyncio.wait_for(shard.expect(kind), timeout)
+    except ShardDied:
+        return None
+    except TimeoutError:
+        shard.kill(f"no answer {timeout:.0f} s {when}")
+        return None
+
+
 class ShardSource(Protocol):
     """Where a sharded decode cell's streams run: local processes (ShardPool) or
     the hosts of `--shard i/N` (bench/distributed/coordinator.py's Coordinator)."""
@@ -357,15 +386,7 @@ class ShardedCellRunner:
             return outcome
         clocks = run.clocks if run is not None and run.clocks is not None else (
             await self.source.after_cell())
-        if clocks is not None:
-            outcome.clocks = [dict(shard=c.index, host=c.host, offset_ns=c.clock.offset_ns,
-                                   uncertainty_ns=c.clock.uncertainty_ns, rtt_ns=c.clock.rtt_ns,
-                                   drift_ns=c.clock.drift_ns) for c in clocks]
-        if clocks:
-            worst = max(c.clock.uncertainty_ns for c in clocks)
-            note = (f"{self.n} hosts: every time is on shard 0's clock, each "
-                    f"shard's offset within ±{worst / 1e3:.0f} µs (clock_offsets.parquet)")
-            outcome.reason = "; ".join(filter(None, [outcome.reason, note]))
+        state_clocks(outcome, clocks, self.n)
         return outcome
 
     async def _decode(self, run: ShardedRun) -> CellOutcome:
@@ -434,15 +455,7 @@ class ShardedCellRunner:
             shard.send(("cancel",))
 
     async def _answer(self, shard: Shard, kind: str, timeout: float | None = None) -> tuple | None:
-        """The shard's next message, or None once it died (or was killed for
-        not answering within `timeout` seconds)."""
-        try:
-            return await asyncio.wait_for(shard.expect(kind), timeout)
-        except ShardDied:
-            return None
-        except TimeoutError:
-            shard.kill(f"no answer {timeout:.0f} s after the window")
-            return None
+        return await answer(shard, kind, timeout)
 
     def _launch(self, run: DecodeRun) -> None:
         assert isinstance(run, ShardedRun)

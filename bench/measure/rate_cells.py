@@ -153,12 +153,57 @@ def judge_rate(cell: Cell, records: list[RequestRecord], load: LoadCheck, slots:
     return VALID, load.reason  # None, or a note (e.g. too few gaps to test)
 
 
+class RateSender:
+    """Sends a share of a rate cell's schedule in a window it is given: the one
+    send loop of a rate cell, in the collector's process or in a shard
+    (bench/distributed/shard_worker.py), so both send alike."""
+
+    def __init__(self, runner: CellRunner, output: int) -> None:
+        self.runner, self.output = runner, output
+
+    def bodies(self, base: Prompt, base_tag: str, run_tag: str) -> Bodies:
+        """The cell's request bodies (blocking: run it off the event loop)."""
+        return Bodies(run_tag, lambda p: self.runner.payload(p, self.output), base, base_tag)
+
+    async def send(self, cell: Cell, base: Prompt, bodies: Bodies, due: list[tuple[int, int]],
+                   window: tuple[int, int], cap: int, interrupted: asyncio.Event
+                   ) -> list[RequestRecord]:
+        """Send request i at window start + offset for each (i, offset) of `due`
+        (in offset order), at most `cap` in flight (0: no cap), nothing once the
+        window is over; drain what is in flight for the drain timeout (not when
+        `interrupted`), then cancel the rest. Every record keeps its scheduled_ns."""
+        r = self.runner
+        slots = asyncio.Semaphore(cap) if cap else None
+        drained = asyncio.Event()  # the drain is over: cancel what is still open
+        tasks: list[asyncio.Task] = []
+
+        async def one(i: int, at: int) -> RequestRecord:
+            body = bodies.body(rate_tag(cell, i))  # made ahead, without encoding the prompt again
+            try:
+                rec = await r.send(cell, base, self.output, PURPOSE_ARRIVAL, i, drained, at_ns=at,
+                                   body=body)
+            finally:
+                if slots is not None:
+                    slots.release()
+            rec.scheduled_ns = at
+            return rec
+
+        with gc_paused():  # a full collection inside the window stalls the loop 8-20 ms
+            await _window(window, due, one, slots, interrupted, tasks)
+        if tasks and not interrupted.is_set():
+            await asyncio.wait(tasks, timeout=r.settings.drain_timeout_s)
+        drained.set()  # interrupted or past the drain: closing the connections aborts them
+        return list(await asyncio.gather(*tasks))
+
+
 class RateRunner:
-    """Runs rate cells with a CellRunner's client, prompts and settings."""
+    """Runs rate cells with a CellRunner's client, prompts and settings: in this
+    process (`run`), or judging what shards sent (bench/distributed/rate_shards.py)."""
 
     def __init__(self, runner: CellRunner, settings: RateSettings) -> None:
         self.runner = runner
         self.rate = settings
+        self.sender = RateSender(runner, settings.output)
 
     @classmethod
     def from_parameters(cls, runner: CellRunner, parameters) -> RateRunner:
@@ -167,63 +212,58 @@ class RateRunner:
                                         parameters.arrival_seed or 0,
                                         parameters.rate_output_tokens or 1))
 
-    async def run(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:
-        r, rs = self.runner, self.rate
-        offsets = cell_schedule(rs.process, cell, r.window_ns, rs.seed)
+    def schedule(self, cell: Cell) -> np.ndarray:
+        """The cell's arrival offsets (ns from its window's start)."""
+        return cell_schedule(self.rate.process, cell, self.runner.window_ns, self.rate.seed)
+
+    async def base(self, cell: Cell) -> tuple[Prompt, str]:
+        """The cell's base prompt and its tag (request 0's)."""
         base_tag = rate_tag(cell, 0)
-        base = await asyncio.to_thread(r.prompts.build, cell.context, base_tag)
-        bodies = await asyncio.to_thread(Bodies, r.prompts.run_tag, lambda p: r.payload(p, rs.output),
-                                         base, base_tag)
-        slots = asyncio.Semaphore(cell.concurrency) if cell.concurrency else None
-        drained = asyncio.Event()  # the drain is over: cancel what is still open
-        tasks: list[asyncio.Task] = []
+        return await asyncio.to_thread(self.runner.prompts.build, cell.context, base_tag), base_tag
 
-        async def one(i: int, due: int) -> RequestRecord:
-            body = bodies.body(rate_tag(cell, i))  # made ahead, without encoding the prompt again
-            try:
-                rec = await r.send(cell, base, rs.output, PURPOSE_ARRIVAL, i, drained, at_ns=due,
-                                   body=body)
-            finally:
-                if slots is not None:
-                    slots.release()
-            rec.scheduled_ns = due
-            return rec
-
-        with gc_paused():  # a full collection inside the window stalls the loop 8-20 ms
-            start, end = await self._window(cell, offsets, one, slots, interrupted, tasks)
-        if tasks and not interrupted.is_set():
-            await asyncio.wait(tasks, timeout=r.settings.drain_timeout_s)
-        drained.set()  # interrupted or past the drain: closing the connections aborts them
-        records = list(await asyncio.gather(*tasks))
+    async def run(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:
+        r = self.runner
+        offsets = self.schedule(cell)
+        base, base_tag = await self.base(cell)
+        bodies = await asyncio.to_thread(self.sender.bodies, base, base_tag, r.prompts.run_tag)
+        start = time.monotonic_ns() + LEAD_NS + 1_000_000  # the first may be due at once
+        window = (start, start + r.window_ns)
+        records = await self.sender.send(cell, base, bodies, list(enumerate(offsets.tolist())),
+                                         window, cell.concurrency, interrupted)
         if interrupted.is_set():
             return CellOutcome(records, PENDING, "interrupted")
-        outcome = CellOutcome(records, PENDING, None, (start, end))
-        load = load_of(rs.process, cell, (start, end), rs.seed, outcome.table)
-        outcome.status, outcome.reason = judge_rate(cell, records, load, r.info.slots,
-                                                    r.settings.drain_timeout_s)
+        return self.judged(cell, records, window)
+
+    def judged(self, cell: Cell, records: list[RequestRecord], window: tuple[int, int]) -> CellOutcome:
+        """The cell's outcome from all its records, however many processes sent them."""
+        rs = self.rate
+        outcome = CellOutcome(records, PENDING, None, window)
+        load = load_of(rs.process, cell, window, rs.seed, outcome.table)
+        outcome.status, outcome.reason = judge_rate(cell, records, load, self.runner.info.slots,
+                                                    self.runner.settings.drain_timeout_s)
         outcome.server = {"arrivals": str(rs.process), "arrival_seed": rs.seed,
                           "rate_output_tokens": rs.output}
         return outcome
 
-    async def _window(self, cell: Cell, offsets: np.ndarray, one, slots: asyncio.Semaphore | None,
-                      interrupted: asyncio.Event, tasks: list[asyncio.Task]) -> tuple[int, int]:
-        """Start each request LEAD_NS before its due time, under the cap; nothing
-        once the window is over. Returns the window (start_ns, end_ns)."""
-        start = time.monotonic_ns() + LEAD_NS + 1_000_000  # the first may be due at once
-        end = start + self.runner.window_ns
-        for i, offset in enumerate(offsets.tolist()):
-            due = start + offset
-            if not await _until(due - LEAD_NS, interrupted):
-                break
-            if slots is not None and not await _slot(slots, end, interrupted):
-                break  # the window ended while the cap was full: the rest are never sent
-            if time.monotonic_ns() >= end:
-                if slots is not None:
-                    slots.release()
-                break
-            tasks.append(asyncio.create_task(one(i, due)))
-        await _until(end, interrupted)
-        return start, end
+
+async def _window(window: tuple[int, int], due: list[tuple[int, int]], one,
+                  slots: asyncio.Semaphore | None, interrupted: asyncio.Event,
+                  tasks: list[asyncio.Task]) -> None:
+    """Start each request LEAD_NS before its due time, under the cap; nothing
+    once the window is over; return when it is over (or interrupted)."""
+    start, end = window
+    for i, offset in due:
+        at = start + offset
+        if not await _until(at - LEAD_NS, interrupted):
+            break
+        if slots is not None and not await _slot(slots, end, interrupted):
+            break  # the window ended while the cap was full: the rest are never sent
+        if time.monotonic_ns() >= end:
+            if slots is not None:
+                slots.release()
+            break
+        tasks.append(asyncio.create_task(one(i, at)))
+    await _until(end, interrupted)
 
 
 async def _until(due_ns: int, interrupted: asyncio.Event) -> bool:

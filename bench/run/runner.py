@@ -23,7 +23,7 @@ from bench.core.errors import FlagError, RunError, io_reason
 from bench.core.eventloop import asyncio_run
 from bench.core.lock import LOCK_FILE, LockHeld, RunLock
 from bench.core.plan import Cell, Plan, make_plan, rate_output
-from bench.core.workers import AUTO, WorkerPlan, host_cores, plan_workers
+from bench.core.workers import AUTO, RateLoad, WorkerPlan, host_cores, plan_workers
 from bench.measure.cells import Settings
 from bench.run.nextstep import next_steps
 from bench.run.progress import Progress
@@ -38,6 +38,7 @@ from rundir.contract import (
     DECODE,
     ERROR,
     PENDING,
+    RATE,
     SCHEMA_VERSION,
     TRAFFIC_PARAMETERS,
     Clock,
@@ -180,7 +181,7 @@ def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
     run_dir, run_info = _new_run_info(opts, info, plan, kv_budget, kv_source, clean)
     store = RunStore(run_dir, run_info, plan.cells, secrets_of(opts))
     todo = plan.to_run
-    plan.workers = _workers(opts, todo)
+    plan.workers = _workers(opts, todo, plan.rate_output or 0)
     if opts.dry_run:
         progress.show_plan(_shown(info, clean), plan, todo, s, kv_budget, kv_source, run_dir)
         return None
@@ -373,7 +374,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
         cell.status, cell.reason = row["status"], row["reason"]
     todo = [c for c in cells if c.status in retry]
     plan.cells = cells
-    plan.workers = _workers(opts, todo)
+    plan.workers = _workers(opts, todo, p.rate_output_tokens or 0)
     progress.show_plan(_shown(info, clean), plan, todo, s, kv_budget, kv_source, run_dir)
     if opts.dry_run:
         return None
@@ -409,14 +410,16 @@ def _serve_shard(opts: RunOptions, progress: Progress) -> None:
     return None
 
 
-def _workers(opts: RunOptions, todo: list[Cell]):
-    """The run's worker plan for the decode cells it will measure."""
+def _workers(opts: RunOptions, todo: list[Cell], rate_output: int):
+    """The run's worker plan for the decode and rate cells it will measure
+    (`rate_output`: a rate cell's output tokens a request)."""
     if opts.shard is not None:
         n = opts.shard[1]
         return WorkerPlan(n, False, f"--shard 0/{n}: one process on each of {n} hosts, "
                                     "this one coordinating")
     return plan_workers(opts.workers, [c.concurrency for c in todo if c.phase == DECODE],
-                        host_cores())
+                        host_cores(), [RateLoad(c.rate or 0, rate_output, c.concurrency)
+                                       for c in todo if c.phase == RATE])
 
 
 def _served_name(opts: RunOptions, stored: str | None, clean) -> str | None:

@@ -3,8 +3,9 @@
 The sweep owns the run's machinery (stream client, prompts, the server's
 gauges, GPU telemetry, the live display) and, with `--workers N` > 1, the
 shard processes a decode cell's streams are spread over (bench/distributed/shards.py,
-bench/core/workers.py). A server that fails, a refused key or Ctrl-C ends the
-run between cells with one line; every finished cell is already stored.
+bench/core/workers.py), and a rate cell's schedule (bench/distributed/rate_shards.py).
+A server that fails, a refused key or Ctrl-C ends the run between cells
+with one line; every finished cell is already stored.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from bench.core.errors import RunError, io_reason
 from bench.core.limits import ensure_open_files, out_of_memory
 from bench.core.plan import Cell, Plan
 from bench.core.sources import check_families, plan_sources, port_range
-from bench.core.workers import cell_shards
+from bench.core.workers import RateLoad, cell_shards, rate_shards
 from bench.distributed.coordinator import Coordinator
+from bench.distributed.rate_shards import ShardedRateRunner
 from bench.distributed.shard_messages import ShardSetup
 from bench.distributed.shards import ShardedCellRunner, ShardPool, ShardSource
 from bench.measure.cells import CellOutcome, CellRunner
@@ -65,7 +67,9 @@ def _streams_here(plan: Plan, todo: list[Cell], hosts: int, duration_s: float) -
             share = hosts if hosts > 1 else cell_shards(plan.workers, cell.concurrency)
             most = max(most, math.ceil(cell.concurrency / share))
         elif cell.phase == RATE:  # its cap, or every request of its window at once
-            most = max(most, cell.concurrency or rate_requests_bound(cell, duration_s))
+            share = hosts if hosts > 1 else _rate_shards(plan, cell)
+            most = max(most, math.ceil((cell.concurrency or rate_requests_bound(cell, duration_s))
+                                       / share))
         elif cell.traffic:  # a traffic cell's streams all run here
             most = max(most, cell.concurrency)
     return most
@@ -76,6 +80,11 @@ def rate_requests_bound(cell: Cell, duration_s: float) -> int:
     (a Poisson count past 6 sigma above rate × duration is never seen)."""
     mean = (cell.rate or 0) * duration_s
     return math.ceil(mean + 6 * math.sqrt(mean) + 1)
+
+
+def _rate_shards(plan: Plan, cell: Cell) -> int:
+    """The processes of this host a rate cell's schedule is split over (--workers)."""
+    return rate_shards(plan.workers, RateLoad(cell.rate or 0, plan.rate_output or 0, cell.concurrency))
 
 
 def label(cell: Cell) -> str:
@@ -157,13 +166,12 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
             progress.begin(cell)
             if plan.queued([cell]):  # said as it starts, not after a silent wait
                 progress.note(queued_start(cell, plan.slots))
-            shards = (1 if cell.phase != DECODE else hosts.n if hosts is not None
+            shards = (1 if cell.phase not in (DECODE, RATE) else hosts.n if hosts is not None
+                      else _rate_shards(plan, cell) if cell.phase == RATE
                       else cell_shards(plan.workers, cell.concurrency))
-            cell_runner = runner if shards == 1 else ShardedCellRunner(runner, source, shards)
             # one process on each host; --workers: the cell's share, on this host
             spread = Spread(shards, shards if hosts is not None else 1)
-            measurer = (rates if cell.phase == RATE else traffic if cell.traffic
-                        else cell_runner)
+            measurer = _measurer(cell, shards, runner, rates, traffic, source)
             outcome = await _run_cell(measurer, cell, interrupted, store, clean, url)
             _save_cell(cell, outcome, spread, store, sampler, telemetry, progress, clean)
             # Collect now and freeze the survivors, so a garbage-collection
@@ -191,6 +199,16 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
         progress.stop()
 
 
+def _measurer(cell: Cell, shards: int, runner: CellRunner, rates: RateRunner,
+              traffic: TrafficRunner, source: ShardSource):
+    """What measures `cell` over `shards` processes (1: this one)."""
+    if cell.phase == RATE:
+        return rates if shards == 1 else ShardedRateRunner(rates, source, shards)
+    if cell.traffic:
+        return traffic
+    return runner if shards == 1 else ShardedCellRunner(runner, source, shards)
+
+
 def _setup(k: int, prefix: str, info: ServerInfo, api_key: str | None, s, secrets: list[str],
            sources: tuple[str, ...]) -> ShardSetup:
     """A shard's setup: a remote one (k ≥ 1) gets neither the key nor the
@@ -201,12 +219,13 @@ def _setup(k: int, prefix: str, info: ServerInfo, api_key: str | None, s, secret
     return ShardSetup(k, prefix, dataclasses.replace(info, base_url=""), None, s, ())
 
 
-async def _run_cell(runner: CellRunner | ShardedCellRunner | TrafficRunner | RateRunner, cell: Cell,
+async def _run_cell(runner: CellRunner | ShardedCellRunner | TrafficRunner | RateRunner
+                    | ShardedRateRunner, cell: Cell,
                     interrupted: asyncio.Event, store: RunStore, clean, url: str) -> CellOutcome:
     """Measure one cell; a server that fails, refuses the key or an interrupt
     ends the run here, before anything of the cell is stored."""
     try:
-        if isinstance(runner, TrafficRunner | RateRunner):
+        if isinstance(runner, TrafficRunner | RateRunner | ShardedRateRunner):
             outcome = await runner.run(cell, interrupted)
         elif cell.phase == DECODE:
             outcome = await runner.decode(cell, interrupted)

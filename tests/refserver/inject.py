@@ -6,8 +6,9 @@ cell". The server reads a request's cell from its prompt: every prompt the
 collector sends starts with a tag naming the run, the cell and the stream
 (bench/workload/prompts.py), `[<run> d<context>-c<concurrency>-s<stream>]` for a
 decode cell's prefix warm-ups and streams, `[<run> p<context>-a<attempt>]`
-for a prefill sample. Other requests (prompt calibration, count checks)
-belong to no cell.
+for a prefill sample, `[<run> a<context>-q<cap>-r<rate>-n<request>]` for a
+rate cell's request (its cell here: ("rate", context, cap)). Other requests
+(prompt calibration, count checks) belong to no cell.
 
 Each cell's completion requests are numbered 1, 2, ... in arrival order
 (those the API key lets through). A decode cell at concurrency C sends its C
@@ -60,9 +61,9 @@ from typing import Any
 
 ACTIONS = ("mark", "hold", "exit", "stop", "freeze", "refuse")
 MID_STREAM = ("exit", "stop", "freeze", "mark")  # what `after_tokens` can delay
-PHASES = ("decode", "prefill")
+PHASES = ("decode", "prefill", "rate")
 MARKS_LOG = "marks.jsonl"  # beside the arrivals log: delayed marks as they fire
-_TAG = re.compile(r"^\[\S+ (?:d(\d+)-c(\d+)-s\d+|p(\d+)-a\d+)\]$")
+_TAG = re.compile(r"^\[\S+ (?:d(\d+)-c(\d+)-s\d+|p(\d+)-a\d+|a(\d+)-q(\d+)-r[^-\s]+-n\d+)\]$")
 
 
 def cell_of(words: list[str]) -> tuple[str, int, int] | None:
@@ -72,6 +73,8 @@ def cell_of(words: list[str]) -> tuple[str, int, int] | None:
         return None
     if m.group(1) is not None:
         return "decode", int(m.group(1)), int(m.group(2))
+    if m.group(4) is not None:  # a rate cell's request: its cap (0: none) as its concurrency
+        return "rate", int(m.group(4)), int(m.group(5))
     return "prefill", int(m.group(3)), 1
 
 
@@ -90,8 +93,10 @@ def check(triggers: Any) -> str | None:
             return f"{where}: unknown field(s) {', '.join(sorted(unknown))}"
         cell = t["cell"]
         if not (isinstance(cell, list | tuple) and len(cell) == 3 and cell[0] in PHASES
-                and all(isinstance(v, int) and v > 0 for v in cell[1:])):
-            return f"{where}.cell must be [\"decode\" or \"prefill\", context > 0, concurrency > 0]"
+                and isinstance(cell[1], int) and cell[1] > 0 and isinstance(cell[2], int)
+                and cell[2] >= (0 if cell[0] == "rate" else 1)):
+            return (f"{where}.cell must be [\"decode\" or \"prefill\", context > 0, concurrency > 0] "
+                    "or [\"rate\", context > 0, cap >= 0]")
         if not isinstance(t["at"], int) or t["at"] < 1:
             return f"{where}.at must be an int >= 1"
         if t["do"] not in ACTIONS:

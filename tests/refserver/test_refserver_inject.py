@@ -50,6 +50,8 @@ def test_cell_of_reads_the_collectors_tags() -> None:
     assert cell_of("[run1 d128-c2-s0] word".split()) == ("decode", 128, 2)
     assert cell_of("[run1.r1 d1024-c16-s15] w".split()) == ("decode", 1024, 16)
     assert cell_of("[run1 p4096-a2] w".split()) == ("prefill", 4096, 1)
+    assert cell_of("[run1 a128-q0-r0.5-n17] w".split()) == ("rate", 128, 0)
+    assert cell_of("[run1 a2048-q8-r50-n0] w".split()) == ("rate", 2048, 8)
     for words in ("[run1 count-check-d128-c2] w", "[run1-calibration] w", "d128-c2-s0] x", ""):
         assert cell_of(words.split()) is None, words
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rundir import contract, tails, words
-from site_builder import metrictable, rate, ratepage, raterank, slo, trafficpage
+from site_builder import metrictable, rate, ratepage, raterank, slo, spec, trafficpage
 from site_builder.aggregate import CellResult
 from site_builder.views import RunView
 
@@ -87,6 +87,11 @@ def cell_records(run: RunView) -> list[dict[str, Any]]:
         out = [{**r, **trafficpage.download_extra(None)} for r in out] + _traffic_records(run, out)
     if run.agg.rate:  # runs with rate cells only: the others' downloads as before
         out = [{**r, **ratepage.download_extra(None)} for r in out] + _rate_records(run, out)
+    if run.agg.spec:  # runs with acceptance figures only: the others' downloads as before
+        by_key = {(x.context, x.concurrency): x for x in run.agg.spec}
+        out = [{**r, **spec.download_extra(by_key.get((r["context"], r["concurrency"]))
+                                           if r["phase"] == contract.DECODE else None)}
+               for r in out]
     return out
 
 

@@ -130,7 +130,7 @@ def agreement(client: float | None, server: float | None) -> str | None:
     if client is None or server is None or server <= 0:
         return None
     off = abs(client - server) / server
-    if off <= AGREE_REL:
+    if off <= AGREE_REL + 1e-12:  # 2% exactly agrees (float rounding aside)
         return None
     return (f"acceptance disagrees: the client saw {client:.3f} tokens per step, the server's "
             f"counters {server:.3f} ({100 * off:.1f}% apart, more than {100 * AGREE_REL:g}%)")

@@ -18,10 +18,12 @@ only where it means tokens per step (`client_figure` says why not otherwise):
    and any other server are not known to;
 3. where the engine's counters give the draft length k, no chunk carries more
    than k + 1 tokens (one that does proves several steps per chunk);
-4. speculative decoding was seen: the engine counted drafts, or a chunk
-   carried more than one token. A run without drafts publishes nothing (not
-   1.0): one token a chunk is also what an engine that is not drafting sends,
-   and the column stays out of such runs.
+4. the engine confirmed it was drafting: its counters or timings counted
+   drafts in the cell. Chunks of several tokens are no proof (vLLM holds back
+   a token whose text is an incomplete character and sends it with the next),
+   nor is one token a chunk a figure of 1.0 (an engine that is not drafting
+   sends that too): a run without counted drafts publishes no acceptance, and
+   its files stay as they were.
 
 The server figure (`spec_tokens_per_step_server`) comes from the engine's own
 counters (vLLM: 1 + Δaccepted ÷ Δdrafts) or per-request timings (llama.cpp:
@@ -98,8 +100,9 @@ def client_figure(chunk_lists: Iterable[Sequence[int] | np.ndarray | None], engi
         return SpecFigure(None, f"tokens per step not measurable: a chunk carried {most} tokens, "
                                 f"more than the draft length {draft_length:g} + 1 (the server sends "
                                 "several steps per chunk)", tokens, n)
-    if not drafts_counted and most <= 1:
-        return SpecFigure(None, "no speculative decoding seen", tokens, n)
+    if not drafts_counted:
+        return SpecFigure(None, "tokens per step not measurable: the engine counted no drafts "
+                                "(no speculative decoding, or no counters to confirm it)", tokens, n)
     return SpecFigure(tokens / n, None, tokens, n)
 
 

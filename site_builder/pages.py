@@ -28,6 +28,7 @@ from site_builder import (
     raterank,
     runrows,
     slo,
+    spec,
     trafficpage,
 )
 from site_builder.aggregate import CellResult
@@ -249,6 +250,10 @@ class Pages:
                       "rate_fmt": ratepage.rate, "rate_achieved": ratepage.achieved,
                       "rate_lag": ratepage.lag, "rate_anchor": ratepage.status_anchor,
                       "rate_note": ratepage.QUEUEING_NOTE, "slo_pct": slo.percent}
+        if run.agg.spec:  # speculative decoding: only runs with an acceptance figure
+            per_request = {(x.context, x.concurrency): x.per_request_tok_s for x in run.agg.decode()}
+            extra |= {"spec_rows": [(x, per_request.get((x.context, x.concurrency)))
+                                    for x in run.agg.spec], "spec_steps": spec.steps}
         return self.r.render("run.html", depth=2, run=run, charts=page_charts, nav="runs",
                              costs=oppoint.cost_rows(run), tail_levels=lv,
                              latency_notes=latency_notes(MEDIANS_NOTE), **extra)

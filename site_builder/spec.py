@@ -32,13 +32,11 @@ class SpecCell:
 
 
 def spec_cells(cells: pa.Table, requests: pa.Table, engine: str | None) -> list[SpecCell]:
-    """Every measured decode cell's acceptance; empty unless some cell has a figure."""
+    """Every measured decode cell's acceptance; empty unless the engine counted drafts."""
     rows = [r for r in cells.to_pylist() if r["phase"] == contract.DECODE
             and r["status"] != contract.PENDING]
-    if not rows or "spec_tokens_per_step_server" not in cells.column_names:
-        server_known = False
-    else:
-        server_known = any(r.get("spec_tokens_per_step_server") is not None for r in rows)
+    if not any(r.get("spec_tokens_per_step_server") is not None for r in rows):
+        return []  # no engine-counted drafts: no client figure either (rundir/speculative.py)
     chunks: dict[tuple, list] = {}
     if len(requests):
         picked = requests.select(["phase", "context", "concurrency", "purpose", "chunk_tokens"])
@@ -55,8 +53,6 @@ def spec_cells(cells: pa.Table, requests: pa.Table, engine: str | None) -> list[
         off = agreement(fig.value, server)
         out.append(SpecCell(row["context"], row["concurrency"], fig.value, server,
                             row.get("spec_source"), off or fig.reason, off is not None))
-    if not server_known and all(x.client is None for x in out):
-        return []
     return sorted(out, key=lambda x: (x.context, x.concurrency))
 
 

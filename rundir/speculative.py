@@ -14,13 +14,13 @@ only where it means tokens per step (`client_figure` says why not otherwise):
 1. the cell's tokens were counted from per-chunk usage (`usage_continuous`):
    a chunk-counted stream is one token a chunk by construction;
 2. the engine is one known to send one chunk per engine step (`PER_STEP_ENGINES`):
-   vLLM's default; llama-server sends each token as its own event, SGLang
-   and any other server are not known to;
+   vLLM's default; llama-server's streaming under a draft model is not
+   established, SGLang's stream interval is not recorded;
 3. where the engine's counters give the draft length k, no chunk carries more
    than k + 1 tokens (one that does proves several steps per chunk);
 4. the engine confirmed it was drafting: its counters or timings counted
-   drafts in the cell. Chunks of several tokens are no proof (vLLM holds back
-   a token whose text is an incomplete character and sends it with the next),
+   drafts in the cell. Chunks of several tokens are no proof (an engine may
+   hold back a token whose text is an incomplete character, or batch steps),
    nor is one token a chunk a figure of 1.0 (an engine that is not drafting
    sends that too): a run without counted drafts publishes no acceptance, and
    its files stay as they were.

@@ -396,9 +396,10 @@ class Pages:
         # A site with traffic cells: their A/B tables, and the status rules that know
         # their statuses; without, the page as it was before them.
         traffic = any(r.agg.traffic or r.agg.rate for r in runs)  # rate cells: theirs too
+        drafts = any(r.agg.spec for r in runs)  # speculative decoding: its A/B table, same script
         return self.r.render("compare.html", depth=0, groups=compare_groups(runs),
                              pick=compare_default(runs), metrics=COMPARE_METRICS, nav="compare",
-                             traffic=traffic, STATUS_RULES=statuses.js_rules(traffic))
+                             traffic=traffic or drafts, STATUS_RULES=statuses.js_rules(traffic))
 
     def explore_page(self, data: dict[str, Any], traffic: bool = False, rate: bool = False) -> str:
         """The explorer: its controls, and the default view's picture for readers without JS.

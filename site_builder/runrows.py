@@ -185,6 +185,8 @@ def compare_data(run: RunView) -> dict[str, Any]:
     if run.agg.rate:  # rate cells: runs without them, data.js as before
         limits = run.slo.slo if isinstance(run.slo, slo.RunSlo) else slo.DEFAULT
         out["rate"] = raterank.compare_data(run.agg.rate, limits)
+    if run.agg.spec:  # speculative decoding: runs without it, data.js as before
+        out["spec"] = spec.compare_data(run.agg.spec)
     return out
 
 

@@ -70,6 +70,18 @@ def download_extra(cell: SpecCell | None) -> dict[str, Any]:
             "spec_source": cell.source, "spec_note": cell.note}
 
 
+COMPARE_FIELDS = ["context", "concurrency", "client", "client_text", "server", "server_text",
+                  "source", "note", "disagrees"]
+
+
+def compare_data(cells: list[SpecCell]) -> dict[str, Any]:
+    """Each cell's acceptance with its texts as the run page prints them (runs/<slug>/data.js
+    "spec"), so the compare page's script formats nothing."""
+    return {"fields": COMPARE_FIELDS,
+            "cells": [[x.context, x.concurrency, x.client, steps(x.client), x.server, steps(x.server),
+                       x.source, x.note, x.disagrees] for x in cells]}
+
+
 def steps(value: float | None) -> str:
     """Tokens per step as the pages print it (three decimals: 2% is 0.02 of 1.0)."""
     return "—" if value is None else f"{value:.3f}"

@@ -30,8 +30,8 @@ FAST = ["--contexts", "128", "--concurrency", "2", "--no-prefill", "--duration",
 SPEC = dict(tokens_per_s=300, ttft_ms=1, spec_draft_tokens=3)
 
 
-def collect(srv, out: Path):
-    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST)
+def collect(srv, out: Path, *extra: str):
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST, *extra)
     assert res.returncode == 0, res.stderr[-3000:]
     return read_run(out)
 
@@ -125,3 +125,14 @@ def test_a_run_without_drafts_publishes_no_acceptance(refserver, tmp_path) -> No
     import pyarrow.parquet as pq
     written = set(pq.read_schema(tmp_path / "run" / "cells.parquet").names)
     assert not {"spec_tokens_per_step_server", "spec_source", "spec_draft_length"} & written
+
+
+def test_streams_spread_over_worker_processes_publish_the_same(refserver, tmp_path) -> None:
+    """--workers 2: the streams run in shard processes; the counters are read around them alike."""
+    srv = refserver(**SPEC, spec_accept=[1, 3, 0])
+    run = collect(srv, tmp_path / "run", "--workers", "2")
+    assert run.cells.column("processes").to_pylist() == [2]
+    cell = published(run)
+    tokens, steps = truth_steps(srv, run)
+    assert cell.client == pytest.approx(tokens / steps, abs=1e-9)
+    assert cell.source == SOURCE_VLLM and not cell.disagrees

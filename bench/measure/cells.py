@@ -303,7 +303,8 @@ class CellRunner:
 
     def spec_counters(self) -> dict[str, float] | None:
         """The engine's speculative-decoding counters (bench/measure/spec_cells.py); a blocking scrape."""
-        return self.sampler.counters(dict(profile_named(self.info.engine).spec_counters))
+        names = dict(profile_named(self.info.engine).spec_counters)
+        return self.sampler.counters(names) if names and self.sampler.enabled else None
 
     async def _decode_prompts(self, cell: Cell) -> list[Prompt]:
         """One prompt per stream slot: variants of one base, so each slot has

@@ -303,7 +303,7 @@ class CellRunner:
 
     def spec_counters(self) -> dict[str, float] | None:
         """The engine's speculative-decoding counters (bench/measure/spec_cells.py); a blocking scrape."""
-        names = dict(profile_named(self.info.engine).spec_counters)
+        names = self.info.spec_counters  # those its /metrics had when probed (none: no drafts)
         return self.sampler.counters(names) if names and self.sampler.enabled else None
 
     async def _decode_prompts(self, cell: Cell) -> list[Prompt]:

@@ -481,6 +481,12 @@ REQUESTS_SCHEMA = pa.schema(
         # request (the run's monotonic clock; send_ns - scheduled_ns is its send lag).
         pa.field("rate_target", pa.float64()),
         pa.field("scheduled_ns", _NS),
+        # --- speculative decoding (issue 35; rundir/speculative.py) ---
+        # Optional: the engine's own per-request draft figures where it gives them
+        # (llama.cpp's timings.draft_n, draft_n_accepted).
+        pa.field("engine_draft_tokens", pa.int64()),
+        pa.field("engine_draft_accepted", pa.int64()),
+        # --- end speculative decoding ---
     ]
 )
 
@@ -527,6 +533,15 @@ CELLS_SCHEMA = pa.schema(
         pa.field("arrivals", pa.string()),
         pa.field("arrival_seed", pa.int64()),
         pa.field("rate_output_tokens", pa.int64()),
+        # --- speculative decoding (issue 35; rundir/speculative.py) ---
+        # Optional, decode cells of an engine that counts its drafts: its own tokens per
+        # verification step over the cell's measured requests, which counters or timings
+        # (`spec_source`), and the draft length k its counters gave (draft tokens ÷ drafts:
+        # a chunk with more than k + 1 tokens holds several steps).
+        pa.field("spec_tokens_per_step_server", pa.float64()),
+        pa.field("spec_source", pa.string()),
+        pa.field("spec_draft_length", pa.float64()),
+        # --- end speculative decoding ---
     ]
 )
 
@@ -596,11 +611,15 @@ _REQUEST_TABLES = (REQUESTS_FILE, SUPERSEDED_REQUESTS_FILE)
 # out while every value is empty, so such a run directory stays byte for byte as it was.
 _TRAFFIC_REQUEST_COLUMNS = ("prefix_reuse_target", "turn", "prefix_group", "conversation_id",
                             "conversation_turn", "engine_cached_tokens", "rate_target",
-                            "scheduled_ns")
+                            "scheduled_ns",
+                            # speculative decoding (issue 35)
+                            "engine_draft_tokens", "engine_draft_accepted")
 OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
     CELLS_FILE: ("processes", "hosts", "prefix_reuse_target", "turn", "server_prompt_tokens",
                  "server_cached_tokens", "server_source", "reuse_block", "rate_target", "arrivals",
-                 "arrival_seed", "rate_output_tokens"),
+                 "arrival_seed", "rate_output_tokens",
+                 # speculative decoding (issue 35)
+                 "spec_tokens_per_step_server", "spec_source", "spec_draft_length"),
     REQUESTS_FILE: _TRAFFIC_REQUEST_COLUMNS,
     SUPERSEDED_REQUESTS_FILE: _TRAFFIC_REQUEST_COLUMNS,
 }
@@ -662,7 +681,8 @@ def _check_values(name: str, table: pa.Table, where: str) -> None:
     if name == CELLS_FILE:
         figures = [f.name for f in CELLS_SCHEMA
                    if f.name in ("warmup_s", "server_prompt_tokens", "server_cached_tokens",
-                                 "reuse_block", "rate_output_tokens") or f.name.startswith("pub_")]
+                                 "reuse_block", "rate_output_tokens", "spec_tokens_per_step_server",
+                                 "spec_draft_length") or f.name.startswith("pub_")]
         problem = (problem or checks.known(table, "status", STATUSES)
                    or checks.cells(table, figures) or checks.spread(table)
                    or checks.only_on(table, "status", (REUSE_OFF_TARGET, REUSE_UNVERIFIED),

@@ -33,6 +33,7 @@ from rundir.metrics import (
 )
 from site_builder import drilldown, fingerprint
 from site_builder.rate import RateCell, rate_cells
+from site_builder.spec import SpecCell, spec_cells
 from site_builder.traffic import TrafficCell, traffic_cells
 
 CACHE_FORMAT = 9  # 9: rate cells (site_builder/rate.py)
@@ -129,6 +130,9 @@ class RunAggregate:
     traffic: list[TrafficCell] = field(default_factory=list)
     # Its rate cells (site_builder/rate.py), apart from both.
     rate: list[RateCell] = field(default_factory=list)
+    # Its decode cells' speculative-decoding acceptance (site_builder/spec.py); empty
+    # unless some cell has a figure.
+    spec: list[SpecCell] = field(default_factory=list)
 
     def to_json(self) -> str:
         data = {
@@ -141,6 +145,7 @@ class RunAggregate:
             "telemetry": self.telemetry,
             "traffic": [asdict(x) for x in self.traffic],
             "rate": [asdict(x) for x in self.rate],
+            "spec": [asdict(x) for x in self.spec],
         }
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
 
@@ -153,13 +158,15 @@ class RunAggregate:
         cells = [CellResult(**{k: v for k, v in x.items() if k in names}) for x in data["cells"]]
         traffic = [TrafficCell(**x) for x in data.get("traffic", [])]
         rate = [RateCell(**x) for x in data.get("rate", [])]
+        spec = [SpecCell(**x) for x in data.get("spec", [])]
         return cls(data["run_id"], data["source"], data["digest"], cells, data["details"],
-                   bool(data.get("telemetry", False)), traffic, rate)
+                   bool(data.get("telemetry", False)), traffic, rate, spec)
 
     def head(self) -> RunAggregate:
         """The aggregate less its drill-down details (what the cache's head file holds)."""
         return RunAggregate(self.run_id, self.source, self.digest, self.cells,
-                            telemetry=self.telemetry, traffic=self.traffic, rate=self.rate)
+                            telemetry=self.telemetry, traffic=self.traffic, rate=self.rate,
+                            spec=self.spec)
 
     def decode(self) -> list[CellResult]:
         return [x for x in self.cells if x.phase == contract.DECODE]
@@ -447,7 +454,8 @@ def aggregate_run(data: RunData, digest: str = "") -> RunAggregate:
     return RunAggregate(data.info.run_id, data.info.source, digest, cells, details,
                         telemetry=len(data.gpu_metrics) > 0,
                         traffic=traffic_cells(data.cells, data.requests),
-                        rate=rate_cells(data.cells, data.requests))
+                        rate=rate_cells(data.cells, data.requests),
+                        spec=spec_cells(data.cells, data.requests, data.info.engine.name))
 
 
 # --------------------------------------------------------------------------

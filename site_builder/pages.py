@@ -28,6 +28,7 @@ from site_builder import (
     raterank,
     runrows,
     slo,
+    spec,
     trafficpage,
 )
 from site_builder.aggregate import CellResult
@@ -249,6 +250,10 @@ class Pages:
                       "rate_fmt": ratepage.rate, "rate_achieved": ratepage.achieved,
                       "rate_lag": ratepage.lag, "rate_anchor": ratepage.status_anchor,
                       "rate_note": ratepage.QUEUEING_NOTE, "slo_pct": slo.percent}
+        if run.agg.spec:  # speculative decoding: only runs with an acceptance figure
+            per_request = {(x.context, x.concurrency): x.per_request_tok_s for x in run.agg.decode()}
+            extra |= {"spec_rows": [(x, per_request.get((x.context, x.concurrency)))
+                                    for x in run.agg.spec], "spec_steps": spec.steps}
         return self.r.render("run.html", depth=2, run=run, charts=page_charts, nav="runs",
                              costs=oppoint.cost_rows(run), tail_levels=lv,
                              latency_notes=latency_notes(MEDIANS_NOTE), **extra)
@@ -391,9 +396,10 @@ class Pages:
         # A site with traffic cells: their A/B tables, and the status rules that know
         # their statuses; without, the page as it was before them.
         traffic = any(r.agg.traffic or r.agg.rate for r in runs)  # rate cells: theirs too
+        drafts = any(r.agg.spec for r in runs)  # speculative decoding: its A/B table, same script
         return self.r.render("compare.html", depth=0, groups=compare_groups(runs),
                              pick=compare_default(runs), metrics=COMPARE_METRICS, nav="compare",
-                             traffic=traffic, STATUS_RULES=statuses.js_rules(traffic))
+                             traffic=traffic or drafts, STATUS_RULES=statuses.js_rules(traffic))
 
     def explore_page(self, data: dict[str, Any], traffic: bool = False, rate: bool = False) -> str:
         """The explorer: its controls, and the default view's picture for readers without JS.

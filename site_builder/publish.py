@@ -105,16 +105,18 @@ def _progress(enabled: bool) -> Progress:
     )
 
 
-def write_assets(writer: SiteWriter, folder: Path, traffic: bool = False) -> dict[str, str]:
+def write_assets(writer: SiteWriter, folder: Path, traffic: bool = False,
+                 drafts: bool = False) -> dict[str, str]:
     """Copy static files under content-hashed names; vendor the Vega bundle once.
     `traffic`: some run of the site has traffic cells (their status rules join the
-    stylesheet; without, it is as it was before them)."""
+    stylesheet; without, it is as it was before them); `drafts`: some run has a
+    speculative-decoding acceptance (the compare page's table of it)."""
     static = folder / STATIC
     names = {"css": "style.css", "site_js": "site.js", "table_js": "table.js",
              "compare_js": "compare.js", "oppoint_js": "oppoint.js",
              "explore_js": "explore.js", "slo_js": "slo.js", "tails_js": "tails.js",
              "address_js": "address.js", "rules_js": "rules.js", "favicon": "favicon.svg"}
-    if traffic:  # the compare page's traffic tables: only a site with traffic cells has them
+    if traffic or drafts:  # the compare page's traffic tables: only a site with such cells has them
         names["compare_traffic_js"] = "compare_traffic.js"
     assets = {}
     for key, name in names.items():
@@ -389,7 +391,8 @@ def _publish(views: list[RunView], writer: SiteWriter, cache: AggregateCache,
     if bundle is not None:
         bundle.join()
     renderer = Renderer()
-    assets = write_assets(writer, renderer.folder, any(v.agg.traffic or v.agg.rate for v in views))
+    assets = write_assets(writer, renderer.folder, any(v.agg.traffic or v.agg.rate for v in views),
+                          any(v.agg.spec for v in views))
     text = methodology_text(methodology)
     fp = page_fingerprint(renderer, assets, text, views)
     renderer.keep_compiled(cache.folder.parent, fp, clean=True)  # Jinja's, in the build cache

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rundir import contract, tails, words
-from site_builder import metrictable, rate, ratepage, raterank, slo, trafficpage
+from site_builder import metrictable, rate, ratepage, raterank, slo, spec, trafficpage
 from site_builder.aggregate import CellResult
 from site_builder.views import RunView
 
@@ -91,6 +91,11 @@ def cell_records(run: RunView) -> list[dict[str, Any]]:
         reuse = bool(out) and "prefix_reuse_target" in out[0]
         out = [{**r, **ratepage.download_extra(None)} for r in out] + _extra_records(
             run, run.agg.rate, out, lambda x: _rate_columns(run, x, reuse))
+    if run.agg.spec:  # runs with acceptance figures only: the others' downloads as before
+        by_key = {(x.context, x.concurrency): x for x in run.agg.spec}
+        out = [{**r, **spec.download_extra(by_key.get((r["context"], r["concurrency"]))
+                                           if r["phase"] == contract.DECODE else None)}
+               for r in out]
     return out
 
 
@@ -183,6 +188,8 @@ def compare_data(run: RunView) -> dict[str, Any]:
     if run.agg.rate:  # rate cells: runs without them, data.js as before
         limits = run.slo.slo if isinstance(run.slo, slo.RunSlo) else slo.DEFAULT
         out["rate"] = raterank.compare_data(run.agg.rate, limits)
+    if run.agg.spec:  # speculative decoding: runs without it, data.js as before
+        out["spec"] = spec.compare_data(run.agg.spec)
     return out
 
 

@@ -89,6 +89,8 @@ class WireRecord(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     engine_cached_tokens: int | None
     rate_target: float | None
     scheduled_ns: int | None
+    engine_draft_tokens: int | None
+    engine_draft_accepted: int | None
     counting: str
     final_usage_tokens: int | None
     status: int

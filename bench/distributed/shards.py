@@ -50,6 +50,7 @@ from bench.distributed.shard_worker import Channel, main
 from bench.measure.cells import CellOutcome, CellRunner, DecodeRun, slot_tag
 from bench.measure.monitor import WindowDelays, gc_paused, shards_bound_reason
 from bench.measure.records import RequestRecord
+from bench.measure.spec_cells import spec_columns
 from bench.measure.stamp_bounds import table_bounds
 from rundir.contract import ERROR, PENDING
 
@@ -399,6 +400,7 @@ class ShardedCellRunner:
             if outcome is None and run.died:  # the other shards' warm-ups are kept
                 outcome = CellOutcome(run.records, ERROR, "prefix warm-up failed")
             if outcome is None:
+                before = await asyncio.to_thread(self.base.spec_counters)  # speculative decoding
                 await self.base.start(run, self._launch)
                 await self._measure(run)
                 if run.interrupted.is_set():
@@ -407,6 +409,8 @@ class ShardedCellRunner:
                 # The other hosts' offsets after the window first: the judge weighs their bounds.
                 run.clocks = await self.source.after_cell()
                 outcome = await self.base.judge(run, self._bound_reason)
+                after = await asyncio.to_thread(self.base.spec_counters) if before else None
+                outcome.server = spec_columns(before, after, run.records)
         finally:
             for shard in run.shards:
                 shard.on_producing, shard.on_failed = (lambda _slots: None), (lambda: None)

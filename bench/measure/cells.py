@@ -40,6 +40,7 @@ from bench.measure.records import (
     tokenized_check,
     with_count,
 )
+from bench.measure.spec_cells import spec_columns
 from bench.measure.stream import StreamClient, StreamResult
 from bench.server.engine_profiles import profile_named
 from bench.server.engines import ServerError, ServerInfo
@@ -289,12 +290,21 @@ class CellRunner:
         ended = await self.warm_up(run, await self.fills(run))
         if ended is not None:
             return ended
+        before = await asyncio.to_thread(self.spec_counters)
         await self.start(run, self.launch)
         await self.measure(run)
         if interrupted.is_set():
             return CellOutcome(run.records, PENDING, "interrupted", (run.start_ns, run.end_ns),
                                run.warmup_s)
-        return await self.judge(run, self.bound_reason)
+        outcome = await self.judge(run, self.bound_reason)
+        after = await asyncio.to_thread(self.spec_counters) if before else None
+        outcome.server = spec_columns(before, after, run.records)
+        return outcome
+
+    def spec_counters(self) -> dict[str, float] | None:
+        """The engine's speculative-decoding counters (bench/measure/spec_cells.py); a blocking scrape."""
+        names = self.info.spec_counters  # those its /metrics had when probed (none: no drafts)
+        return self.sampler.counters(names) if names and self.sampler.enabled else None
 
     async def _decode_prompts(self, cell: Cell) -> list[Prompt]:
         """One prompt per stream slot: variants of one base, so each slot has

@@ -41,6 +41,10 @@ class ParsedStream:
     # (cache_n) and the ones it computed (prompt_n); None where the server sends none
     engine_cached_tokens: int | None = None
     engine_computed_tokens: int | None = None
+    # llama.cpp's `timings.draft_n` / `draft_n_accepted` (speculative decoding): draft
+    # tokens it proposed and the ones it accepted; None where the server sends none
+    engine_draft_tokens: int | None = None
+    engine_draft_accepted: int | None = None
 
 
 INCONSISTENT_COUNTS = "the server reported inconsistent token counts"
@@ -72,6 +76,7 @@ class StreamParser:
         self.cached: int | None = None
         self.final_usage: int | None = None
         self.timings: tuple[int, int] | None = None  # llama.cpp's (cache_n, prompt_n)
+        self.drafts: tuple[int, int] | None = None  # llama.cpp's (draft_n, draft_n_accepted)
         self.error: str | None = None
 
     def feed(self, chunks: list[tuple[int, bytes]]) -> bool:
@@ -159,6 +164,12 @@ class StreamParser:
     def _timings(self, timings: object) -> str | None:
         """Read llama.cpp's `timings.cache_n` / `prompt_n` (both, or neither: a
         server that sends only timing figures)."""
+        if isinstance(timings, dict) and "draft_n" in timings and "draft_n_accepted" in timings:
+            draft_n, accepted = timings["draft_n"], timings["draft_n_accepted"]
+            if not _is_count(draft_n) or not _is_count(accepted):
+                return (f"{INCONSISTENT_COUNTS}: timings.draft_n {draft_n!r} / draft_n_accepted "
+                        f"{accepted!r} are not counts")
+            self.drafts = (draft_n, accepted)
         if not isinstance(timings, dict) or "cache_n" not in timings or "prompt_n" not in timings:
             return None
         cache_n, prompt_n = timings["cache_n"], timings["prompt_n"]
@@ -205,6 +216,8 @@ class StreamParser:
             max_tokens=self.max_tokens,
             engine_cached_tokens=self.timings[0] if self.timings else None,
             engine_computed_tokens=self.timings[1] if self.timings else None,
+            engine_draft_tokens=self.drafts[0] if self.drafts else None,
+            engine_draft_accepted=self.drafts[1] if self.drafts else None,
         )
 
 

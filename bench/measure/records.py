@@ -88,6 +88,9 @@ class RequestRecord:
     engine_cached_tokens: int | None = None
     rate_target: float | None = None
     scheduled_ns: int | None = None
+    # Speculative decoding: llama.cpp's timings.draft_n / draft_n_accepted (rundir/speculative.py)
+    engine_draft_tokens: int | None = None
+    engine_draft_accepted: int | None = None
     counting: str = COUNT_CHUNKS
     final_usage_tokens: int | None = None
     status: int = 0
@@ -124,6 +127,8 @@ class RequestRecord:
             status=result.status, max_tokens=parsed.max_tokens, ignore_eos=ignore_eos,
             text=parsed.text, engine_cached_tokens=parsed.engine_cached_tokens,
             engine_computed_tokens=parsed.engine_computed_tokens,
+            engine_draft_tokens=parsed.engine_draft_tokens,
+            engine_draft_accepted=parsed.engine_draft_accepted,
         )
 
     @property

@@ -30,6 +30,8 @@ from rundir.contract import (
 )
 
 TOKENIZE_PATH = "/tokenize"
+# Canonical names of the speculative-decoding counters (EngineProfile.spec_counters)
+SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED = "spec_drafts", "spec_draft_tokens", "spec_accepted"
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,9 @@ class EngineProfile:
     # (bench/server/server_check.py). llama.cpp and SGLang add a request's tokens when
     # it finishes, which says nothing about a window its streams run across.
     live_generation_counter: bool = False
+    # Its speculative-decoding counters (rundir/speculative.py): canonical SPEC_* -> its
+    # name, read around a decode cell (not sampled as gauges).
+    spec_counters: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ignore_eos(self) -> bool:
@@ -260,6 +265,11 @@ VLLM = EngineProfile(
     }),
     body_extras=_RUN_TO_MAX, stream_extras=_USAGE_EVERY_CHUNK,
     tokenize=VLLM_TOKENIZE, facts=_vllm_facts, live_generation_counter=True,
+    spec_counters=MappingProxyType({  # vLLM v1's Prometheus counters (docs/engines.md)
+        SPEC_DRAFTS: "vllm:spec_decode_num_drafts_total",
+        SPEC_DRAFT_TOKENS: "vllm:spec_decode_num_draft_tokens_total",
+        SPEC_ACCEPTED: "vllm:spec_decode_num_accepted_tokens_total",
+    }),
 )
 LLAMACPP = EngineProfile(
     name="llama.cpp", owned_by="llamacpp", props_key="default_generation_settings",

@@ -113,6 +113,8 @@ def probe_server(base_url: str, api_key: str | None, model: str | None = None,
             profile.facts(probe, metrics_text, props or {})
         if metrics_text:
             _read_gauges(probe, metrics_text, profile.gauges)
+            present = {s.name for s in parse_metrics(metrics_text, wanted=profile.spec_counters.values())}
+            info.spec_counters = {k: v for k, v in profile.spec_counters.items() if v in present}
     return info
 
 

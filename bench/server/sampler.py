@@ -131,6 +131,25 @@ class MetricsSampler:
             self._half[stamp] = (t1 - t0 + 1) // 2
         return sums
 
+    def counters(self, names: dict[str, str]) -> dict[str, float] | None:
+        """One scrape of other counters (`names`: canonical -> the engine's name), summed
+        over label sets and not recorded as gauges; None if it failed or has none of them."""
+        if not self.enabled or not names:
+            return None
+        by_source = {src: name for name, src in names.items()}
+        try:
+            resp = self._http.get("/metrics")
+        except httpx.HTTPError:
+            return None
+        if resp.status_code != 200:
+            return None
+        sums: dict[str, float] = {}
+        for s in parse_metrics(resp.text, wanted=by_source):
+            name = by_source.get(s.name)
+            if name is not None and math.isfinite(s.value) and s.value >= 0:
+                sums[name] = sums.get(name, 0.0) + s.value
+        return sums or None
+
     def latest(self) -> dict[str, float]:
         with self._lock:
             return dict(self._latest)

@@ -51,6 +51,9 @@ class ServerInfo:
     slots: int | None = None
     has_metrics: bool = False
     gauges: dict[str, str] = field(default_factory=dict)
+    # The engine's speculative-decoding counters its /metrics had when probed (canonical ->
+    # its name; EngineProfile.spec_counters): read around each decode cell; empty: none.
+    spec_counters: dict[str, str] = field(default_factory=dict)
     tokenize: str | None = None  # a TokenizeDialect name ("vllm", "sglang", "llama.cpp"), if any
     backend: str | None = None
     # The prefix cache's block in tokens, where the engine tells it (vLLM's block_size,

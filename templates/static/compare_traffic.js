@@ -7,7 +7,7 @@
    (conversation cells), each run's achieved reuse, TTFT, uncached prefill tok/s
    and status, side by side. Every number and word arrives formatted by the
    build (runs/<slug>/data.js "traffic" and "rate", site_builder/trafficpage.py and
-   raterank.py). */
+   raterank.py), and "spec" (speculative decoding, site_builder/spec.py). */
 (function () {
   "use strict";
   var index = window.SPEED_MATRIX_INDEX;
@@ -168,6 +168,83 @@
     return sec;
   }
 
+  /* Speculative decoding: per decode cell (context x streams) either run has an acceptance
+     for, each run's tokens per step (client, server) and per-request tok/s, A and B; a run
+     without drafts shows dashes for the acceptance and its own per-request tok/s. */
+  function specOf(run) {
+    var out = {};
+    if (!run || !run.spec) return out;
+    run.spec.cells.forEach(function (row) {
+      var c = {};
+      run.spec.fields.forEach(function (name, i) { c[name] = row[i]; });
+      out[c.context + "x" + c.concurrency] = c;
+    });
+    return out;
+  }
+
+  function decodeOf(run) {
+    var out = {};
+    (run && run.cells || []).forEach(function (row) {
+      var c = {};
+      run.fields.forEach(function (name, i) { c[name] = row[i]; });
+      if (c.phase === "decode") out[c.context + "x" + c.concurrency] = c;
+    });
+    return out;
+  }
+
+  function specSection(runs) {
+    var sa = specOf(runs[0]), sb = specOf(runs[1]);
+    var da = decodeOf(runs[0]), db = decodeOf(runs[1]);
+    var keys = Object.keys(sa).concat(Object.keys(sb).filter(function (k) { return !sa[k]; }));
+    if (!keys.length) return null;
+    keys.sort(function (x, y) {
+      var p = x.split("x").map(Number), q = y.split("x").map(Number);
+      return p[0] - q[0] || p[1] - q[1];
+    });
+    var sec = el("section", "ab-traffic-part");
+    sec.id = "ab-speculative-decoding";
+    sec.appendChild(el("h2", null, "Speculative decoding, A and B"));
+    var table = el("table", "traffic ab speculative");
+    var head = table.createTHead().insertRow();
+    ["Context", "Streams", "Tokens per step (client)", "Tokens per step (server)",
+     "Per-request tok/s"].forEach(function (h) { head.appendChild(el("th", null, h)); });
+    var body = table.createTBody();
+    keys.forEach(function (key) {
+      var ref = da[key] || db[key] || {};
+      var tr = body.insertRow();
+      var th = el("th", null, (ref.context_label || key.split("x")[0]));
+      th.scope = "row";
+      tr.appendChild(th);
+      tr.appendChild(el("td", "cell num", key.split("x")[1]));
+      [["client_text", true], ["server_text", false]].forEach(function (f) {
+        var td = el("td", "cell num");
+        [["A", sa[key]], ["B", sb[key]]].forEach(function (x) {
+          var s = x[1], text = s ? s[f[0]] : DASH;
+          if (f[1] && s && s.disagrees) text += " \u2260";
+          var span = el("span", "pair", x[0] + " " + text);
+          if (s && s.note && f[1]) span.title = s.note;
+          td.appendChild(span);
+        });
+        tr.appendChild(td);
+      });
+      var td = el("td", "cell num");
+      [["A", da[key]], ["B", db[key]]].forEach(function (x) {
+        td.appendChild(el("span", "pair", x[0] + " " + (x[1] ? figure(x[1], "per_request_tok_s") : DASH)));
+      });
+      tr.appendChild(td);
+    });
+    var scroll = el("div", "table-scroll");
+    scroll.setAttribute("role", "region");
+    scroll.setAttribute("tabindex", "0");
+    scroll.setAttribute("aria-label", "Speculative decoding, A and B");
+    scroll.appendChild(table);
+    sec.appendChild(scroll);
+    sec.appendChild(el("p", "note", "Tokens a request received per verification step: from the " +
+      "stream's chunks (client) and the engine's counters (server); \u2260 marks a client figure " +
+      "more than 2% from the server's. Per-request tok/s rises with it."));
+    return sec;
+  }
+
   function render() {
     var a = selA.value, b = selB.value, mine = ++shown;
     box.textContent = "";
@@ -176,7 +253,7 @@
       if (mine !== shown) return;
       [section(runs, "prefix", PREFIX, "ab-prefix-reuse"),
        section(runs, "conversation", TURNS, "ab-conversations"),
-       section(runs, "rate", RATE, "ab-request-rate")].forEach(function (s) {
+       section(runs, "rate", RATE, "ab-request-rate"), specSection(runs)].forEach(function (s) {
         if (s) box.appendChild(s);
       });
     }).catch(function (err) { console.error(err); });

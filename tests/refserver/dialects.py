@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from tests.refserver.scenario import message_words, prompt_words, token_ids
+from tests.refserver.speculative import claimed
 
 JSON, PROM = "application/json", "text/plain; version=0.0.4; charset=utf-8"
 TEXT = "text/plain; charset=utf-8"
@@ -144,6 +145,12 @@ class Vllm(Dialect):
                 ("vllm:generation_tokens_total", "counter", [(one, e.gen_total)]),
                 *self.prefix_rows("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
                                   one)]
+        if sc.spec_draft_tokens and sc.spec_counters:  # speculative.py; vLLM v1's counter names
+            rows += [("vllm:spec_decode_num_drafts_total", "counter", [(one, e.spec_drafts)]),
+                     ("vllm:spec_decode_num_draft_tokens_total", "counter",
+                      [(one, e.spec_draft_tokens)]),
+                     ("vllm:spec_decode_num_accepted_tokens_total", "counter",
+                      [(one, claimed(sc, e.spec_accepted))])]
         if budget or sc.prefix_cache_block:  # blocks: the KV budget's, else the cache's
             block = e.cache.block
             tokens = budget or sc.prefix_cache_capacity_tokens or 16 * sc.max_model_len
@@ -186,6 +193,8 @@ class LlamaCpp(Dialect):
              "predicted_per_second": r.generated / (predicted_ms / 1e3) if predicted_ms else 0.0}
         if self.sc.prefix_counters:
             t = {"cache_n": self.engine.cache.claimed(r.cached_tokens), **t}
+        if r.drafts is not None and self.sc.spec_counters:  # speculative.py
+            t.update(draft_n=r.drafts.drafted, draft_n_accepted=claimed(self.sc, r.drafts.accepted))
         return {"timings": t}
 
     def tokenize(self, d) -> tuple[dict, str]:

@@ -58,6 +58,12 @@ The toy model the scenario drives (documented here because tests rely on it):
   carries `tokens_per_chunk` tokens (an int, or a list cycled per step like
   speculative decoding), so chunk size does not change the step interval. A
   first token due between steps waits for the next step while others decode.
+- **Speculative decoding** (speculative.py): with `spec_draft_tokens` = k each
+  decode chunk is a verification step yielding accepted + 1 tokens (accepted
+  from `spec_accept`, or seeded draws with `spec_accept_p`), logged per request
+  (`spec_steps`, `spec_accepted`) and counted in vLLM's spec_decode counters
+  and llama.cpp's timings.draft_n / draft_n_accepted (claimed × `spec_counters_lie`,
+  absent without `spec_counters`); `spec_steps_per_chunk` batches steps per chunk.
 - **Per-request variation** (variation.py), by request number: request k with
   k % `slow_first_every` == 0 has its first token due `slow_first_extra_ms`
   later (a list is cycled over those requests: the j-th, k = j ×
@@ -114,6 +120,7 @@ from typing import Any
 
 from tests.refserver.answers import check as check_answers
 from tests.refserver.inject import check as check_inject
+from tests.refserver.speculative import check as check_spec
 from tests.refserver.variation import check as check_variation
 
 USAGE_MODES = ("continuous", "final", "none")
@@ -217,6 +224,17 @@ class Scenario:
     # faults by request count and cell (inject.py): [{"cell": ["decode", 128, 2], "at": 3,
     # "do": "hold" | "exit" | "stop" | "freeze" | "refuse" | "mark", ...}, ...]
     inject: list[dict[str, Any]] | None = None
+    # speculative decoding (speculative.py): a draft of `spec_draft_tokens` (k) tokens per
+    # verification step, accepted per `spec_accept` (a list of accepted counts cycled over a
+    # request's steps) or else seeded draws (each draft token kept with `spec_accept_p`, up
+    # to the first rejected); counters and timings claim accepted x `spec_counters_lie`
+    # (none with `spec_counters` false); `spec_steps_per_chunk` steps' tokens go in one chunk
+    spec_draft_tokens: int | None = None
+    spec_accept: list[int] | None = None
+    spec_accept_p: float = 0.7
+    spec_counters: bool = True
+    spec_counters_lie: float = 1.0
+    spec_steps_per_chunk: int = 1
     # precision: this long before a step the server leaves the event loop's ms-coarse
     # timers for a precise blocking sleep and a final spin (I/O waits meanwhile)
     precise_us: int = 1500
@@ -261,6 +279,8 @@ class Scenario:
         need(answers_problem is None, str(answers_problem))
         inject_problem = check_inject(self.inject)
         need(inject_problem is None, str(inject_problem))
+        spec_problem = check_spec(self)
+        need(spec_problem is None, str(spec_problem))
         variation_problem = check_variation(self)
         need(variation_problem is None, str(variation_problem))
 

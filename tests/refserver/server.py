@@ -35,6 +35,7 @@ from tests.refserver.dialects import JSON, dialect_for, error_body
 from tests.refserver.inject import Injector
 from tests.refserver.prefix_cache import ServerCache
 from tests.refserver.scenario import Scenario, message_words, prompt_words
+from tests.refserver.speculative import Drafts
 from tests.refserver.variation import every_steps, first_token_extra_ms
 
 mono = time.monotonic_ns
@@ -74,6 +75,7 @@ class Req:
         self.forced_miss = False
         self.first_extra_ns, self.every_steps, self.steps_waited = 0, 1, 0  # variation.py
         self.text = ["", ""]  # non-stream body: reasoning, content
+        self.drafts: Drafts | None = None  # speculative decoding's steps (speculative.py)
         self.rec = {"request_id": rid, "index": index,
                     "endpoint": "chat" if chat else "completions", "stream": self.stream,
                     "recv_ns": 0, "slot_ns": None,
@@ -149,6 +151,7 @@ class Engine:
         self.next_tick: int | None = None  # the step clock; None while nothing decodes
         self.frozen = False  # the one whole-server freeze has happened
         self.steps = 0  # steps of the clock so far; each streamed chunk logs its own
+        self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = 0  # speculative.py, true
         self._waiter: asyncio.Future | None = None
 
     def start(self, r: Req) -> None:
@@ -311,13 +314,16 @@ class Engine:
                 self.frozen = True
                 r.rec.update(fault="freeze", fault_ns=now)
                 time.sleep(sc.freeze_s)  # blocks the loop: nothing is sent or answered
-        role = b""
-        if r.state == PREFILL:
+        role, first = b"", r.state == PREFILL
+        if first:
             r.state = DECODE
             self.cache.store(r.words)
             if r.stream and r.chat and sc.role_chunk == "first_token":
                 role = self._role(r)
-        n = min(self.pattern[r.step_i % len(self.pattern)], r.end_tokens - g)
+        if r.drafts is not None:  # speculative decoding (speculative.py): the prefill's token first
+            n = 1 if first else self._verify(r.drafts, r.end_tokens - g)
+        else:
+            n = min(self.pattern[r.step_i % len(self.pattern)], r.end_tokens - g)
         r.step_i += 1
         delta = {}
         for k in range(g, g + n):
@@ -339,6 +345,15 @@ class Engine:
             r.rec.update(fault="usage_skew", fault_ns=now)
         extra = self.final_fields(r) if last else None
         return r, role, pre, r.chunk(sc.model, delta, finish, usage, extra), n
+
+    def _verify(self, d: Drafts, left: int) -> int:
+        """One chunk's verification steps; the engine's spec counters count them."""
+        steps, drafted, accepted = d.steps, d.drafted, d.accepted
+        n = d.chunk(left)
+        self.spec_drafts += d.steps - steps
+        self.spec_draft_tokens += d.drafted - drafted
+        self.spec_accepted += d.accepted - accepted
+        return n
 
     def _continuous(self, r: Req) -> bool:
         return self.sc.usage_mode == "continuous" and r.cont_usage
@@ -533,6 +548,8 @@ class App:
         extra_ms, r.every_steps = first_token_extra_ms(sc, e.n_requests), every_steps(sc, e.n_requests)
         r.first_extra_ns = int(extra_ms * 1e6)
         r.rec.update(first_extra_ms=extra_ms, every_steps=r.every_steps)
+        if sc.spec_draft_tokens:
+            r.drafts = Drafts(sc, e.n_requests, r.rec)
         r.max_tokens = r.max_tokens or sc.default_max_tokens or max(
             1, sc.max_model_len - r.prompt_tokens)
         r.rec.update(recv_ns=recv_ns, max_tokens=r.max_tokens)

@@ -102,6 +102,7 @@ class RunOptions:
     arrival_seed: int | None = None
     rate_cap: int | None = None
     rate_output: int | None = None
+    rate_reuse: list[int] | None = None  # --rate-reuse: percents; rate cells per (reuse, rate)
     # option name -> value, for the options set on the command line (a
     # resumed run compares them with its run.yaml)
     given: dict[str, object] = field(default_factory=dict)
@@ -170,7 +171,7 @@ def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
         prefill_contexts=opts.prefill_contexts, slots=info.slots,
         prefix_reuse=opts.prefix_reuse, turns=opts.turns,
         traffic_concurrency=opts.traffic_concurrency, rates=opts.rate, rate_cap=opts.rate_cap,
-        rate_output_tokens=opts.rate_output, arrivals=opts.arrivals,
+        rate_output_tokens=opts.rate_output, arrivals=opts.arrivals, rate_reuse=opts.rate_reuse,
     )
     if not plan.cells:
         raise RunError("the plan is empty: no context fits the server's max model length")
@@ -304,7 +305,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
         prefill=bool(wanted.prefill_contexts), prefill_contexts=wanted.prefill_contexts or None,
         slots=info.slots, prefix_reuse=opts.prefix_reuse, turns=opts.turns,
         traffic_concurrency=opts.traffic_concurrency, rates=opts.rate, rate_cap=opts.rate_cap,
-        rate_output_tokens=opts.rate_output, arrivals=opts.arrivals,
+        rate_output_tokens=opts.rate_output, arrivals=opts.arrivals, rate_reuse=opts.rate_reuse,
     )
     try:
         store = RunStore.resume(run_dir, old, secrets_of(opts))

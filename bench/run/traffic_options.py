@@ -27,6 +27,7 @@ RATE_SETTINGS: dict[str, tuple[str, str]] = {
     "arrival_seed": ("arrival_seed", "--arrival-seed"),
     "rate_cap": ("rate_cap", "--rate-cap"),
     "rate_output_tokens": ("rate_output", "--rate-output"),
+    "rate_reuse": ("rate_reuse", "--rate-reuse"),
 }
 
 
@@ -45,6 +46,7 @@ class TrafficFlags(Protocol):
     arrival_seed: int | None
     rate_cap: int | None
     rate_output: int | None
+    rate_reuse: list[int] | None
     settings: _Settings
     given: dict[str, object]
     resume: Path | None
@@ -72,7 +74,8 @@ def traffic_parameters(opts: TrafficFlags, run_id: str) -> dict[str, object]:
         seed = opts.arrival_seed if opts.arrival_seed is not None else seed_from_text(run_id)
         out.update(rate=sorted(set(opts.rate)), arrivals=opts.arrivals, arrival_seed=seed,
                    rate_cap=opts.rate_cap,
-                   rate_output_tokens=rate_output(opts.settings.max_output, opts.rate_output))
+                   rate_output_tokens=rate_output(opts.settings.max_output, opts.rate_output),
+                   rate_reuse=sorted(set(opts.rate_reuse)) if opts.rate_reuse else None)
     return out
 
 
@@ -83,6 +86,13 @@ def rate_settings(opts: Opts, old: RunInfo, run_dir: Path) -> Opts:
     p = old.parameters
     for name, (option, flag) in RATE_SETTINGS.items():
         stored, asked = getattr(p, name), getattr(opts, option)
+        if name == "rate_reuse" and p.rate:  # absent is a value too: unique prompts
+            asked = sorted(set(asked)) if asked else None
+            if opts.given.get(option) is not None and asked != stored:
+                had = ",".join(map(str, stored)) if stored else "no --rate-reuse (unique prompts)"
+                raise FlagError(f"{flag}: {run_dir} measured its rate cells with {had}; got "
+                                f"{','.join(map(str, asked or []))} (start a new run with --out)")
+            continue
         if opts.given.get(option) is not None and stored is not None and asked != stored:
             raise FlagError(f"{flag}: {run_dir} measured its rate cells with {stored}; "
                             f"got {asked} (start a new run with --out)")
@@ -91,7 +101,7 @@ def rate_settings(opts: Opts, old: RunInfo, run_dir: Path) -> Opts:
     return dataclasses.replace(
         opts, arrivals=p.arrivals or opts.arrivals, arrival_seed=p.arrival_seed,
         rate_cap=p.rate_cap if p.rate_cap is not None else None,
-        rate_output=p.rate_output_tokens)
+        rate_output=p.rate_output_tokens, rate_reuse=p.rate_reuse)
 
 
 def merge_traffic_parameters(p: Parameters, opts: TrafficFlags, run_id: str) -> None:

@@ -290,6 +290,11 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("--rate-output", "rate_output",
               "Output tokens of every rate-cell request (max_tokens, with the engine's "
               "ignore_eos) (default: min(--max-output, 256)).", type=Tokens(), group=MATRIX),
+    RunOption("--rate-reuse", "rate_reuse",
+              "Rate cells at these percents of each prompt shared with other requests, e.g. "
+              "90 or 0,90: a rate cell per (reuse, rate), its groups' prefixes primed first; "
+              "the reuse delivered is checked as a prefix cell's (default: unique prompts).",
+              type=Percents(), group=MATRIX),
     RunOption("--dry-run", "dry_run",
               "Print the plan and exit, writing nothing. A server that does not answer "
               "within 2 s is not waited for: the plan is printed from the flags alone and "

@@ -186,10 +186,13 @@ class Parameters:
     arrival_seed: int | None = None
     rate_cap: int | None = None
     rate_output_tokens: int | None = None
+    # `--rate-reuse`: the rate cells' prefix-reuse levels (percent), a rate cell per
+    # (context, level, rate); written only when given. Absent: unique prompts.
+    rate_reuse: list[int] | None = None
 
 
 TRAFFIC_PARAMETERS = ("prefix_reuse", "turns", "traffic_concurrency", "rate", "arrivals",
-                      "arrival_seed", "rate_cap", "rate_output_tokens")
+                      "arrival_seed", "rate_cap", "rate_output_tokens", "rate_reuse")
 
 
 @dataclass
@@ -303,6 +306,7 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "parameters.arrival_seed": (0, True),
     "parameters.rate_cap": (1, True),
     "parameters.rate_output_tokens": (1, True),
+    "parameters.rate_reuse": (0, True),
     "kv_budget.tokens": (0, True),
 }
 _INDEX = re.compile(r"\[\d+\]")

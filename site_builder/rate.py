@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rundir import arrivals, contract, statuses, tails
+from rundir import arrivals, contract, reuse, statuses, tails
 from rundir.checks import CELL_KEY
 from rundir.metrics import Chunks
 from site_builder import slo as slo_mod
@@ -47,7 +47,7 @@ KNEE_SHARE = 0.95
 METRICS = (tails.TTFT, tails.TBT)
 SCHEDULE_TTFT = tails.TailMetric("ttft_sched_ms", False)
 _SMALL = (*CELL_KEY, "purpose", "send_ns", "end_ns", "scheduled_ns", "finish_reason",
-          "error", "cancelled", "chunk_ns", "chunk_tokens")
+          "error", "cancelled", "chunk_ns", "chunk_tokens", "prompt_tokens", "cached_tokens")
 
 
 @dataclass
@@ -61,6 +61,10 @@ class RateCell:
     reason: str | None = None
     arrivals: str | None = None  # the process: poisson, constant, gamma:4
     reuse_target: int | None = None  # --rate-reuse (percent); None: unique prompts
+    # A reuse cell's reuse, as a prefix cell's (rundir/reuse.py): percent of its requests'
+    # prompt tokens cached, from the requests, and from the engine (cells.parquet)
+    reuse_achieved: float | None = None
+    reuse_server: float | None = None
     window_s: float | None = None
     scheduled: int = 0  # requests the schedule put in the window (as stored)
     sent: int = 0
@@ -113,6 +117,11 @@ def cell_figures(row: dict[str, Any], requests: list[dict[str, Any]]) -> RateCel
     cell = RateCell(int(row["context"]), int(row["concurrency"]), float(row["rate_target"]),
                     row["status"], row.get("reason"), row.get("arrivals"),
                     None if row.get("prefix_reuse_target") is None else int(row["prefix_reuse_target"]))
+    if cell.reuse_target is not None:
+        cell.reuse_achieved = reuse.requests_ratio([r.get("prompt_tokens") for r in requests],
+                                                   [r.get("cached_tokens") for r in requests])
+        sp, sc = row.get("server_prompt_tokens"), row.get("server_cached_tokens")
+        cell.reuse_server = reuse.percent(sc, sp) if sp is not None and sc is not None else None
     start, end = row.get("window_start_ns"), row.get("window_end_ns")
     if start is None or end is None or end <= start:
         return cell

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rundir import contract, statuses, words
-from site_builder import cellcurves, formats
+from site_builder import cellcurves, formats, trafficpage
 from site_builder import slo as slo_mod
 from site_builder.chartkit import Chart, Look
 from site_builder.rate import KNEE_SHARE, Judged, RateCell, curves, judge, knee
@@ -29,7 +29,8 @@ STATUS_ANCHORS = {contract.LOAD_NOT_DELIVERED: "load-not-delivered"}
 
 
 def status_anchor(code: str) -> str | None:
-    return STATUS_ANCHORS.get(code)
+    """Its entry; a cell at a reuse level may be off its reuse target, as a prefix cell."""
+    return STATUS_ANCHORS.get(code) or trafficpage.status_anchor(code)
 
 
 def rate(value: float | None) -> str:
@@ -65,6 +66,7 @@ class RateTable:
     rows: list[Judged] = field(default_factory=list)
     knee: Judged | None = None
     series: str = ""
+    reuse: int | None = None  # the curve's --rate-reuse level: its table gains a reuse column
 
     @property
     def knee_text(self) -> str:
@@ -89,7 +91,8 @@ def tables(cells: list[RateCell], slo: slo_mod.Slo) -> list[RateTable]:
     out = []
     for (ctx, cap, reuse), group in curves(cells).items():
         judged = [judge(c, slo) for c in group]
-        out.append(RateTable(_heading(ctx, cap, reuse), judged, knee(judged), _series(ctx, cap, reuse)))
+        out.append(RateTable(_heading(ctx, cap, reuse), judged, knee(judged), _series(ctx, cap, reuse),
+                             reuse))
     return out
 
 

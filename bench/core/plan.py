@@ -176,10 +176,17 @@ class Cell:
     def part(self) -> str:
         """The key beyond phase, context and concurrency, as a label adds it ("" on the matrix)."""
         if self.rate is not None:
-            return f" rate {self.rate:g}/s"
+            return f" rate {self.rate:g}/s" + (f" reuse {self.reuse}%" if self.reuse is not None else "")
         if self.reuse is not None:
             return f" reuse {self.reuse}%"
         return f" turn {self.turn}" if self.turn is not None else ""
+
+
+def _rate_reuse(cells: list[Cell]) -> str:
+    """The rate line's tail on cells at a prefix reuse level (none: nothing)."""
+    shared = [c for c in cells if c.reuse is not None]
+    return (f"; at {_listed(c.reuse for c in shared)}% prefix reuse, each group's shared prefix "
+            f"primed first") if shared else ""
 
 
 def _rate_cap(rates: list[Cell]) -> str:
@@ -238,7 +245,7 @@ class Plan:
             (RATE, "Rates", lambda cs: f"{_listed((c.rate for c in cs), lambda r: f'{r:g}')} "
                                        f"requests/s ({self.arrivals} arrivals)",
              lambda cs: f"; {_rate_cap(cs)}; {self.rate_output} output tokens each; requests "
-                        f"counted by scheduled time in the window, then drained"),
+                        f"counted by scheduled time in the window, then drained{_rate_reuse(cs)}"),
         ]
 
     def slots_line(self, todo: list[Cell]) -> str | None:
@@ -290,6 +297,7 @@ def make_plan(
     rate_cap: int | None = None,
     rate_output_tokens: int | None = None,
     arrivals: str = "poisson",
+    rate_reuse: list[int] | None = None,
 ) -> Plan:
     """Build the matrix; over-capacity cells are planned as skipped. With the
     server's `slots`, a cell needs the KV cache of the streams that run at
@@ -346,7 +354,7 @@ def make_plan(
     plan.cells += traffic_cells(pre, fitted, levels, prefix_reuse or [], turns or [],
                                 conversation_output(max_output), kv_budget, slots)
     plan.cells += rate_cells(fitted, rates or [], rate_cap or 0, plan.rate_output or 0, kv_budget,
-                             slots)
+                             slots, rate_reuse or [])
     return plan
 
 
@@ -405,17 +413,19 @@ def traffic_cells(prefill_contexts: list[int], decode_contexts: list[int], level
 
 
 def rate_cells(decode_contexts: list[int], rates: list[float], cap: int, output: int,
-               kv_budget: int | None, slots: int | None) -> list[Cell]:
-    """Rate cells per (decode context, rate), after every other cell; concurrency is the
-    cap on requests in flight (0: none). Planned Over capacity when the requests that run
-    at once (the cap, or the server's slots when fewer or no cap) exceed the KV budget;
-    with neither a cap nor slots the need is unknown and nothing is skipped."""
+               kv_budget: int | None, slots: int | None, reuse: list[int] | None = None) -> list[Cell]:
+    """Rate cells per (decode context, reuse level, rate), after every other cell (no
+    `reuse`: one level, unique prompts); concurrency is the cap on requests in flight
+    (0: none). Planned Over capacity when the requests that run at once (the cap, or the
+    server's slots when fewer or no cap) exceed the KV budget; with neither a cap nor
+    slots the need is unknown and nothing is skipped."""
     cells = []
     for ctx in decode_contexts:
         running = min(cap or slots or 0, slots or cap or 0)
         need = running * (ctx + output)
-        for r in sorted({float(x) for x in rates}):
-            cell = Cell(RATE, ctx, cap, rate=r)
+        for level, r in ((lv, r) for lv in (sorted(set(reuse or [])) or [None])
+                         for r in sorted({float(x) for x in rates})):
+            cell = Cell(RATE, ctx, cap, reuse=level, rate=r)
             if kv_budget is not None and running and need > kv_budget:
                 cell.status = OVER_CAPACITY
                 cell.reason = (f"needs {need:,} KV tokens ({running} × ({ctx:,} + {output:,}): "

@@ -311,7 +311,7 @@ class ShardWorker:
         """Send this shard's requests in the parent's window (on this clock), drain
         them, and hand every record back on the parent's clock."""
         window = (start_ns + self.offset_ns, end_ns + self.offset_ns)
-        records = await share.sender.send(share.cell, share.base, share.bodies, share.due, window,
+        records = await share.sender.send(share.cell, share.base, [share.bodies], share.due, window,
                                           share.cap, self.abort)
         self._hand_back(records, window)
 

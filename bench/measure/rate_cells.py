@@ -23,6 +23,12 @@ Every request has its own prompt at the cell's context (variants of one base,
 each with its own prefix, as a decode cell's streams have) and asks for the
 run's rate output tokens with the engine profile's ignore_eos, so each runs
 to the same length and its E2E means something.
+
+A cell at a reuse level (`--rate-reuse`) shares prefixes as a prefix cell
+does (SharedPrefixes): G groups, request i in group i mod G, the cache
+flushed and each group's prefix primed before the window; its reuse is
+judged by rundir/reuse.py as a prefix cell's, and rate_reuse_verdict says
+which verdict its status takes.
 """
 
 from __future__ import annotations
@@ -37,11 +43,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.core.plan import Cell, more_than_slots
+from bench.core.plan import PREFIX_MAX_GROUPS, Cell, more_than_slots, prefix_groups, running_at_once
 from bench.measure.cells import CellOutcome, CellRunner
 from bench.measure.monitor import gc_paused
 from bench.measure.records import RequestRecord, context_refused
+from bench.measure.traffic_cells import (
+    MIN_PER_GROUP,
+    ServerCount,
+    counters_count,
+    flush_prefix_cache,
+    judge_traffic,
+    timings_count,
+)
+from bench.server.engine_profiles import cache_block
 from bench.workload.prompts import Prompt, retag
+from bench.workload.shared_prefix import PrefixWorkload, build_prefix_workload, shared_tokens
 from rundir.arrivals import (
     LoadCheck,
     Process,
@@ -56,16 +72,22 @@ from rundir.contract import (
     OVER_CAPACITY,
     PENDING,
     PURPOSE_ARRIVAL,
+    PURPOSE_PRIME,
     REQUESTS_QUEUED,
+    REUSE_OFF_TARGET,
+    REUSE_UNVERIFIED,
     VALID,
 )
 
 LEAD_NS = 10_000_000  # a request's connection opens this long before its due time
 
 
-def rate_tag(cell: Cell, i: int) -> str:
-    """The prompt tag of request `i` of a rate cell (unique per cell and request)."""
-    return f"a{cell.context}-q{cell.concurrency}-r{cell.rate:g}-n{i}"
+def rate_tag(cell: Cell, i: int | None = None) -> str:
+    """The prompt tag of request `i` of a rate cell (unique per cell and request);
+    without `i`, the cell's own (its shared prefixes' tags start with it)."""
+    reuse = f"-p{cell.reuse}" if cell.reuse is not None else ""
+    return f"a{cell.context}-q{cell.concurrency}-r{cell.rate:g}{reuse}" + (
+        "" if i is None else f"-n{i}")
 
 
 class Bodies:
@@ -80,9 +102,12 @@ class Bodies:
     exactly once (a model name holding it, say) is encoded per request instead."""
 
     def __init__(self, run_tag: str, payload: Callable[[Prompt], dict], base: Prompt,
-                 base_tag: str) -> None:
+                 base_tag: str, prompt_of: Callable[[str], Prompt] | None = None) -> None:
+        """`prompt_of`: the prompt under a tag (default: `base` retagged); a reuse
+        cell's is its group's shared prefix and the request's own suffix."""
         self.run_tag, self.payload, self.base, self.base_tag = run_tag, payload, base, base_tag
-        self._body = _encode(payload(retag(base, run_tag, base_tag, base_tag)))
+        self.prompt_of = prompt_of or (lambda tag: retag(base, run_tag, base_tag, tag))
+        self._body = _encode(payload(self.prompt_of(base_tag)))
         self._old = self._escaped(base_tag)
         at = self._body.find(self._old)
         self._at = at if at >= 0 and self._body.find(self._old, at + 1) < 0 else None
@@ -90,7 +115,7 @@ class Bodies:
     def body(self, tag: str) -> bytes:
         """The encoded body of the base prompt under `tag`."""
         if self._at is None:
-            return _encode(self.payload(retag(self.base, self.run_tag, self.base_tag, tag)))
+            return _encode(self.payload(self.prompt_of(tag)))
         return b"".join((self._body[:self._at], self._escaped(tag),
                          self._body[self._at + len(self._old):]))
 
@@ -153,6 +178,101 @@ def judge_rate(cell: Cell, records: list[RequestRecord], load: LoadCheck, slots:
     return VALID, load.reason  # None, or a note (e.g. too few gaps to test)
 
 
+# Where a reuse rate cell's reuse verdict stands among its load verdict's statuses:
+# a failed or unfinished request (Error, Over capacity) and an undelivered load keep
+# theirs (the reuse of a load that was not sent, or not finished, is not the
+# question); the reuse verdict's Reuse off target / Reuse not verifiable come
+# before Requests queued and Valid.
+REUSE_YIELDS_TO = (ERROR, OVER_CAPACITY, LOAD_NOT_DELIVERED)
+
+
+def rate_reuse_verdict(load: tuple[str, str | None], reuse: tuple[str, str | None]
+                       ) -> tuple[str, str | None]:
+    """(status, reason) of a reuse rate cell from its load verdict (judge_rate) and its
+    reuse verdict (traffic_cells.judge_traffic) (pure); the reasons of both are kept."""
+    (status, reason), (reuse_status, reuse_reason) = load, reuse
+    joined = "; ".join(filter(None, [reason, reuse_reason])) or None
+    if status in REUSE_YIELDS_TO:
+        return status, reason
+    if reuse_status in (REUSE_OFF_TARGET, REUSE_UNVERIFIED):
+        return reuse_status, "; ".join(filter(None, [reuse_reason, reason])) or None
+    return status, joined
+
+
+class SharedPrefixes:
+    """A reuse rate cell's prompts as a prefix cell's (bench/workload/shared_prefix.py):
+    G groups each with a shared system prefix cut on the cache block, every request
+    its own suffix; the cache flushed and each group's prefix primed before the
+    window, the engine's counters read after the priming and after the drain."""
+
+    def __init__(self, runner: CellRunner, cell: Cell) -> None:
+        self.runner, self.cell = runner, cell
+        self.block = cache_block(runner.info)
+        self.primes: list[RequestRecord] = []
+        self.before: tuple[float, float] | None = None
+        self.work: PrefixWorkload | None = None
+
+    def groups(self, output: int) -> int:
+        """G: prefix_groups at the cap (no cap: the most groups), within the KV budget
+        left by the requests that run at once, and no more than the window's expected
+        requests give MIN_PER_GROUP each (a group whose prefix no request reused would
+        be a priming for nothing)."""
+        info, cell = self.runner.info, self.cell
+        shared = shared_tokens(cell.reuse or 0, cell.context, self.block)
+        streams = cell.concurrency or PREFIX_MAX_GROUPS
+        room = info.kv_budget - running_at_once(streams, info.slots) * (
+            cell.context - shared + output) if info.kv_budget else None
+        expected = int(float(cell.rate or 0) * self.runner.window_ns / 1e9)
+        return min(prefix_groups(streams, info.slots, shared, room), max(1, expected // MIN_PER_GROUP))
+
+    async def prepare(self, payload: Callable[[Prompt], dict], base_tag: str, output: int
+                      ) -> list[Bodies]:
+        """Each group's Bodies (built off the loop: /tokenize calls and one encoding each)."""
+        r, cell = self.runner, self.cell
+        groups = self.groups(output)
+        self.work = work = await asyncio.to_thread(
+            build_prefix_workload, r.prompts, cell.context, cell.concurrency, cell.reuse or 0, groups,
+            self.block, rate_tag(cell))
+
+        def bodies(g: int) -> Bodies:
+            return Bodies(r.prompts.run_tag, payload, work.request(r.prompts, g, base_tag), base_tag,
+                          lambda tag: work.request(r.prompts, g, tag))
+
+        return [await asyncio.to_thread(bodies, g) for g in range(groups)]
+
+    async def prime(self, interrupted: asyncio.Event) -> CellOutcome | None:
+        """Flush, then one request per group putting its prefix in the cache; the outcome
+        when a priming request failed or the run was interrupted, else None."""
+        r, cell, work = self.runner, self.cell, self.work
+        assert work is not None
+        await flush_prefix_cache(r)
+        before = await asyncio.to_thread(r.cache_counters)
+        primed = 0
+        for g in range(len(work.prefixes) if work.shared else 0):
+            prompt = work.prime(r.prompts, g, f"{rate_tag(cell)}-p{g}")
+            rec = await r.send(cell, prompt, 1, PURPOSE_PRIME, g)
+            rec.prefix_group = g
+            self.primes.append(rec)
+            primed += rec.prompt_tokens or 0
+            if interrupted.is_set():
+                return CellOutcome(self.primes, PENDING, "interrupted")
+            if rec.error:
+                refused = context_refused(rec.error, rec.status)
+                return CellOutcome(self.primes, OVER_CAPACITY if refused else ERROR,
+                                   f"priming group {g}: {rec.error}")
+        self.before = before if before is None else await r.counters_with(before, primed)
+        return None
+
+    async def server_count(self, measured: list[RequestRecord]) -> ServerCount | None:
+        """The engine's count over the measured requests: its counters' delta since the
+        priming, or llama.cpp's per-request timings."""
+        after = None
+        if self.before is not None and not any(x.error for x in measured):
+            after = await self.runner.counters_with(self.before,
+                                                    sum(x.prompt_tokens or 0 for x in measured))
+        return counters_count(self.before, after) or timings_count(measured)
+
+
 class RateSender:
     """Sends a share of a rate cell's schedule in a window it is given: the one
     send loop of a rate cell, in the collector's process or in a shard
@@ -165,20 +285,23 @@ class RateSender:
         """The cell's request bodies (blocking: run it off the event loop)."""
         return Bodies(run_tag, lambda p: self.runner.payload(p, self.output), base, base_tag)
 
-    async def send(self, cell: Cell, base: Prompt, bodies: Bodies, due: list[tuple[int, int]],
-                   window: tuple[int, int], cap: int, interrupted: asyncio.Event
-                   ) -> list[RequestRecord]:
+    async def send(self, cell: Cell, base: Prompt, groups: list[Bodies], due: list[tuple[int, int]],
+                   window: tuple[int, int], cap: int, interrupted: asyncio.Event,
+                   shared: bool = False) -> list[RequestRecord]:
         """Send request i at window start + offset for each (i, offset) of `due`
         (in offset order), at most `cap` in flight (0: no cap), nothing once the
         window is over; drain what is in flight for the drain timeout (not when
-        `interrupted`), then cancel the rest. Every record keeps its scheduled_ns."""
+        `interrupted`), then cancel the rest. Every record keeps its scheduled_ns.
+        Request i's body is group i mod len(groups)'s; `shared`: the groups are a reuse
+        cell's shared prefixes, and each record keeps its prefix_group."""
         r = self.runner
         slots = asyncio.Semaphore(cap) if cap else None
         drained = asyncio.Event()  # the drain is over: cancel what is still open
         tasks: list[asyncio.Task] = []
 
         async def one(i: int, at: int) -> RequestRecord:
-            body = bodies.body(rate_tag(cell, i))  # made ahead, without encoding the prompt again
+            group = i % len(groups)  # a reuse cell's requests go round its groups
+            body = groups[group].body(rate_tag(cell, i))  # made ahead, without encoding the prompt again
             try:
                 rec = await r.send(cell, base, self.output, PURPOSE_ARRIVAL, i, drained, at_ns=at,
                                    body=body)
@@ -186,6 +309,8 @@ class RateSender:
                 if slots is not None:
                     slots.release()
             rec.scheduled_ns = at
+            if shared:
+                rec.prefix_group = group
             return rec
 
         with gc_paused():  # a full collection inside the window stalls the loop 8-20 ms
@@ -222,17 +347,37 @@ class RateRunner:
         return await asyncio.to_thread(self.runner.prompts.build, cell.context, base_tag), base_tag
 
     async def run(self, cell: Cell, interrupted: asyncio.Event) -> CellOutcome:
-        r = self.runner
+        """The cell in this process: a reuse cell's groups primed first, then the
+        schedule sent, then judged (a reuse cell's reuse too)."""
+        r, rs = self.runner, self.rate
         offsets = self.schedule(cell)
-        base, base_tag = await self.base(cell)
-        bodies = await asyncio.to_thread(self.sender.bodies, base, base_tag, r.prompts.run_tag)
+        shared: SharedPrefixes | None = None
+        if cell.reuse is None:
+            base, base_tag = await self.base(cell)
+            groups = [await asyncio.to_thread(self.sender.bodies, base, base_tag, r.prompts.run_tag)]
+        else:
+            shared = SharedPrefixes(r, cell)
+            groups = await shared.prepare(lambda p: r.payload(p, rs.output), rate_tag(cell, 0),
+                                          rs.output)
+            base = groups[0].base
+            ended = await shared.prime(interrupted)
+            if ended is not None:
+                return ended
         start = time.monotonic_ns() + LEAD_NS + 1_000_000  # the first may be due at once
         window = (start, start + r.window_ns)
-        records = await self.sender.send(cell, base, bodies, list(enumerate(offsets.tolist())),
-                                         window, cell.concurrency, interrupted)
+        measured = await self.sender.send(cell, base, groups, list(enumerate(offsets.tolist())),
+                                          window, cell.concurrency, interrupted, shared is not None)
+        records = [*(shared.primes if shared else []), *measured]
         if interrupted.is_set():
             return CellOutcome(records, PENDING, "interrupted")
-        return self.judged(cell, records, window)
+        outcome = self.judged(cell, records, window)
+        if shared is not None:
+            server = await shared.server_count(measured)
+            status, reason, columns = judge_traffic(records, measured, cell.reuse, server, shared.block)
+            outcome.status, outcome.reason = rate_reuse_verdict((outcome.status, outcome.reason),
+                                                                (status, reason))
+            outcome.server.update(columns)
+        return outcome
 
     def judged(self, cell: Cell, records: list[RequestRecord], window: tuple[int, int]) -> CellOutcome:
         """The cell's outcome from all its records, however many processes sent them."""

@@ -133,6 +133,17 @@ def judge_traffic(records: list[RequestRecord], measured: list[RequestRecord], t
     return VALID, verdict.reason, columns
 
 
+async def flush_prefix_cache(runner: CellRunner) -> None:
+    """Empty the prefix cache where the engine allows (absent or refused: said nothing)."""
+    path = flush_path(runner.info)
+    if path is None:
+        return
+    try:
+        await asyncio.to_thread(runner.prompts.http.post, path)
+    except httpx.HTTPError:
+        pass  # the next request says whether the server is there
+
+
 class TrafficRunner:
     """Runs prefix and conversation cells with a CellRunner's machinery.
     `listed`: a conversation cell's listed turns to measure in this session
@@ -153,14 +164,7 @@ class TrafficRunner:
         return await self.prefix(cell, interrupted)
 
     async def _flush(self) -> None:
-        """Empty the prefix cache where the engine allows (absent or refused: said nothing)."""
-        path = flush_path(self.runner.info)
-        if path is None:
-            return
-        try:
-            await asyncio.to_thread(self.runner.prompts.http.post, path)
-        except httpx.HTTPError:
-            pass  # the next request says whether the server is there
+        await flush_prefix_cache(self.runner)
 
     async def _tagged(self, cell: Cell, prompt, max_tokens: int, purpose: str, index: int,
                       **fields) -> RequestRecord:

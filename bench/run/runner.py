@@ -22,7 +22,7 @@ from bench import __version__
 from bench.core.errors import FlagError, RunError, io_reason
 from bench.core.eventloop import asyncio_run
 from bench.core.lock import LOCK_FILE, LockHeld, RunLock
-from bench.core.plan import Cell, Plan, make_plan, rate_output
+from bench.core.plan import Cell, Plan, make_plan
 from bench.core.workers import AUTO, RateLoad, WorkerPlan, host_cores, plan_workers
 from bench.measure.cells import Settings
 from bench.run.nextstep import next_steps
@@ -31,16 +31,20 @@ from bench.run.resume import FlagConflict, resumed_inputs
 from bench.run.runcard import RunCard
 from bench.run.store import RunStore, clean_stale_temps, session_tag
 from bench.run.sweep import sweep
+from bench.run.traffic_options import (
+    check_rate_flags,
+    merge_traffic_parameters,
+    rate_settings,
+    traffic_parameters,
+)
 from bench.server.engines import ServerError, ServerInfo, ServerNotReady, probe_server
 from bench.server.provenance import detect_hardware, local_launch_command
-from rundir.arrivals import seed_from_text
 from rundir.contract import (
     DECODE,
     ERROR,
     PENDING,
     RATE,
     SCHEMA_VERSION,
-    TRAFFIC_PARAMETERS,
     Clock,
     ContractError,
     Engine,
@@ -99,6 +103,7 @@ class RunOptions:
     arrival_seed: int | None = None
     rate_cap: int | None = None
     rate_output: int | None = None
+    rate_reuse: list[int] | None = None  # --rate-reuse: percents; rate cells per (reuse, rate)
     # option name -> value, for the options set on the command line (a
     # resumed run compares them with its run.yaml)
     given: dict[str, object] = field(default_factory=dict)
@@ -136,11 +141,7 @@ def run_benchmark(opts: RunOptions, progress: Progress) -> RunResult | None:
         raise FlagError("--out and --resume: give one (--out starts a run, --resume continues one)")
     if opts.retry_errors and opts.resume is None:
         raise FlagError("--retry-errors: only with --resume R (it re-measures R's Error cells)")
-    alone = [f for name, f in (("arrivals", "--arrivals"), ("arrival_seed", "--arrival-seed"),
-                               ("rate_cap", "--rate-cap"), ("rate_output", "--rate-output"))
-             if opts.given.get(name) is not None]
-    if alone and not opts.rate and opts.resume is None:
-        raise FlagError(f"{alone[0]}: only with --rate (it sets the rate cells, and there are none)")
+    check_rate_flags(opts)
     if (opts.shard is None) != (opts.coordinator is None):
         raise FlagError("--shard i/N and --coordinator HOST:PORT: give both (or neither)")
     if opts.shard is not None and opts.given.get("workers") is not None:
@@ -171,7 +172,7 @@ def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
         prefill_contexts=opts.prefill_contexts, slots=info.slots,
         prefix_reuse=opts.prefix_reuse, turns=opts.turns,
         traffic_concurrency=opts.traffic_concurrency, rates=opts.rate, rate_cap=opts.rate_cap,
-        rate_output_tokens=opts.rate_output, arrivals=opts.arrivals,
+        rate_output_tokens=opts.rate_output, arrivals=opts.arrivals, rate_reuse=opts.rate_reuse,
     )
     if not plan.cells:
         raise RunError("the plan is empty: no context fits the server's max model length")
@@ -212,48 +213,6 @@ def _claim_new(run_dir: Path) -> RunLock:
         raise RunError(f"--out: {run_dir} already exists and is not empty "
                        f"(use --resume {run_dir} to continue it)")
     return lock
-
-
-def traffic_parameters(opts: RunOptions, run_id: str) -> dict[str, object]:
-    """run.yaml's record of the traffic flags: none without --prefix-reuse, --turns or
-    --rate. The rate cells' seed is recorded even when derived (from `run_id`), so a
-    run's schedules can be computed again."""
-    out: dict[str, object] = dict.fromkeys(TRAFFIC_PARAMETERS)
-    if opts.prefix_reuse or opts.turns:
-        out.update(prefix_reuse=opts.prefix_reuse or None, turns=opts.turns or None,
-                   traffic_concurrency=sorted(set(opts.traffic_concurrency or [1])))
-    if opts.rate:
-        seed = opts.arrival_seed if opts.arrival_seed is not None else seed_from_text(run_id)
-        out.update(rate=sorted(set(opts.rate)), arrivals=opts.arrivals, arrival_seed=seed,
-                   rate_cap=opts.rate_cap,
-                   rate_output_tokens=rate_output(opts.settings.max_output, opts.rate_output))
-    return out
-
-
-# The rate flags one value of which holds for the whole run (run.yaml's, on --resume).
-RATE_SETTINGS = {"arrivals": "--arrivals", "arrival_seed": "--arrival-seed",
-                 "rate_cap": "--rate-cap", "rate_output_tokens": "--rate-output"}
-
-
-def _rate_settings(opts: RunOptions, old: RunInfo, run_dir: Path) -> RunOptions:
-    """`opts` with run.yaml's rate settings where it has them; a flag given again
-    with another value is refused (a run's rate cells share one process, seed, cap
-    and output length)."""
-    p, given = old.parameters, opts.given
-    asked = {"arrivals": opts.arrivals, "arrival_seed": opts.arrival_seed,
-             "rate_cap": opts.rate_cap, "rate_output_tokens": opts.rate_output}
-    for name, flag in RATE_SETTINGS.items():
-        option = "rate_output" if name == "rate_output_tokens" else name
-        stored = getattr(p, name)
-        if given.get(option) is not None and stored is not None and asked[name] != stored:
-            raise FlagError(f"{flag}: {run_dir} measured its rate cells with {stored}; "
-                            f"got {asked[name]} (start a new run with --out)")
-    if not p.rate:
-        return opts
-    return dataclasses.replace(
-        opts, arrivals=p.arrivals or opts.arrivals, arrival_seed=p.arrival_seed,
-        rate_cap=p.rate_cap if p.rate_cap is not None else None,
-        rate_output=p.rate_output_tokens)
 
 
 def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_source, clean):
@@ -340,14 +299,14 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
     if kv_budget is None:
         kv_budget, kv_source = info.kv_budget, info.kv_budget_source
     s = wanted.settings
-    opts = dataclasses.replace(_rate_settings(opts, old, run_dir), settings=s)
+    opts = dataclasses.replace(rate_settings(opts, old, run_dir), settings=s)
     plan = make_plan(
         contexts=wanted.contexts, concurrency=wanted.concurrency, max_output=s.max_output,
         max_model_len=info.max_model_len, kv_budget=kv_budget,
         prefill=bool(wanted.prefill_contexts), prefill_contexts=wanted.prefill_contexts or None,
         slots=info.slots, prefix_reuse=opts.prefix_reuse, turns=opts.turns,
         traffic_concurrency=opts.traffic_concurrency, rates=opts.rate, rate_cap=opts.rate_cap,
-        rate_output_tokens=opts.rate_output, arrivals=opts.arrivals,
+        rate_output_tokens=opts.rate_output, arrivals=opts.arrivals, rate_reuse=opts.rate_reuse,
     )
     try:
         store = RunStore.resume(run_dir, old, secrets_of(opts))
@@ -358,12 +317,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
     p.contexts = sorted({*p.contexts, *plan.contexts})
     p.concurrency = sorted({*p.concurrency, *plan.concurrency})
     p.prefill_contexts = sorted({*p.prefill_contexts, *plan.prefill_contexts})
-    for name, values in traffic_parameters(opts, old.run_id).items():  # flags given again add cells
-        if name in RATE_SETTINGS:
-            if getattr(p, name) is None:
-                setattr(p, name, values)
-        elif values:
-            setattr(p, name, sorted({*(getattr(p, name) or []), *values}))
+    merge_traffic_parameters(p, opts, old.run_id)  # flags given again add cells
     if old.kv_budget.tokens is None and kv_budget is not None:
         old.kv_budget = KvBudget(tokens=kv_budget, source=kv_source)
     retry = (PENDING, ERROR) if opts.retry_errors else (PENDING,)

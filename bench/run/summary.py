@@ -82,7 +82,8 @@ def cell_label(cell: Cell) -> str:
         return f"turn {cell.turn} {context_label(cell.context)}×{cell.concurrency}"
     if cell.phase == RATE:
         cap = f"≤{cell.concurrency}" if cell.concurrency else ""
-        return f"{cell.rate:g}/s {context_label(cell.context)}{cap}"
+        reuse = f" reuse {cell.reuse}%" if cell.reuse is not None else ""
+        return f"{cell.rate:g}/s {context_label(cell.context)}{cap}{reuse}"
     return f"decode {context_label(cell.context)}×{cell.concurrency}"
 
 

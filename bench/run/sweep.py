@@ -166,7 +166,9 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
             progress.begin(cell)
             if plan.queued([cell]):  # said as it starts, not after a silent wait
                 progress.note(queued_start(cell, plan.slots))
-            shards = (1 if cell.phase not in (DECODE, RATE) else hosts.n if hosts is not None
+            # a rate cell at a reuse level primes its groups and runs in this process
+            shards = (1 if cell.phase not in (DECODE, RATE) or cell.reuse is not None
+                      else hosts.n if hosts is not None
                       else _rate_shards(plan, cell) if cell.phase == RATE
                       else cell_shards(plan.workers, cell.concurrency))
             # one process on each host; --workers: the cell's share, on this host

@@ -70,9 +70,10 @@ class PrefixWorkload:
 
 
 def build_prefix_workload(factory: PromptFactory, context: int, concurrency: int, reuse: int,
-                          groups: int, block: int) -> PrefixWorkload:
-    """The cell's texts, sized by the factory (blocking: /tokenize calls)."""
-    tag = cell_tag("x", context, concurrency, reuse)
+                          groups: int, block: int, tag: str | None = None) -> PrefixWorkload:
+    """The cell's texts, sized by the factory (blocking: /tokenize calls); `tag`: the
+    cell's own (a rate cell's names its rate too), else a prefix cell's."""
+    tag = tag or cell_tag("x", context, concurrency, reuse)
     shared = shared_tokens(reuse, context, block)
     prefixes = [""] * groups
     counted = 0

@@ -104,6 +104,7 @@ SAMPLES: dict[str, tuple[list[str], Any]] = {
     "--arrival-seed": (["0"], 0),
     "--rate-cap": (["8"], 8),
     "--rate-output": (["128"], 128),
+    "--rate-reuse": (["90,0"], [0, 90]),
     "--duration": (["7"], 7.0),
     "--repeats": (["3"], 3),
     "--max-output": (["1k"], 1024),

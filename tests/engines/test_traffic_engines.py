@@ -111,3 +111,33 @@ def test_llama_server_rate_cells_publish_the_load_it_received(llama_server, tmp_
     assert built.returncode == 0, built.stderr[-2000:]
     page = next(site.rglob("runs/*/index.html")).read_text(encoding="utf-8")
     assert "Request rate" in page and "send lag" in page.lower()
+
+
+@pytest.mark.engine_llama
+def test_llama_server_rate_cell_at_90_percent_reuse(llama_server, tmp_path: Path) -> None:
+    """`bench run --rate 2 --rate-reuse 90` on llama-server: the requests arrive on
+    their schedule sharing primed group prefixes, and the reuse the engine told per
+    request (usage and its own timings) is 90 ± 2, so the cell is Valid (or Load not
+    delivered when this host made the client late, with the figures)."""
+    from rundir.contract import LOAD_NOT_DELIVERED, PURPOSE_ARRIVAL, PURPOSE_PRIME, RATE
+    from site_builder.rate import rate_cells
+
+    out = tmp_path / "run"
+    res = run_cli("bench", "run", "--base-url", llama_server.base_url, "--out", str(out),
+                  "--contexts", "2k", "--concurrency", "1", "--no-prefill", "--duration", "4",
+                  "--warmup-stable", "0.5", "--max-output", "32", "--server-wait", "5",
+                  "--rate", "2", "--rate-reuse", "90", "--rate-output", "16",
+                  "--arrivals", "constant", timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = read_run(out)
+    rows = [r for r in run.requests.to_pylist() if r["phase"] == RATE]
+    arrivals = [r for r in rows if r["purpose"] == PURPOSE_ARRIVAL]
+    assert len(arrivals) == 8 and all(r["error"] is None for r in rows)
+    assert {r["prefix_group"] for r in rows if r["purpose"] == PURPOSE_PRIME} == \
+        {r["prefix_group"] for r in arrivals}
+    (cell,) = rate_cells(run.cells, run.requests)
+    assert cell.reuse_target == 90
+    assert cell.reuse_achieved == pytest.approx(90, abs=2), cell.reason
+    assert cell.reuse_server == pytest.approx(cell.reuse_achieved, abs=2)
+    assert all(r["engine_cached_tokens"] == r["cached_tokens"] for r in arrivals)
+    assert cell.status == (LOAD_NOT_DELIVERED if cell.load_problems else VALID), cell.reason

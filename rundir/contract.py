@@ -186,10 +186,18 @@ class Parameters:
     arrival_seed: int | None = None
     rate_cap: int | None = None
     rate_output_tokens: int | None = None
+    # Prompt source (`--prompt-source`, `--prompts FILE`, `--prompt-seed`; issue 35): written
+    # only when it is not filler, so a filler run's run.yaml is what it was. prompt_source:
+    # "natural", "adversarial" or "file:NAME"; prompt_seed: given, or derived from the run id;
+    # prompt_file_sha256: of the file's bytes (a resumed run must give the same file).
+    prompt_source: str | None = None
+    prompt_seed: int | None = None
+    prompt_file_sha256: str | None = None
 
 
 TRAFFIC_PARAMETERS = ("prefix_reuse", "turns", "traffic_concurrency", "rate", "arrivals",
                       "arrival_seed", "rate_cap", "rate_output_tokens")
+PROMPT_PARAMETERS = ("prompt_source", "prompt_seed", "prompt_file_sha256")
 
 
 @dataclass
@@ -242,7 +250,7 @@ class RunInfo:
             del data["model"]["family"]
         if data["parameters"].get("repeats") in (None, 1):
             del data["parameters"]["repeats"]
-        for name in TRAFFIC_PARAMETERS:  # a seed of 0 is a seed: only absent or empty go
+        for name in TRAFFIC_PARAMETERS + PROMPT_PARAMETERS:  # a seed of 0 is a seed: only absent or empty go
             if data["parameters"].get(name) in (None, []):
                 del data["parameters"][name]
         return data
@@ -303,6 +311,7 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "parameters.arrival_seed": (0, True),
     "parameters.rate_cap": (1, True),
     "parameters.rate_output_tokens": (1, True),
+    "parameters.prompt_seed": (0, True),
     "kv_budget.tokens": (0, True),
 }
 _INDEX = re.compile(r"\[\d+\]")
@@ -481,6 +490,9 @@ REQUESTS_SCHEMA = pa.schema(
         # request (the run's monotonic clock; send_ns - scheduled_ns is its send lag).
         pa.field("rate_target", pa.float64()),
         pa.field("scheduled_ns", _NS),
+        # Optional, prompt sources (issue 35): which prompt of a non-filler source the
+        # request's text starts at (its index in the file, or in the built-in source).
+        pa.field("prompt_index", pa.int64()),
     ]
 )
 
@@ -527,6 +539,10 @@ CELLS_SCHEMA = pa.schema(
         pa.field("arrivals", pa.string()),
         pa.field("arrival_seed", pa.int64()),
         pa.field("rate_output_tokens", pa.int64()),
+        # Optional, prompt sources (issue 35): the cell's prompt source ("natural",
+        # "adversarial", "file:NAME") and seed; empty: filler.
+        pa.field("prompt_source", pa.string()),
+        pa.field("prompt_seed", pa.int64()),
     ]
 )
 
@@ -596,11 +612,11 @@ _REQUEST_TABLES = (REQUESTS_FILE, SUPERSEDED_REQUESTS_FILE)
 # out while every value is empty, so such a run directory stays byte for byte as it was.
 _TRAFFIC_REQUEST_COLUMNS = ("prefix_reuse_target", "turn", "prefix_group", "conversation_id",
                             "conversation_turn", "engine_cached_tokens", "rate_target",
-                            "scheduled_ns")
+                            "scheduled_ns", "prompt_index")
 OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
     CELLS_FILE: ("processes", "hosts", "prefix_reuse_target", "turn", "server_prompt_tokens",
                  "server_cached_tokens", "server_source", "reuse_block", "rate_target", "arrivals",
-                 "arrival_seed", "rate_output_tokens"),
+                 "arrival_seed", "rate_output_tokens", "prompt_source", "prompt_seed"),
     REQUESTS_FILE: _TRAFFIC_REQUEST_COLUMNS,
     SUPERSEDED_REQUESTS_FILE: _TRAFFIC_REQUEST_COLUMNS,
 }

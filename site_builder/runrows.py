@@ -87,6 +87,9 @@ def cell_records(run: RunView) -> list[dict[str, Any]]:
         out = [{**r, **trafficpage.download_extra(None)} for r in out] + _traffic_records(run, out)
     if run.agg.rate:  # runs with rate cells only: the others' downloads as before
         out = [{**r, **ratepage.download_extra(None)} for r in out] + _rate_records(run, out)
+    source = run.info.parameters.prompt_source
+    if source:  # runs with a prompt source only (one a run: --resume keeps it); issue 35's name
+        out = [{**r, "prompt_source": source} for r in out]
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -152,6 +153,22 @@ def test_a_jsonl_file_run_keeps_exact_contexts_and_sends_the_files_text(refserve
     assert {r["prompt_index"] for r in decode} == {src.index_for("d1024-c2-s0")}
     heads = [t["prompt_head"] for t in srv.truth()]
     assert heads and all("quartz river lantern" in h and "zebra" in h for h in heads)
+    # the built site: every cell row says the source; the run page says source, seed, hash
+    cells_json, page = _built(run, tmp_path / "site")
+    assert cells_json["cells"] and all(c["prompt_source"] == "file:mine.jsonl" for c in cells_json["cells"])
+    assert cells_json["run"]["info"]["parameters"]["prompt_seed"] == 11
+    assert f"from the file mine.jsonl (SHA-256 {read_prompt_file(f).sha256}), seed 11" in page
+
+
+def _built(run: Path, site: Path) -> tuple[dict, str]:
+    data = site.parent / f"data-{run.name}"
+    data.mkdir()
+    shutil.copytree(run, data / run.name)
+    res = run_cli("build-site", "--data", str(data), "--out", str(site), "-q")
+    assert res.returncode == 0, res.stderr
+    (cells_json,) = site.glob("runs/*/cells.json")
+    (page,) = site.glob("runs/*/index.html")
+    return json.loads(cells_json.read_text()), page.read_text()
 
 
 def test_natural_and_adversarial_runs_record_their_source(refserver, tmp_path: Path) -> None:
@@ -181,6 +198,8 @@ def test_a_filler_run_records_no_source(refserver, tmp_path: Path) -> None:
     assert not {"prompt_source", "prompt_seed", "prompt_file_sha256"} & set(info["parameters"])
     assert "prompt_source" not in pq.read_schema(run / "cells.parquet").names
     assert "prompt_index" not in pq.read_schema(run / "requests.parquet").names
+    cells_json, page = _built(run, tmp_path / "site")
+    assert not any("prompt_source" in c for c in cells_json["cells"]) and "Prompts" not in page
 
 
 def test_resume_with_another_source_or_file_is_refused(refserver, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from bench.core.errors import FlagError
 from bench.workload.prompt_files import PromptFile, PromptFileError, read_prompt_file
@@ -20,10 +21,14 @@ from bench.workload.sources import FILLER, PromptSource
 from rundir.arrivals import seed_from_text
 from rundir.contract import Parameters
 
+# `opts` below is the runner's RunOptions (bench/run/runner.py imports this module, so it
+# is not imported here: tests/project/test_layers.py counts a TYPE_CHECKING import as a cycle)
+RunOptions = Any
+
 FILE_PREFIX = "file:"
 
 
-def check_prompt_flags(opts) -> object:
+def check_prompt_flags(opts: RunOptions) -> RunOptions:
     """`opts` (RunOptions) with --prompts read and checked whole; FlagError: one line."""
     given = opts.given
     if opts.prompts_file is not None and given.get("prompt_source") is not None:
@@ -48,7 +53,7 @@ def check_prompt_flags(opts) -> object:
     return dataclasses.replace(opts, prompt_file=pf)
 
 
-def prompt_parameters(opts, run_id: str) -> dict[str, object]:
+def prompt_parameters(opts: RunOptions, run_id: str) -> dict[str, object]:
     """run.yaml's prompt fields for a new run: all None for filler."""
     pf: PromptFile | None = opts.prompt_file
     if pf is None and opts.prompt_source == FILLER:
@@ -58,7 +63,7 @@ def prompt_parameters(opts, run_id: str) -> dict[str, object]:
             "prompt_seed": seed, "prompt_file_sha256": pf.sha256 if pf else None}
 
 
-def check_resumed_source(opts, p: Parameters, run_dir: Path) -> None:
+def check_resumed_source(opts: RunOptions, p: Parameters, run_dir: Path) -> None:
     """Refuse a resumed run given another source, seed or file than run.yaml's (one line);
     a run measured from a file needs that file given again."""
     pf: PromptFile | None = opts.prompt_file
@@ -77,8 +82,9 @@ def check_resumed_source(opts, p: Parameters, run_dir: Path) -> None:
                         "give that file again with --prompts")
     seed = opts.prompt_seed if opts.given.get("prompt_seed") is not None else None
     if seed is not None and seed != p.prompt_seed:
-        raise FlagError(f"--prompt-seed: {run_dir} was measured with prompt seed {p.prompt_seed}; "
-                        f"got {seed} (start a new run with --out)")
+        had = f"prompt seed {p.prompt_seed}" if p.prompt_seed is not None else "filler prompts (no seed)"
+        raise FlagError(f"--prompt-seed: {run_dir} was measured with {had}; got {seed} "
+                        "(start a new run with --out)")
     if stored != FILLER and (opts.prefix_reuse or opts.turns):
         traffic = "--prefix-reuse" if opts.prefix_reuse else "--turns"
         raise FlagError(f"{traffic}: {run_dir} was measured with prompt source {stored}, and "

@@ -8,6 +8,8 @@ endpoint (chat template counted too) until a prompt is within max(16 tokens,
 0.5%) of its target. Without that endpoint the ratio comes from the
 prompt_tokens the server reports for one real request, prompts are sized
 from it alone, and their exact length is unknown until the server answers.
+With another prompt source (bench/workload/sources.py) the words after the tag
+are that source's, sized the same way; the ratio is measured on its text.
 """
 
 from __future__ import annotations

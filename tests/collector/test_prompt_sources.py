@@ -225,6 +225,21 @@ def test_resume_with_another_source_or_file_is_refused(refserver, tmp_path: Path
         res = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(run), *extra)
         assert res.returncode == 2, res.stderr
         assert res.stderr.strip().splitlines()[-1].startswith(f"error: {want}"), res.stderr
+    # a file run: resumed only with the same file's bytes
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text('{"prompt": "a b c"}\n')
+    frun = tmp_path / "frun"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, *FAST, "--concurrency", "1", "--no-prefill",
+                  "--prompts", str(mine), "--out", str(frun))
+    assert res.returncode == 0, res.stderr
+    mine.write_text('{"prompt": "a b d"}\n')
+    for extra, want in (
+        ([], f"--resume: {frun} was measured with prompts from mine.jsonl; give that file again "
+             "with --prompts"),
+        (["--prompts", str(mine)], f"--prompts: mine.jsonl is not the file {frun} was measured with"),
+    ):
+        res = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(frun), *extra)
+        assert res.returncode == 2 and res.stderr.startswith(f"error: {want}"), res.stderr
     res = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(run),
                   "--prompt-source", NATURAL, "--concurrency", "2")
     assert res.returncode == 0, res.stderr  # the same source again: it goes on

@@ -47,6 +47,7 @@ from bench.params import (
 from bench.run.runcard import read_run_card
 from bench.run.runner import RunOptions
 from bench.server.telemetry import MODES, RATE_HZ
+from bench.workload.sources import BUILT_IN
 
 SETTINGS = "settings."  # a field of RunOptions.settings (bench/measure/cells.py)
 
@@ -295,6 +296,22 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               "90 or 0,90: a rate cell per (reuse, rate), its groups' prefixes primed first; "
               "the reuse delivered is checked as a prefix cell's (default: unique prompts).",
               type=Percents(), group=MATRIX),
+    RunOption("--prompt-source", "prompt_source",
+              "Where prompt text comes from: filler (a fixed word list), natural (plain "
+              "English prose the project generates: drafts guess it well) or adversarial "
+              "(random strings: drafts guess it badly). Every prompt keeps its exact "
+              "context. Not with --prompts.", type=click.Choice(BUILT_IN), show_default=True,
+              group=MATRIX),
+    RunOption("--prompts", "prompts_file",
+              "A prompt file: ShareGPT-style JSON or JSONL of {\"prompt\": ...} or chat "
+              "{\"messages\": [...]} (docs/methodology.md, Prompt sources); each prompt is "
+              "cut or padded with more of the file to the cell's exact context. Checked "
+              "whole before any cell runs.", type=click.Path(dir_okay=False), to_field=_path,
+              group=MATRIX),
+    RunOption("--prompt-seed", "prompt_seed",
+              "Seed that picks each prompt of a natural, adversarial or file source "
+              "(default: derived from the run id); recorded.", type=click.IntRange(0, 2**63 - 1),
+              group=MATRIX),
     RunOption("--dry-run", "dry_run",
               "Print the plan and exit, writing nothing. A server that does not answer "
               "within 2 s is not waited for: the plan is printed from the flags alone and "
@@ -372,8 +389,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               show_default=True, group=TELEMETRY),
 )
 
-# Fields no flag sets: `given` is the command's own record of what was typed;
+# Fields no flag sets: `given` is the command's own record of what was typed (and
+# prompt_file what --prompts read);
 # the drain timeout is the collector's, not the user's.
-NOT_FLAGS = frozenset({"given", "settings", "settings.drain_timeout_s"})
+NOT_FLAGS = frozenset({"given", "settings", "settings.drain_timeout_s", "prompt_file"})
 
 check_options(RUN_OPTIONS)

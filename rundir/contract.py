@@ -189,10 +189,18 @@ class Parameters:
     # `--rate-reuse`: the rate cells' prefix-reuse levels (percent), a rate cell per
     # (context, level, rate); written only when given. Absent: unique prompts.
     rate_reuse: list[int] | None = None
+    # Prompt source (`--prompt-source`, `--prompts FILE`, `--prompt-seed`; issue 35): written
+    # only when it is not filler, so a filler run's run.yaml is what it was. prompt_source:
+    # "natural", "adversarial" or "file:NAME"; prompt_seed: given, or derived from the run id;
+    # prompt_file_sha256: of the file's bytes (a resumed run must give the same file).
+    prompt_source: str | None = None
+    prompt_seed: int | None = None
+    prompt_file_sha256: str | None = None
 
 
 TRAFFIC_PARAMETERS = ("prefix_reuse", "turns", "traffic_concurrency", "rate", "arrivals",
                       "arrival_seed", "rate_cap", "rate_output_tokens", "rate_reuse")
+PROMPT_PARAMETERS = ("prompt_source", "prompt_seed", "prompt_file_sha256")
 
 
 @dataclass
@@ -245,7 +253,7 @@ class RunInfo:
             del data["model"]["family"]
         if data["parameters"].get("repeats") in (None, 1):
             del data["parameters"]["repeats"]
-        for name in TRAFFIC_PARAMETERS:  # a seed of 0 is a seed: only absent or empty go
+        for name in TRAFFIC_PARAMETERS + PROMPT_PARAMETERS:  # a seed of 0 is a seed: only absent or empty go
             if data["parameters"].get(name) in (None, []):
                 del data["parameters"][name]
         return data
@@ -307,6 +315,7 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "parameters.rate_cap": (1, True),
     "parameters.rate_output_tokens": (1, True),
     "parameters.rate_reuse": (0, True),
+    "parameters.prompt_seed": (0, True),
     "kv_budget.tokens": (0, True),
 }
 _INDEX = re.compile(r"\[\d+\]")
@@ -491,6 +500,9 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("engine_draft_tokens", pa.int64()),
         pa.field("engine_draft_accepted", pa.int64()),
         # --- end speculative decoding ---
+        # Optional, prompt sources (issue 35): which prompt of a non-filler source the
+        # request's text starts at (its index in the file, or in the built-in source).
+        pa.field("prompt_index", pa.int64()),
     ]
 )
 
@@ -546,6 +558,10 @@ CELLS_SCHEMA = pa.schema(
         pa.field("spec_source", pa.string()),
         pa.field("spec_draft_length", pa.float64()),
         # --- end speculative decoding ---
+        # Optional, prompt sources (issue 35): the cell's prompt source ("natural",
+        # "adversarial", "file:NAME") and seed; empty: filler.
+        pa.field("prompt_source", pa.string()),
+        pa.field("prompt_seed", pa.int64()),
     ]
 )
 
@@ -617,13 +633,17 @@ _TRAFFIC_REQUEST_COLUMNS = ("prefix_reuse_target", "turn", "prefix_group", "conv
                             "conversation_turn", "engine_cached_tokens", "rate_target",
                             "scheduled_ns",
                             # speculative decoding (issue 35)
-                            "engine_draft_tokens", "engine_draft_accepted")
+                            "engine_draft_tokens", "engine_draft_accepted",
+                            # prompt sources (issue 35)
+                            "prompt_index")
 OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
     CELLS_FILE: ("processes", "hosts", "prefix_reuse_target", "turn", "server_prompt_tokens",
                  "server_cached_tokens", "server_source", "reuse_block", "rate_target", "arrivals",
                  "arrival_seed", "rate_output_tokens",
                  # speculative decoding (issue 35)
-                 "spec_tokens_per_step_server", "spec_source", "spec_draft_length"),
+                 "spec_tokens_per_step_server", "spec_source", "spec_draft_length",
+                 # prompt sources (issue 35)
+                 "prompt_source", "prompt_seed"),
     REQUESTS_FILE: _TRAFFIC_REQUEST_COLUMNS,
     SUPERSEDED_REQUESTS_FILE: _TRAFFIC_REQUEST_COLUMNS,
 }

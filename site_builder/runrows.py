@@ -96,6 +96,9 @@ def cell_records(run: RunView) -> list[dict[str, Any]]:
         out = [{**r, **spec.download_extra(by_key.get((r["context"], r["concurrency"]))
                                            if r["phase"] == contract.DECODE else None)}
                for r in out]
+    source = run.info.parameters.prompt_source
+    if source:  # runs with a prompt source only (one a run: --resume keeps it); issue 35's name
+        out = [{**r, "prompt_source": source} for r in out]
     return out
 
 

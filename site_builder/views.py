@@ -347,6 +347,7 @@ class RunView:
             ("Time per measurement", formats.param_seconds(p.duration_s) if p.duration_s else None),
             ("Max output", formats.tokens(p.max_output_tokens) if p.max_output_tokens else None),
             ("Max model length", formats.tokens(m.max_model_len) if m.max_model_len else None),
+            ("Prompts", prompt_source_label(p)),  # absent for filler: such pages as they were
         ]
         if kv.tokens:
             how = f" ({kv.source})" if kv.source else ""
@@ -475,3 +476,22 @@ def family_groups(runs: list[RunView]) -> list[FamilyGroup]:
 
 __all__ = ["RunView", "MatrixRow", "FamilyGroup", "cell_title", "family_groups", "humanize",
            "model_name", "hardware_label"]
+
+
+_SOURCE_WORDS = {"natural": "natural: English prose the tool generates",
+                 "adversarial": "adversarial: random strings the tool generates"}
+
+
+def prompt_source_label(p: contract.Parameters) -> str | None:
+    """The run's prompt source as the run page says it (None: filler, said nowhere)."""
+    if not p.prompt_source:
+        return None
+    if p.prompt_source.startswith("file:"):
+        what = f"from the file {p.prompt_source[len('file:'):]}"
+        if p.prompt_file_sha256:
+            what += f" (SHA-256 {p.prompt_file_sha256})"
+    else:
+        what = _SOURCE_WORDS.get(p.prompt_source, p.prompt_source)
+    seed = f", seed {p.prompt_seed}" if p.prompt_seed is not None else ""
+    return f"{what}{seed}; cut or padded to each cell's context"
+

@@ -98,6 +98,7 @@ class WireRecord(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     ignore_eos: bool
     text: str | None
     engine_computed_tokens: int | None
+    prompt_index: int | None
 
 
 RECORD_FIELDS = WireRecord.__struct_fields__

@@ -205,7 +205,9 @@ class CellRunner:
         """One request; `body`: its JSON already encoded (else made from `prompt`)."""
         rid, result, live = await self._post(prompt, max_tokens, cancel, on_start, at_ns=at_ns,
                                              body=body)
-        return await self._record(cell, rid, purpose, index, result, live)
+        rec = await self._record(cell, rid, purpose, index, result, live)
+        rec.prompt_index = prompt.index
+        return rec
 
     async def _post(self, prompt: Prompt, max_tokens: int, cancel: asyncio.Event | None,
                     on_start, streams: int = 1, at_ns: int | None = None,
@@ -379,6 +381,7 @@ class CellRunner:
     async def _keep(self, run: DecodeRun, result: StreamResult, rid: str, i: int,
                     live: LiveParser) -> None:
         rec = await self._record(run.cell, rid, PURPOSE_MEASURE, i, result, live)
+        rec.prompt_index = run.prompts[i].index
         run.records.append(rec)
         if rec.error:
             run.failure.set()

@@ -99,6 +99,9 @@ class RequestRecord:
     ignore_eos: bool = False
     text: str | None = None  # the whole streamed text of a chunk-counted stream
     engine_computed_tokens: int | None = None  # llama.cpp's timings.prompt_n (traffic cells' check)
+    # Stored (requests.parquet's optional column): which prompt of a non-filler source the
+    # request's text starts at (bench/workload/sources.py); None: filler
+    prompt_index: int | None = None
 
     @classmethod
     def from_stream(

@@ -27,6 +27,7 @@ from bench.core.workers import AUTO, RateLoad, WorkerPlan, host_cores, plan_work
 from bench.measure.cells import Settings
 from bench.run.nextstep import next_steps
 from bench.run.progress import Progress
+from bench.run.prompt_setup import check_prompt_flags, check_resumed_source, prompt_parameters
 from bench.run.resume import FlagConflict, resumed_inputs
 from bench.run.runcard import RunCard
 from bench.run.store import RunStore, clean_stale_temps, session_tag
@@ -39,6 +40,7 @@ from bench.run.traffic_options import (
 )
 from bench.server.engines import ServerError, ServerInfo, ServerNotReady, probe_server
 from bench.server.provenance import detect_hardware, local_launch_command
+from bench.workload.prompt_files import PromptFile
 from rundir.contract import (
     DECODE,
     ERROR,
@@ -104,6 +106,12 @@ class RunOptions:
     rate_cap: int | None = None
     rate_output: int | None = None
     rate_reuse: list[int] | None = None  # --rate-reuse: percents; rate cells per (reuse, rate)
+    # Prompt source (bench/run/prompt_setup.py): --prompt-source, or --prompts FILE (read
+    # and checked before anything is measured, into prompt_file), and --prompt-seed
+    prompt_source: str = "filler"
+    prompts_file: Path | None = None
+    prompt_seed: int | None = None
+    prompt_file: PromptFile | None = None
     # option name -> value, for the options set on the command line (a
     # resumed run compares them with its run.yaml)
     given: dict[str, object] = field(default_factory=dict)
@@ -150,6 +158,7 @@ def run_benchmark(opts: RunOptions, progress: Progress) -> RunResult | None:
                         f"--shard 1/{opts.shard[1] + 1} and --shard 2/{opts.shard[1] + 1})")
     if opts.shard is not None and opts.shard[0] > 0:
         return _serve_shard(opts, progress)
+    opts = check_prompt_flags(opts)  # a prompt file is read and checked whole, before the server
     if opts.resume is not None:
         return _resume(opts, progress, clean)
     return _fresh(opts, progress, clean)
@@ -243,6 +252,7 @@ def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_
             tool_name=TOOL_NAME, tool_version=__version__,
             repeats=s.repeats if s.repeats > 1 else None,
             **traffic_parameters(opts, run_id),
+            **prompt_parameters(opts, run_id),
         ),
         clock=Clock(monotonic_anchor_ns=time.monotonic_ns(), wall_anchor_ns=time.time_ns()),
         kv_budget=KvBudget(tokens=kv_budget, source=kv_source if kv_budget else None),
@@ -286,6 +296,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
         raise RunError(f"--resume: {clean(str(exc))}") from None
     except FlagConflict as exc:
         raise FlagError(str(exc)) from None
+    check_resumed_source(opts, old.parameters, run_dir)
     if not opts.dry_run:
         clean_stale_temps(run_dir)  # a killed writer's; we hold the lock
     served = _served_name(opts, wanted.model, clean)

@@ -154,6 +154,9 @@ class RunStore:
         row["processes"], row["hosts"] = processes, hosts
         for name, value in (outcome.server or {}).items():  # a traffic cell's engine-side reuse
             row[name] = value
+        if self.info.parameters.prompt_source is not None:  # empty for filler: rows as they were
+            row["prompt_source"] = self.info.parameters.prompt_source
+            row["prompt_seed"] = self.info.parameters.prompt_seed
         self.windows.pop(cell.key, None)  # a re-measured cell's windows are its new attempt's
         if outcome.windows:
             self.windows[cell.key] = list(outcome.windows)

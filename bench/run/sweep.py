@@ -35,6 +35,7 @@ from bench.measure.rate_cells import RateRunner
 from bench.measure.stream import StreamClient
 from bench.measure.traffic_cells import TrafficRunner
 from bench.run.progress import Progress
+from bench.run.prompt_setup import source_of
 from bench.run.store import RunStore
 from bench.server.engines import ServerError, ServerInfo, probe_server
 from bench.server.sampler import MetricsSampler
@@ -117,7 +118,7 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
                                 max((c.concurrency for c in todo), default=1), port_range())
     client = StreamClient(info.base_url, opts.api_key, s.stall_timeout_s,
                           ttft_timeout_s=s.ttft_timeout_s, source_addresses=sources)
-    prompts = PromptFactory(info, opts.api_key, tag)
+    prompts = PromptFactory(info, opts.api_key, tag, source_of(store.info.parameters, opts.prompt_file))
     sampler = MetricsSampler(info, opts.api_key)
     telemetry = start_telemetry(opts.gpu_telemetry, info.base_url, progress.note)
     runner = CellRunner(info, client, prompts, sampler, s, clean)

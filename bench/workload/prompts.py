@@ -8,6 +8,8 @@ endpoint (chat template counted too) until a prompt is within max(16 tokens,
 0.5%) of its target. Without that endpoint the ratio comes from the
 prompt_tokens the server reports for one real request, prompts are sized
 from it alone, and their exact length is unknown until the server answers.
+With another prompt source (bench/workload/sources.py) the words after the tag
+are that source's, sized the same way; the ratio is measured on its text.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from bench.server.answers import ABSENT, BadAnswer, integer, json_body, show, st
 from bench.server.engine_profiles import DIALECTS, TOKENIZE_PATH
 from bench.server.engines import ServerError, ServerInfo
 from bench.server.server_info import key_refused
+from bench.workload.sources import PromptSource
 
 _WORDS = (
     "time year people way day man thing woman life child world school state family "
@@ -64,6 +67,9 @@ class Prompt:
     # The chat messages sent, where they are more than one user message of `text`
     # (a shared system prefix, a conversation's history); None: [user: text]
     messages: list[dict[str, str]] | None = None
+    # Which prompt of a non-filler source the text starts at (bench/workload/sources.py);
+    # None: filler
+    index: int | None = None
 
 
 def retag(prompt: Prompt, run_tag: str, old_tag: str, new_tag: str) -> Prompt:
@@ -71,7 +77,7 @@ def retag(prompt: Prompt, run_tag: str, old_tag: str, new_tag: str) -> Prompt:
     makes its streams' prompts from the cell's base prompt with it)."""
     old = f"[{run_tag} {old_tag}] "
     new = f"[{run_tag} {new_tag}] "
-    return Prompt(new + prompt.text[len(old):], prompt.tokens)
+    return Prompt(new + prompt.text[len(old):], prompt.tokens, index=prompt.index)
 
 
 class PromptFactory:
@@ -82,9 +88,11 @@ class PromptFactory:
     the endpoint: `build` is the first thing each cell asks of the server, so
     this is where a server that died between cells is noticed."""
 
-    def __init__(self, info: ServerInfo, api_key: str | None, run_tag: str) -> None:
+    def __init__(self, info: ServerInfo, api_key: str | None, run_tag: str,
+                 source: PromptSource | None = None) -> None:
         self.info = info
         self.run_tag = run_tag
+        self.source = source  # None: filler
         self.http = httpx.Client(base_url=info.base_url, headers=bearer_header(api_key),
                                  timeout=120.0)
         self._overhead: int | None = None
@@ -209,7 +217,7 @@ class PromptFactory:
         """Words per token, from the server's own counts."""
         if self._words_per_token is None:
             sample_words = 2000
-            text = filler(sample_words, f"{self.run_tag}-calibration")
+            text = self._body(sample_words, "calibration")[0]
             n = self.count(text) or self.usage_prompt_tokens(text)
             if not n:
                 raise ServerError("the server reports no token counts (no /tokenize, no usage "
@@ -228,19 +236,26 @@ class PromptFactory:
         head = f"[{self.run_tag} {tag}] "
         wpt = self._calibrate()
         words = max(1, int(target * wpt))
-        body_seed = f"{self.run_tag}-{tag}"
-        text = head + filler(words, body_seed)
+        body, index = self._body(words, tag)
+        text = head + body
         n = self.count(text)
         if n is None:
-            return Prompt(text, None)
+            return Prompt(text, None, index=index)
         for _ in range(8):
             if abs(n - target) <= tolerance(target) // 2:
                 break
             delta = int(round((target - n) * wpt)) or (1 if n < target else -1)
             words = max(1, words + delta)
-            text = head + filler(words, body_seed)
+            text = head + self._body(words, tag)[0]
             n = self.count(text) or n
-        return Prompt(text, n)
+        return Prompt(text, n, index=index)
+
+    def _body(self, words: int, tag: str) -> tuple[str, int | None]:
+        """`words` words of the run's source for `tag`, and the source prompt they start at
+        (filler: seeded by the session's tag, as it always was; no index)."""
+        if self.source is None:
+            return filler(words, f"{self.run_tag}-{tag}"), None
+        return self.source.text(words, tag)
 
     def words_for(self, tokens: int) -> int:
         """Filler words for about `tokens` tokens, by the run's words-per-token

@@ -552,7 +552,8 @@ class App:
             r.drafts = Drafts(sc, e.n_requests, r.rec)
         r.max_tokens = r.max_tokens or sc.default_max_tokens or max(
             1, sc.max_model_len - r.prompt_tokens)
-        r.rec.update(recv_ns=recv_ns, max_tokens=r.max_tokens)
+        # the prompt's first words, so a test sees which text was sent (a prompt source's)
+        r.rec.update(recv_ns=recv_ns, max_tokens=r.max_tokens, prompt_head=" ".join(words[:40]))
         cell, n, hit = self.faults.arrive(words, {
             "request_id": rid, "max_tokens": r.max_tokens, "prompt_tokens": r.prompt_tokens,
             "recv_ns": recv_ns})

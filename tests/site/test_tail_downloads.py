@@ -130,7 +130,7 @@ def test_cells_without_raw_numbers_have_every_new_column_empty(site: Path) -> No
 
 def _run(cells: list[CellResult], telemetry: bool = False) -> SimpleNamespace:
     # the builder's own aggregate, so a field added to it later has its default here
-    return SimpleNamespace(run_id="r", slo=None,
+    return SimpleNamespace(run_id="r", slo=None, info=contract.RunInfo(schema_version=1, run_id="r"),
                            agg=RunAggregate("r", "measured", "", cells, telemetry=telemetry))
 
 

@@ -1,0 +1,108 @@
+"""The run's prompt source: checked before anything is measured, recorded in run.yaml,
+and held to on --resume.
+
+A filler run records nothing (its run.yaml is what it was before sources existed). Any
+other records `prompt_source` ("natural", "adversarial", "file:NAME"), `prompt_seed` (given,
+or derived from the run id as the arrival seed is) and, for a file, its SHA-256: a resumed
+run must name the same source, seed and file bytes, or it is refused in one line.
+Traffic cells (--prefix-reuse, --turns) and rate cells at a reuse level (--rate-reuse)
+build their own filler text and are refused with another source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from bench.core.errors import FlagError
+from bench.workload.prompt_files import PromptFile, PromptFileError, read_prompt_file
+from bench.workload.sources import FILLER, PromptSource
+from rundir.arrivals import seed_from_text
+from rundir.contract import Parameters
+
+# `opts` below is the runner's RunOptions (bench/run/runner.py imports this module, so it
+# is not imported here: tests/project/test_layers.py counts a TYPE_CHECKING import as a cycle)
+RunOptions = Any
+
+FILE_PREFIX = "file:"
+
+
+def check_prompt_flags(opts: RunOptions) -> RunOptions:
+    """`opts` (RunOptions) with --prompts read and checked whole; FlagError: one line."""
+    given = opts.given
+    if opts.prompts_file is not None and given.get("prompt_source") is not None:
+        raise FlagError(f"--prompt-source {opts.prompt_source} and --prompts: give one (--prompts "
+                        "FILE is the source)")
+    if given.get("prompt_seed") is not None and opts.prompt_source == FILLER \
+            and opts.prompts_file is None and opts.resume is None:
+        raise FlagError("--prompt-seed: only with --prompt-source natural|adversarial or --prompts "
+                        "(filler prompts are seeded by their tags)")
+    sourced = opts.prompts_file is not None or opts.prompt_source != FILLER
+    traffic = _filler_flag(opts)
+    if sourced and traffic:
+        what = "--prompts" if opts.prompts_file is not None else f"--prompt-source {opts.prompt_source}"
+        raise FlagError(f"{what} with {traffic}: traffic cells build their own filler text; "
+                        "run them without a prompt source")
+    if opts.prompts_file is None:
+        return opts
+    try:
+        pf = read_prompt_file(Path(opts.prompts_file))
+    except PromptFileError as exc:
+        raise FlagError(f"--prompts: {exc}") from None
+    return dataclasses.replace(opts, prompt_file=pf)
+
+
+def prompt_parameters(opts: RunOptions, run_id: str) -> dict[str, object]:
+    """run.yaml's prompt fields for a new run: all None for filler."""
+    pf: PromptFile | None = opts.prompt_file
+    if pf is None and opts.prompt_source == FILLER:
+        return {"prompt_source": None, "prompt_seed": None, "prompt_file_sha256": None}
+    seed = opts.prompt_seed if opts.prompt_seed is not None else seed_from_text(run_id)
+    return {"prompt_source": FILE_PREFIX + pf.name if pf else opts.prompt_source,
+            "prompt_seed": seed, "prompt_file_sha256": pf.sha256 if pf else None}
+
+
+def check_resumed_source(opts: RunOptions, p: Parameters, run_dir: Path) -> None:
+    """Refuse a resumed run given another source, seed or file than run.yaml's (one line);
+    a run measured from a file needs that file given again."""
+    pf: PromptFile | None = opts.prompt_file
+    asked = FILE_PREFIX + pf.name if pf else (
+        opts.prompt_source if opts.given.get("prompt_source") is not None else None)
+    stored = p.prompt_source or FILLER
+    if asked is not None and not (pf and stored.startswith(FILE_PREFIX)) and asked != stored:
+        flag = "--prompts" if pf else "--prompt-source"
+        raise FlagError(f"{flag}: {run_dir} was measured with prompt source {stored}; got {asked} "
+                        "(start a new run with --out)")
+    if pf is not None and stored.startswith(FILE_PREFIX) and pf.sha256 != p.prompt_file_sha256:
+        raise FlagError(f"--prompts: {pf.name} is not the file {run_dir} was measured with "
+                        f"({stored}, sha256 {str(p.prompt_file_sha256)[:12]}…; got {pf.sha256[:12]}…)")
+    if pf is None and stored.startswith(FILE_PREFIX):
+        raise FlagError(f"--resume: {run_dir} was measured with prompts from {stored[len(FILE_PREFIX):]}; "
+                        "give that file again with --prompts")
+    seed = opts.prompt_seed if opts.given.get("prompt_seed") is not None else None
+    if seed is not None and seed != p.prompt_seed:
+        had = f"prompt seed {p.prompt_seed}" if p.prompt_seed is not None else "filler prompts (no seed)"
+        raise FlagError(f"--prompt-seed: {run_dir} was measured with {had}; got {seed} "
+                        "(start a new run with --out)")
+    if stored != FILLER and (traffic := _filler_flag(opts)):
+        raise FlagError(f"{traffic}: {run_dir} was measured with prompt source {stored}, and "
+                        "traffic cells build their own filler text")
+
+
+def _filler_flag(opts) -> str | None:
+    """The flag asking for cells that build their own filler text (None: none)."""
+    return ("--prefix-reuse" if opts.prefix_reuse else "--turns" if opts.turns
+            else "--rate-reuse" if opts.rate_reuse else None)
+
+
+def source_of(p: Parameters, prompt_file: PromptFile | None) -> PromptSource | None:
+    """The run's source from run.yaml's fields (None: filler)."""
+    if p.prompt_source is None:
+        return None
+    seed = p.prompt_seed or 0
+    if p.prompt_source.startswith(FILE_PREFIX):
+        if prompt_file is None:  # check_resumed_source refused it already
+            raise FlagError(f"--prompts: the run's prompts come from {p.prompt_source}; give that file")
+        return PromptSource(p.prompt_source, seed, prompt_file.prompts)
+    return PromptSource(p.prompt_source, seed)

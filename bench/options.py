@@ -34,9 +34,11 @@ from bench.params import (
     Arrivals,
     BaseUrl,
     Contexts,
+    LengthSpec,
     Levels,
     Percents,
     Rates,
+    Sampling,
     Seconds,
     ShardSpec,
     SourceAddress,
@@ -312,6 +314,26 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               "Seed that picks each prompt of a natural, adversarial or file source "
               "(default: derived from the run id); recorded.", type=click.IntRange(0, 2**63 - 1),
               group=MATRIX),
+    RunOption("--output-lengths", "settings.output_lengths",
+              "How many tokens each decode and rate request asks (max_tokens): fixed (every "
+              "request the cell's, as the matrix has it), uniform:A-B or normal:MEAN,SD,MIN,MAX "
+              "(bounded), drawn per request from --length-seed and kept per request "
+              "(docs/methodology.md, Length mixes). Prefill cells ask 1 token.",
+              type=LengthSpec(), show_default=True, group=MATRIX),
+    RunOption("--length-seed", "settings.length_seed",
+              "Seed of the drawn output lengths (default: derived from the run id); recorded.",
+              type=click.IntRange(0, 2**63 - 1), default=None, group=MATRIX),
+    RunOption("--honor-eos", "settings.honor_eos",
+              "Do not ask the engine to ignore end-of-sequence: a request may end before its "
+              "max_tokens. Per-request tok/s then mixes lengths: compare only runs with the "
+              "same setting (docs/methodology.md, Length mixes).", is_flag=True, group=MATRIX),
+    RunOption("--temperature", "settings.temperature",
+              "Sampling temperature sent in every request, 0..2 (default: none sent: the "
+              "server's default). Speculative decoding accepts more drafts at 0 (greedy).",
+              type=Sampling(0.0, 2.0), default=None, group=MATRIX),
+    RunOption("--top-p", "settings.top_p",
+              "Nucleus sampling top_p sent in every request, (0, 1] (default: the server's).",
+              type=Sampling(0.0, 1.0, open_low=True), default=None, group=MATRIX),
     RunOption("--dry-run", "dry_run",
               "Print the plan and exit, writing nothing. A server that does not answer "
               "within 2 s is not waited for: the plan is printed from the flags alone and "

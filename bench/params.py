@@ -279,3 +279,39 @@ class ApiKey(click.ParamType):
         if problem:
             self.fail(problem, param, ctx)
         return str(value)
+
+
+class LengthSpec(click.ParamType):
+    """A length mix (`--output-lengths`): fixed, uniform:A-B or normal:MEAN,SD,MIN,MAX,
+    kept as rundir.lengths writes it back."""
+
+    name = "spec"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from rundir.lengths import parse_mix
+
+        try:
+            return str(parse_mix(str(value), flag_name(param)))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Sampling(click.ParamType):
+    """A finite sampling setting in [low, high] (`--temperature`, `--top-p`); `open_low`:
+    low itself refused (a top-p of 0 keeps no token)."""
+
+    name = "number"
+
+    def __init__(self, low: float, high: float, open_low: bool = False) -> None:
+        self.low, self.high, self.open_low = low, high, open_low
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(str(value).strip())
+        except ValueError:
+            self.fail(f"expected a number, got {shown(value)}", param, ctx)
+        below = number <= self.low if self.open_low else number < self.low
+        if not math.isfinite(number) or below or number > self.high:
+            low = f"{self.low:g} <" if self.open_low else f"{self.low:g} ≤"
+            self.fail(f"expected a number with {low} x ≤ {self.high:g}, got {shown(value)}", param, ctx)
+        return number

@@ -196,11 +196,24 @@ class Parameters:
     prompt_source: str | None = None
     prompt_seed: int | None = None
     prompt_file_sha256: str | None = None
+    # --- length mixes and sampling (issue 35; rundir/lengths.py) ---
+    # Each written only when not the default, so a run without them is what it was.
+    # output_lengths: a rundir.lengths spec other than "fixed"; length_seed: its seed
+    # (given, or derived from the run id); honor_eos: true when requests did not ask the
+    # engine to ignore EOS (--honor-eos); temperature, top_p: sent in every request
+    # (absent: the server's default sampling).
+    output_lengths: str | None = None
+    length_seed: int | None = None
+    honor_eos: bool | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    # --- end length mixes and sampling ---
 
 
 TRAFFIC_PARAMETERS = ("prefix_reuse", "turns", "traffic_concurrency", "rate", "arrivals",
                       "arrival_seed", "rate_cap", "rate_output_tokens", "rate_reuse")
 PROMPT_PARAMETERS = ("prompt_source", "prompt_seed", "prompt_file_sha256")
+LENGTH_PARAMETERS = ("output_lengths", "length_seed", "honor_eos", "temperature", "top_p")
 
 
 @dataclass
@@ -255,6 +268,9 @@ class RunInfo:
             del data["parameters"]["repeats"]
         for name in TRAFFIC_PARAMETERS + PROMPT_PARAMETERS:  # a seed of 0 is a seed: only absent or empty go
             if data["parameters"].get(name) in (None, []):
+                del data["parameters"][name]
+        for name in LENGTH_PARAMETERS:  # a temperature of 0 is a setting: only absent or false go
+            if data["parameters"].get(name) is None or data["parameters"].get(name) is False:
                 del data["parameters"][name]
         return data
 
@@ -316,6 +332,9 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "parameters.rate_output_tokens": (1, True),
     "parameters.rate_reuse": (0, True),
     "parameters.prompt_seed": (0, True),
+    "parameters.length_seed": (0, True),
+    "parameters.temperature": (0, True),
+    "parameters.top_p": (0, False),
     "kv_budget.tokens": (0, True),
 }
 _INDEX = re.compile(r"\[\d+\]")
@@ -503,6 +522,11 @@ REQUESTS_SCHEMA = pa.schema(
         # Optional, prompt sources (issue 35): which prompt of a non-filler source the
         # request's text starts at (its index in the file, or in the built-in source).
         pa.field("prompt_index", pa.int64()),
+        # --- length mixes (issue 35; rundir/lengths.py) ---
+        # Optional: the max_tokens the request asked when the run draws output lengths
+        # (--output-lengths other than fixed); absent: every request asked the cell's.
+        pa.field("output_target", pa.int64()),
+        # --- end length mixes ---
     ]
 )
 
@@ -635,7 +659,9 @@ _TRAFFIC_REQUEST_COLUMNS = ("prefix_reuse_target", "turn", "prefix_group", "conv
                             # speculative decoding (issue 35)
                             "engine_draft_tokens", "engine_draft_accepted",
                             # prompt sources (issue 35)
-                            "prompt_index")
+                            "prompt_index",
+                            # length mixes (issue 35)
+                            "output_target")
 OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
     CELLS_FILE: ("processes", "hosts", "prefix_reuse_target", "turn", "server_prompt_tokens",
                  "server_cached_tokens", "server_source", "reuse_block", "rate_target", "arrivals",

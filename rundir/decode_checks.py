@@ -174,18 +174,20 @@ def _tokens_span(values: np.ndarray) -> str:
 
 
 def length_problem(finish: Sequence[str | None], tokens: np.ndarray, completed: np.ndarray,
-                   max_tokens: int | None) -> str | None:
+                   max_tokens: int | np.ndarray | None) -> str | None:
     """Completed requests that ended 'length' short of max_tokens: the server
     cannot have reached the limit, so either it stopped for another reason and
-    said 'length', or the tokens were counted wrong (several per chunk)."""
-    if not max_tokens or not len(tokens):
+    said 'length', or the tokens were counted wrong (several per chunk).
+    `max_tokens`: the cell's, or per request what each asked (a length mix)."""
+    if max_tokens is None or not len(tokens):
         return None
-    length = completed & (np.asarray(finish, dtype=object) == "length")
-    early = length & (tokens < max_tokens * (1 - COUNT_TOLERANCE))
+    asked = np.broadcast_to(np.asarray(max_tokens, dtype=np.int64), tokens.shape)
+    length = completed & (np.asarray(finish, dtype=object) == "length") & (asked > 0)
+    early = length & (tokens < asked * (1 - COUNT_TOLERANCE))
     if not early.any():
         return None
     return (f"{int(early.sum())} of {int(completed.sum())} completed requests ended 'length' "
-            f"after {_tokens_span(tokens[early])} of max_tokens {max_tokens} tokens: "
+            f"after {_tokens_span(tokens[early])} of max_tokens {_tokens_span(asked[early])} tokens: "
             "short of max_tokens (a full context per slot, or a wrong count or finish)")
 
 
@@ -222,9 +224,14 @@ def stored_problems(requests: pa.Table, chunks: Chunks, completed: np.ndarray,
                     token_counting: str | None, max_tokens: int | None) -> list[str]:
     """The count and finish checks the collector ran, from what a run
     directory stores: a decode cell's measure requests (requests.parquet rows,
-    their `chunks`), its `token_counting`, and run.yaml's max_output_tokens."""
+    their `chunks`), its `token_counting`, and run.yaml's max_output_tokens,
+    or per request its `output_target` where the run drew lengths."""
     finish = (requests.column("finish_reason").to_numpy(zero_copy_only=False)
               if len(requests) and max_tokens else [])  # only length_problem reads it
+    asked: int | np.ndarray | None = max_tokens
+    if max_tokens and len(requests) and "output_target" in requests.column_names \
+            and requests.column("output_target").null_count < len(requests):
+        asked = requests.column("output_target").fill_null(max_tokens).to_numpy()
     found = [counting_problem(token_counting),
-             length_problem(finish, request_tokens(chunks), completed, max_tokens)]
+             length_problem(finish, request_tokens(chunks), completed, asked)]
     return [p for p in found if p]

@@ -348,6 +348,7 @@ class RunView:
             ("Max output", formats.tokens(p.max_output_tokens) if p.max_output_tokens else None),
             ("Max model length", formats.tokens(m.max_model_len) if m.max_model_len else None),
             ("Prompts", prompt_source_label(p)),  # absent for filler: such pages as they were
+            *length_rows(p),  # none at the defaults: such pages as they were
         ]
         if kv.tokens:
             how = f" ({kv.source})" if kv.source else ""
@@ -476,6 +477,26 @@ def family_groups(runs: list[RunView]) -> list[FamilyGroup]:
 
 __all__ = ["RunView", "MatrixRow", "FamilyGroup", "cell_title", "family_groups", "humanize",
            "model_name", "hardware_label"]
+
+
+def length_rows(p: contract.Parameters) -> list[tuple[str, str]]:
+    """The run's output length mix, EOS and sampling as the run page's details say them;
+    none for a run at the defaults (fixed lengths, EOS ignored, the server's sampling)."""
+    rows = []
+    if p.output_lengths:
+        seed = f", seed {p.length_seed}" if p.length_seed is not None else ""
+        rows.append(("Output lengths", f"{p.output_lengths}{seed}: max_tokens drawn per request"))
+    if p.honor_eos:
+        rows.append(("End of sequence", "honoured: requests could end before max_tokens, so "
+                     "per-request tok/s mixes lengths (compare only runs that honoured EOS)"))
+    if p.temperature is not None or p.top_p is not None:
+        rows.append(("Sampling", "temperature " + _sampling(p.temperature) + ", top_p "
+                     + _sampling(p.top_p)))
+    return rows
+
+
+def _sampling(value: float | None) -> str:
+    return "server default" if value is None else f"{value:g}"
 
 
 _SOURCE_WORDS = {"natural": "natural: English prose the tool generates",

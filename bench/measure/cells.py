@@ -61,6 +61,7 @@ from rundir.contract import (
     REQUESTS_QUEUED,
     VALID,
 )
+from rundir.lengths import LengthMix, parse_mix
 from rundir.metrics import DecodeMetrics
 from rundir.windows import split_span
 
@@ -85,6 +86,16 @@ class Settings:
     stall_timeout_s: float = 60.0
     ttft_timeout_s: float = 900.0
     repeats: int = 1  # back-to-back windows per decode cell (`--repeats k`)
+    # Length mixes and sampling (issue 35; bench/run/length_setup.py, rundir/lengths.py):
+    # `output_lengths` a rundir.lengths spec ("fixed": every request asks max_output, or the
+    # rate cells' output); `length_seed` the run's (given, or derived from the run id);
+    # `honor_eos`: the engine profile's ignore_eos is not sent; `temperature`/`top_p`:
+    # sent in every request when set (None: the server's default).
+    output_lengths: str = "fixed"
+    length_seed: int = 0
+    honor_eos: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
 
 
 @dataclass
@@ -182,19 +193,39 @@ class CellRunner:
     # -- requests -------------------------------------------------------
     @property
     def ignore_eos(self) -> bool:
-        """Whether the engine's profile asks every stream to run to max_tokens."""
-        return profile_named(self.info.engine).ignore_eos
+        """Whether every stream is asked to run to max_tokens: the engine's profile
+        says so, unless the run honours EOS (--honor-eos)."""
+        return profile_named(self.info.engine).ignore_eos and not self.settings.honor_eos
+
+    @property
+    def mix(self) -> LengthMix:
+        """The run's output length mix (--output-lengths)."""
+        return parse_mix(self.settings.output_lengths)
+
+    def output_target(self, cell: Cell, slot: int, n: int) -> int | None:
+        """max_tokens of request `n` of stream slot `slot` (rate cells: slot = its index,
+        n = 0) when the run draws lengths; None: every request asks the cell's maximum."""
+        mix = self.mix
+        return None if mix.fixed else mix.draw(self.settings.length_seed, cell.key, slot, n)
 
     def payload(self, prompt: Prompt, max_tokens: int) -> dict:
-        """A streaming chat request plus the engine profile's extras."""
+        """A streaming chat request plus the engine profile's extras (less ignore_eos
+        with --honor-eos) and the run's sampling settings where given."""
         extras = profile_named(self.info.engine)
+        body = dict(extras.body_extras)
+        if self.settings.honor_eos:
+            body.pop("ignore_eos", None)
+        s = self.settings
+        sampling = {k: v for k, v in (("temperature", s.temperature), ("top_p", s.top_p))
+                    if v is not None}
         return {
             "model": self.info.model,
             "messages": prompt.messages or messages(prompt.text),
             "max_tokens": max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True, **extras.stream_extras},
-            **extras.body_extras,
+            **body,
+            **sampling,
         }
 
     async def send(
@@ -364,24 +395,28 @@ class CellRunner:
     async def stream_loop(self, run: DecodeRun, i: int) -> None:
         """Keep stream slot `i` busy: a stream that finishes is restarted at
         once, until the window ends or any stream fails."""
-        while not run.cancel.is_set() and not run.failure.is_set():
+        for n in itertools.count():
+            if run.cancel.is_set() or run.failure.is_set():
+                return
             if run.end_ns is not None and time.monotonic_ns() >= run.end_ns:
                 return  # a starved event loop sets `cancel` late: start nothing past the window
+            target = self.output_target(run.cell, i, n)
             rid, result, live = await self._post(
-                run.prompts[i], self.settings.max_output, run.cancel,
+                run.prompts[i], target or self.settings.max_output, run.cancel,
                 lambda proto, i=i: run.live.__setitem__(i, proto), run.streams,
             )
             # Restart first, parse meanwhile: a failure the transport saw is
             # known now; one inside the events sets `failure` when parsed.
-            run.parsing.append(asyncio.create_task(self._keep(run, result, rid, i, live)))
+            run.parsing.append(asyncio.create_task(self._keep(run, result, rid, i, live, target)))
             if not result.cancelled and (result.error or not result.done):
                 run.failure.set()
                 return
 
     async def _keep(self, run: DecodeRun, result: StreamResult, rid: str, i: int,
-                    live: LiveParser) -> None:
+                    live: LiveParser, target: int | None = None) -> None:
         rec = await self._record(run.cell, rid, PURPOSE_MEASURE, i, result, live)
         rec.prompt_index = run.prompts[i].index
+        rec.output_target = target
         run.records.append(rec)
         if rec.error:
             run.failure.set()

@@ -112,16 +112,35 @@ class Bodies:
         at = self._body.find(self._old)
         self._at = at if at >= 0 and self._body.find(self._old, at + 1) < 0 else None
 
-    def body(self, tag: str) -> bytes:
-        """The encoded body of the base prompt under `tag`."""
+    def body(self, tag: str, max_tokens: int | None = None) -> bytes:
+        """The encoded body of the base prompt under `tag`; `max_tokens`: asking that
+        many instead (a length mix's draw), spliced in as the tag is."""
         if self._at is None:
-            return _encode(self.payload(self.prompt_of(tag)))
-        return b"".join((self._body[:self._at], self._escaped(tag),
-                         self._body[self._at + len(self._old):]))
+            out = _encode(self.payload(self.prompt_of(tag)))
+        else:
+            out = b"".join((self._body[:self._at], self._escaped(tag),
+                            self._body[self._at + len(self._old):]))
+        return out if max_tokens is None else with_max_tokens(out, max_tokens)
 
     def _escaped(self, tag: str) -> bytes:
         """The tag's text as the body holds it (retag of an empty text is its prefix alone)."""
         return json.dumps(retag(Prompt("", None), self.run_tag, "", tag).text)[1:-1].encode()
+
+
+MAX_TOKENS_KEY = b'"max_tokens": '
+
+
+def with_max_tokens(body: bytes, max_tokens: int) -> bytes:
+    """`body` (a payload as _encode writes it) asking `max_tokens`. The key's first
+    occurrence is the payload's own: inside a JSON string a quote is escaped, so no
+    prompt or model name can hold it unescaped."""
+    at = body.find(MAX_TOKENS_KEY)
+    if at < 0:
+        raise ValueError("a request body without max_tokens")
+    start = end = at + len(MAX_TOKENS_KEY)
+    while body[end:end + 1].isdigit():
+        end += 1
+    return b"".join((body[:start], str(int(max_tokens)).encode(), body[end:]))
 
 
 def _encode(payload: dict) -> bytes:
@@ -301,14 +320,17 @@ class RateSender:
 
         async def one(i: int, at: int) -> RequestRecord:
             group = i % len(groups)  # a reuse cell's requests go round its groups
-            body = groups[group].body(rate_tag(cell, i))  # made ahead, without encoding the prompt again
+            target = r.output_target(cell, i, 0)  # None: every request asks self.output
+            # made ahead, without encoding the prompt again
+            body = groups[group].body(rate_tag(cell, i), target)
             try:
-                rec = await r.send(cell, base, self.output, PURPOSE_ARRIVAL, i, drained, at_ns=at,
-                                   body=body)
+                rec = await r.send(cell, base, target or self.output, PURPOSE_ARRIVAL, i, drained,
+                                   at_ns=at, body=body)
             finally:
                 if slots is not None:
                     slots.release()
             rec.scheduled_ns = at
+            rec.output_target = target
             if shared:
                 rec.prefix_group = group
             return rec

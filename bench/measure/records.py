@@ -102,6 +102,9 @@ class RequestRecord:
     # Stored (requests.parquet's optional column): which prompt of a non-filler source the
     # request's text starts at (bench/workload/sources.py); None: filler
     prompt_index: int | None = None
+    # Stored (optional column): the max_tokens the request asked when the run draws
+    # output lengths (--output-lengths; rundir/lengths.py); None: every request asked the cell's
+    output_target: int | None = None
 
     @classmethod
     def from_stream(
@@ -323,7 +326,7 @@ def _judge_decode(records: list[RequestRecord], table: pa.Table, concurrency: in
     if count_problem:
         return Verdict(ERROR, count_problem, counting)
     finish, tokens, completed = finish_facts(measured)
-    asked = max((r.max_tokens or 0 for r in measured), default=0) or None
+    asked = np.array([r.max_tokens or 0 for r in measured], dtype=np.int64)  # per request: a length mix
     early = decode_checks.length_problem(finish, tokens, completed, asked)
     ignored = any(r.ignore_eos for r in measured)
     stopped = decode_checks.stop_note(finish, tokens, completed) if ignored else None

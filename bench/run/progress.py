@@ -19,6 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from bench.core.plan import Cell, Plan
+from bench.measure.cells import Settings
+from bench.run.length_setup import length_lines
 from bench.run.summary import (
     MARK_LEGEND,
     CellLine,
@@ -175,6 +177,8 @@ class Progress:
         if (slots := plan.slots_line(todo)) is not None:
             p(slots, markup=False, highlight=False, soft_wrap=True)
         for line in plan.traffic_lines(todo):
+            p(line, markup=False, highlight=False, soft_wrap=True)
+        for line in length_lines(settings) if isinstance(settings, Settings) else ():
             p(line, markup=False, highlight=False, soft_wrap=True)
         p(f"Contexts: {', '.join(context_label(c) for c in plan.contexts) or 'none'}; "
           f"concurrency: {', '.join(map(str, plan.concurrency))}; "

@@ -25,6 +25,7 @@ from bench.core.lock import LOCK_FILE, LockHeld, RunLock
 from bench.core.plan import Cell, Plan, make_plan
 from bench.core.workers import AUTO, RateLoad, WorkerPlan, host_cores, plan_workers
 from bench.measure.cells import Settings
+from bench.run.length_setup import check_length_flags, check_resumed_lengths, length_parameters, run_settings
 from bench.run.nextstep import next_steps
 from bench.run.progress import Progress
 from bench.run.prompt_setup import check_prompt_flags, check_resumed_source, prompt_parameters
@@ -150,6 +151,7 @@ def run_benchmark(opts: RunOptions, progress: Progress) -> RunResult | None:
     if opts.retry_errors and opts.resume is None:
         raise FlagError("--retry-errors: only with --resume R (it re-measures R's Error cells)")
     check_rate_flags(opts)
+    opts = check_length_flags(opts)
     if (opts.shard is None) != (opts.coordinator is None):
         raise FlagError("--shard i/N and --coordinator HOST:PORT: give both (or neither)")
     if opts.shard is not None and opts.given.get("workers") is not None:
@@ -189,6 +191,7 @@ def _fresh(opts: RunOptions, progress: Progress, clean) -> RunResult | None:
         raise FlagError("--prefix-reuse: prefix cells run at the prefill contexts, and this plan has "
                         "none (drop --no-prefill, or give --prefill-contexts)")
     run_dir, run_info = _new_run_info(opts, info, plan, kv_budget, kv_source, clean)
+    opts = dataclasses.replace(opts, settings=run_settings(s, run_info.parameters))  # its drawn seed
     store = RunStore(run_dir, run_info, plan.cells, secrets_of(opts))
     todo = plan.to_run
     plan.workers = _workers(opts, todo, plan.rate_output or 0)
@@ -253,6 +256,7 @@ def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_
             repeats=s.repeats if s.repeats > 1 else None,
             **traffic_parameters(opts, run_id),
             **prompt_parameters(opts, run_id),
+            **length_parameters(s, run_id, opts.given.get("length_seed") is not None),
         ),
         clock=Clock(monotonic_anchor_ns=time.monotonic_ns(), wall_anchor_ns=time.time_ns()),
         kv_budget=KvBudget(tokens=kv_budget, source=kv_source if kv_budget else None),
@@ -297,6 +301,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
     except FlagConflict as exc:
         raise FlagError(str(exc)) from None
     check_resumed_source(opts, old.parameters, run_dir)
+    check_resumed_lengths(opts, old.parameters, run_dir)
     if not opts.dry_run:
         clean_stale_temps(run_dir)  # a killed writer's; we hold the lock
     served = _served_name(opts, wanted.model, clean)
@@ -309,7 +314,7 @@ def _resume_locked(opts: RunOptions, run_dir: Path, progress: Progress, clean) -
     kv_budget, kv_source = wanted.kv_budget, wanted.kv_source
     if kv_budget is None:
         kv_budget, kv_source = info.kv_budget, info.kv_budget_source
-    s = wanted.settings
+    s = run_settings(wanted.settings, old.parameters)
     opts = dataclasses.replace(rate_settings(opts, old, run_dir), settings=s)
     plan = make_plan(
         contexts=wanted.contexts, concurrency=wanted.concurrency, max_output=s.max_output,

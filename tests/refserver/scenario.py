@@ -90,7 +90,9 @@ The toy model the scenario drives (documented here because tests rely on it):
   waiting by the clock.
   A request ends with finish_reason "length" at its max_tokens, unless
   `finish_length_after_tokens` (a lying "length") or `finish_stop_after_tokens`
-  ("stop", as if EOS, ignore_eos or not) ends every request sooner.
+  ("stop", as if EOS, ignore_eos or not) ends every request sooner; `eos_after_tokens`
+  ends with "stop" (a model's EOS) after that many tokens each request numbered k with
+  k % `eos_every` == 0 whose body does not ask ignore_eos (a server that honours it).
 - **Engines** (dialects.py): "vllm" serves /health, /version, /tokenize,
   /metrics (vLLM names; kv_cache_usage_perc is 0 without `kv_budget_tokens`;
   cache_config_info, with `kv_budget_tokens` or `prefix_cache_block`, has
@@ -181,6 +183,9 @@ class Scenario:
     # with finish_reason "length" (impossible: a misreporting server) or "stop"
     finish_length_after_tokens: int | None = None
     finish_stop_after_tokens: int | None = None
+    # EOS: requests number k % eos_every == 0 not asking ignore_eos end "stop" after this many
+    eos_after_tokens: int | None = None
+    eos_every: int = 1
     # protocol
     usage_mode: str = "continuous"  # "continuous" | "final" | "none"
     role_chunk: str = "start"  # "start": at response start; "first_token": just before it
@@ -259,6 +264,7 @@ class Scenario:
         need(self.slots is None or self.slots > 0, "slots must be > 0")
         need(self.dp_ranks >= 1, "dp_ranks must be >= 1")
         need(self.fault_every >= 1, "fault_every must be >= 1")
+        need(self.eos_every >= 1, "eos_every must be >= 1")
         need(self.cache_hit_every is None or self.cache_hit_every >= 1,
              "cache_hit_every must be >= 1")
         need(self.loop_period >= 1, "loop_period must be >= 1")

@@ -554,15 +554,19 @@ class App:
             1, sc.max_model_len - r.prompt_tokens)
         # the prompt's first words, so a test sees which text was sent (a prompt source's)
         r.rec.update(recv_ns=recv_ns, max_tokens=r.max_tokens, prompt_head=" ".join(words[:40]))
+        sampling = {k: data[k] for k in ("temperature", "top_p") if k in data}
+        ignore_eos = data.get("ignore_eos") is True
         cell, n, hit = self.faults.arrive(words, {
             "request_id": rid, "max_tokens": r.max_tokens, "prompt_tokens": r.prompt_tokens,
-            "recv_ns": recv_ns})
+            "recv_ns": recv_ns, "ignore_eos": ignore_eos, **sampling})
         r.rec.update(cell=list(cell) if cell else None, cell_n=n)
         if hit and "after_tokens" in hit:  # fires once it has sent that many tokens
             r.late_fault, hit = self.faults.delayed(hit, cell, n, rid), None
         then = self.faults.act(hit) if hit else None  # exit, stop, freeze: done by now
         r.end_tokens = r.max_tokens
-        for reason, after in (("stop", sc.finish_stop_after_tokens),
+        eos = (sc.eos_after_tokens if not ignore_eos and e.n_requests % sc.eos_every == 0
+               else None)
+        for reason, after in (("stop", sc.finish_stop_after_tokens), ("stop", eos),
                               ("length", sc.finish_length_after_tokens)):
             if after is not None and after < r.end_tokens:
                 r.end_tokens, r.end_reason = after, reason

@@ -1,0 +1,106 @@
+"""Length mixes (`--output-lengths`): how many tokens each request asks for.
+
+Why here, beside rundir/arrivals.py: a run records its spec and seed in run.yaml
+and each request's asked max_tokens in requests.parquet's `output_target`, and a
+reader must be able to compute every request's length again from those alone, so
+the draw is pure and lives with the contract. `fixed` is the matrix's own: every
+request asks the cell's maximum (nothing is drawn, nothing recorded).
+
+A draw is seeded per (run seed, cell key, request index): decode cells index a
+request by its stream slot and its place in that slot's closed loop (slot s's
+n-th request, counting from 0), rate cells by the request's index in the
+schedule (slot 0). The draw does not depend on the host's speed: a slot's n-th
+request always asks the same length, however many requests the window held.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import re
+from dataclasses import dataclass
+
+FIXED = "fixed"
+UNIFORM = "uniform"
+NORMAL = "normal"
+NORMAL_TRIES = 64  # a normal draw outside [MIN, MAX] is drawn again this often, then clamped
+
+_INT = r"\s*([0-9]+)\s*"
+_NUM = r"\s*([0-9]+(?:\.[0-9]+)?)\s*"
+SPEC_HELP = "fixed, uniform:A-B or normal:MEAN,SD,MIN,MAX (whole tokens ≥ 1)"
+
+
+@dataclass(frozen=True)
+class LengthMix:
+    """A parsed length spec: `kind` FIXED, UNIFORM (low..high) or NORMAL (mean, sd,
+    bounded to low..high)."""
+
+    kind: str = FIXED
+    low: int = 0
+    high: int = 0
+    mean: float = 0.0
+    sd: float = 0.0
+
+    @property
+    def fixed(self) -> bool:
+        return self.kind == FIXED
+
+    def __str__(self) -> str:
+        """The spec as run.yaml records it (parse_mix reads it back)."""
+        if self.kind == UNIFORM:
+            return f"{UNIFORM}:{self.low}-{self.high}"
+        if self.kind == NORMAL:
+            return f"{NORMAL}:{_num(self.mean)},{_num(self.sd)},{self.low},{self.high}"
+        return FIXED
+
+    def draw(self, seed: int, cell_key: tuple, slot: int, n: int) -> int:
+        """The length request `n` of slot `slot` of the cell keyed `cell_key` asks
+        (a fixed mix has none to draw: ValueError)."""
+        if self.fixed:
+            raise ValueError("a fixed length mix draws nothing: every request asks the cell's maximum")
+        rng = random.Random(request_seed(seed, cell_key, slot, n))
+        if self.kind == UNIFORM:
+            return rng.randint(self.low, self.high)
+        for _ in range(NORMAL_TRIES):
+            value = round(rng.gauss(self.mean, self.sd))
+            if self.low <= value <= self.high:
+                return value
+        return min(self.high, max(self.low, round(self.mean)))
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def request_seed(seed: int, cell_key: tuple, slot: int, n: int) -> int:
+    """The seed of one request's draw: stable across processes and Python versions."""
+    text = f"{seed}|{'|'.join('' if k is None else str(k) for k in cell_key)}|{slot}|{n}"
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+def parse_mix(text: str, flag: str = "--output-lengths") -> LengthMix:
+    """A spec, or ValueError naming `flag` and what was expected, in one line."""
+    raw = str(text).strip()
+    kind, _, rest = raw.partition(":")
+    kind = kind.strip().lower()
+    if kind == FIXED and not rest:
+        return LengthMix()
+    if kind == UNIFORM:
+        m = re.fullmatch(_INT + "-" + _INT, rest)
+        if not m:
+            raise ValueError(f"{flag} {raw}: expected uniform:A-B with whole tokens A and B, "
+                             "e.g. uniform:100-200")
+        low, high = int(m[1]), int(m[2])
+        if not 1 <= low <= high:
+            raise ValueError(f"{flag} {raw}: expected A-B with 1 ≤ A ≤ B")
+        return LengthMix(UNIFORM, low, high)
+    if kind == NORMAL:
+        m = re.fullmatch(_NUM + "," + _NUM + "," + _INT + "," + _INT, rest)
+        if not m:
+            raise ValueError(f"{flag} {raw}: expected normal:MEAN,SD,MIN,MAX, e.g. normal:300,100,50,1000")
+        mean, sd, low, high = float(m[1]), float(m[2]), int(m[3]), int(m[4])
+        if not (math.isfinite(mean) and math.isfinite(sd)) or not 1 <= low <= mean <= high or sd <= 0:
+            raise ValueError(f"{flag} {raw}: expected SD > 0 and 1 ≤ MIN ≤ MEAN ≤ MAX")
+        return LengthMix(NORMAL, low, high, mean, sd)
+    raise ValueError(f"{flag}: expected {SPEC_HELP}, got {raw!r}")

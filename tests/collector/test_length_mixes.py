@@ -93,7 +93,8 @@ def test_uniform_output_lengths_are_the_seeded_draws_the_server_saw(refserver, t
     srv = refserver(tokens_per_s=2000)  # requests finish inside the window and restart
     run = tmp_path / "run"
     res = run_cli("bench", "run", "--base-url", srv.base_url, *FAST, "--max-output", "256",
-                  "--output-lengths", "uniform:100-200", "--rate", "4", "--out", str(run))
+                  "--output-lengths", "uniform:100-200", "--rate", "4", "--workers", "2",
+                  "--out", str(run))
     assert res.returncode == 0, res.stderr
     assert "Output lengths: uniform:100-200, drawn per request" in res.stderr
     info, cells, requests = _rows(run)
@@ -111,6 +112,8 @@ def test_uniform_output_lengths_are_the_seeded_draws_the_server_saw(refserver, t
         if r["purpose"] == PURPOSE_MEASURE:
             loops[(_key(r), r["stream_index"])].append(r)
     assert any(len(v) > 1 for v in loops.values())  # the closed loop restarted streams
+    # the 2-stream cell ran in two processes: each request's target crossed the wire
+    assert {c["processes"] for c in cells if c["phase"] == DECODE and c["concurrency"] == 2} == {2}
     for (key, slot), recs in loops.items():
         for n, r in enumerate(sorted(recs, key=lambda r: r["send_ns"])):
             assert r["output_target"] == mix.draw(seed, key, slot, n)

@@ -176,8 +176,9 @@ def requests(table: pa.Table) -> str | None:
         dup = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))[0]
         return (f"column request_id: {dup.as_py()!r} appears more than once "
                 "(request ids are unique in a run)")
-    for column in ("stream_index", "prompt_tokens", "cached_tokens"):
-        problem = at_least(table, column, 0)
+    for column, least in (("stream_index", 0), ("prompt_tokens", 0), ("cached_tokens", 0),
+                          ("output_target", 1)):
+        problem = at_least(table, column, least) if column in table.column_names else None
         if problem:
             return problem
     ns_len = pc.list_value_length(table.column("chunk_ns"))

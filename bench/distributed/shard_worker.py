@@ -311,8 +311,8 @@ class ShardWorker:
         """Send this shard's requests in the parent's window (on this clock), drain
         them, and hand every record back on the parent's clock."""
         window = (start_ns + self.offset_ns, end_ns + self.offset_ns)
-        records = await share.sender.send(share.cell, share.base, [share.bodies], share.due, window,
-                                          share.cap, self.abort)
+        records = await share.sender.send(share.cell, [share.bodies], share.due, window, share.cap,
+                                          self.abort)
         self._hand_back(records, window)
 
     def _hand_back(self, records: list[RequestRecord], window: tuple[int, int]) -> None:

@@ -34,7 +34,7 @@ from tests.refserver.answers import override
 from tests.refserver.dialects import JSON, dialect_for, error_body
 from tests.refserver.inject import Injector
 from tests.refserver.prefix_cache import ServerCache
-from tests.refserver.scenario import Scenario, message_words, prompt_words
+from tests.refserver.scenario import Scenario, message_heads, message_words, prompt_words
 from tests.refserver.speculative import Drafts
 from tests.refserver.variation import every_steps, first_token_extra_ms
 
@@ -554,6 +554,8 @@ class App:
             1, sc.max_model_len - r.prompt_tokens)
         # the prompt's first words, so a test sees which text was sent (a prompt source's)
         r.rec.update(recv_ns=recv_ns, max_tokens=r.max_tokens, prompt_head=" ".join(words[:40]))
+        if chat:  # each message's role and first words: a conversation's history, in order
+            r.rec["message_heads"] = message_heads(data.get("messages"))
         cell, n, hit = self.faults.arrive(words, {
             "request_id": rid, "max_tokens": r.max_tokens, "prompt_tokens": r.prompt_tokens,
             "recv_ns": recv_ns})

@@ -82,8 +82,7 @@ class RateShare:
 
     cell: Cell
     sender: RateSender
-    base: Prompt
-    bodies: Bodies
+    bodies: Bodies  # its base prompt's (Bodies.base: what each record keeps of it)
     due: list[tuple[int, int]]  # (request index, offset from the window's start)
     cap: int
 
@@ -303,8 +302,7 @@ class ShardWorker:
         sender = RateSender(self.runner, output)
         bodies = await asyncio.to_thread(sender.bodies, base, base_tag, run_tag)
         due = [(first + j * step, offset) for j, offset in enumerate(offsets)]
-        self.rate = RateShare(Cell(phase, context, concurrency, rate=rate), sender, base, bodies,
-                              due, cap)
+        self.rate = RateShare(Cell(phase, context, concurrency, rate=rate), sender, bodies, due, cap)
         self.send(("armed",))
 
     async def _rate_window(self, share: RateShare, start_ns: int, end_ns: int) -> None:

@@ -82,8 +82,7 @@ class RateShare:
 
     cell: Cell
     sender: RateSender
-    base: Prompt
-    bodies: Bodies
+    bodies: Bodies  # its base prompt's (Bodies.base: what each record keeps of it)
     due: list[tuple[int, int]]  # (request index, offset from the window's start)
     cap: int
 
@@ -303,16 +302,15 @@ class ShardWorker:
         sender = RateSender(self.runner, output)
         bodies = await asyncio.to_thread(sender.bodies, base, base_tag, run_tag)
         due = [(first + j * step, offset) for j, offset in enumerate(offsets)]
-        self.rate = RateShare(Cell(phase, context, concurrency, rate=rate), sender, base, bodies,
-                              due, cap)
+        self.rate = RateShare(Cell(phase, context, concurrency, rate=rate), sender, bodies, due, cap)
         self.send(("armed",))
 
     async def _rate_window(self, share: RateShare, start_ns: int, end_ns: int) -> None:
         """Send this shard's requests in the parent's window (on this clock), drain
         them, and hand every record back on the parent's clock."""
         window = (start_ns + self.offset_ns, end_ns + self.offset_ns)
-        records = await share.sender.send(share.cell, share.base, [share.bodies], share.due, window,
-                                          share.cap, self.abort)
+        records = await share.sender.send(share.cell, [share.bodies], share.due, window, share.cap,
+                                          self.abort)
         self._hand_back(records, window)
 
     def _hand_back(self, records: list[RequestRecord], window: tuple[int, int]) -> None:

@@ -25,7 +25,8 @@ run's rate output tokens with the engine profile's ignore_eos, so each runs
 to the same length and its E2E means something.
 
 A cell at a reuse level (`--rate-reuse`) shares prefixes as a prefix cell
-does (SharedPrefixes): G groups, request i in group i mod G, the cache
+does (SharedPrefixes): G groups, request i in group i mod G (with a prompt
+source, its suffix text i mod K of the K the workload has), the cache
 flushed and each group's prefix primed before the window; its reuse is
 judged by rundir/reuse.py as a prefix cell's, and rate_reuse_verdict says
 which verdict its status takes.
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -246,18 +248,22 @@ class SharedPrefixes:
 
     async def prepare(self, payload: Callable[[Prompt], dict], base_tag: str, output: int
                       ) -> list[Bodies]:
-        """Each group's Bodies (built off the loop: /tokenize calls and one encoding each)."""
+        """Bodies for lcm(G, K) requests in turn (K: the workload's suffix texts), entry j
+        group j mod G's with suffix j mod K, so request i's, at i mod lcm(G, K), is group
+        i mod G's with suffix i mod K (built off the loop: /tokenize calls and one
+        encoding each)."""
         r, cell = self.runner, self.cell
         groups = self.groups(output)
         self.work = work = await asyncio.to_thread(
             build_prefix_workload, r.prompts, cell.context, cell.concurrency, cell.reuse or 0, groups,
             self.block, rate_tag(cell))
 
-        def bodies(g: int) -> Bodies:
-            return Bodies(r.prompts.run_tag, payload, work.request(r.prompts, g, base_tag), base_tag,
-                          lambda tag: work.request(r.prompts, g, tag))
+        def bodies(g: int, k: int) -> Bodies:
+            return Bodies(r.prompts.run_tag, payload, work.request(r.prompts, g, base_tag, k), base_tag,
+                          lambda tag: work.request(r.prompts, g, tag, k))
 
-        return [await asyncio.to_thread(bodies, g) for g in range(groups)]
+        return [await asyncio.to_thread(bodies, j % groups, j % work.variants)
+                for j in range(math.lcm(groups, work.variants))]
 
     async def prime(self, interrupted: asyncio.Event) -> CellOutcome | None:
         """Flush, then one request per group putting its prefix in the cache; the outcome
@@ -304,35 +310,36 @@ class RateSender:
         """The cell's request bodies (blocking: run it off the event loop)."""
         return Bodies(run_tag, lambda p: self.runner.payload(p, self.output), base, base_tag)
 
-    async def send(self, cell: Cell, base: Prompt, groups: list[Bodies], due: list[tuple[int, int]],
+    async def send(self, cell: Cell, groups: list[Bodies], due: list[tuple[int, int]],
                    window: tuple[int, int], cap: int, interrupted: asyncio.Event,
-                   shared: bool = False) -> list[RequestRecord]:
+                   shared: int = 0) -> list[RequestRecord]:
         """Send request i at window start + offset for each (i, offset) of `due`
         (in offset order), at most `cap` in flight (0: no cap), nothing once the
         window is over; drain what is in flight for the drain timeout (not when
         `interrupted`), then cancel the rest. Every record keeps its scheduled_ns.
-        Request i's body is group i mod len(groups)'s; `shared`: the groups are a reuse
-        cell's shared prefixes, and each record keeps its prefix_group."""
+        Request i's body is groups[i mod len(groups)]; `shared`: a reuse cell's number of
+        prefix groups (groups holds whole multiples of it), each record keeps its prefix_group."""
         r = self.runner
         slots = asyncio.Semaphore(cap) if cap else None
         drained = asyncio.Event()  # the drain is over: cancel what is still open
         tasks: list[asyncio.Task] = []
 
         async def one(i: int, at: int) -> RequestRecord:
-            group = i % len(groups)  # a reuse cell's requests go round its groups
+            # a reuse cell's requests go round its groups (and a source's suffix texts)
+            bodies = groups[i % len(groups)]
             target = r.output_target(cell, i, 0)  # None: every request asks self.output
             # made ahead, without encoding the prompt again
-            body = groups[group].body(rate_tag(cell, i), target)
-            try:
-                rec = await r.send(cell, base, target or self.output, PURPOSE_ARRIVAL, i, drained,
-                                   at_ns=at, body=body)
+            body = bodies.body(rate_tag(cell, i), target)
+            try:  # its base: what the record keeps of the prompt (its source index)
+                rec = await r.send(cell, bodies.base, target or self.output, PURPOSE_ARRIVAL, i,
+                                   drained, at_ns=at, body=body)
             finally:
                 if slots is not None:
                     slots.release()
             rec.scheduled_ns = at
             rec.output_target = target
             if shared:
-                rec.prefix_group = group
+                rec.prefix_group = i % shared
             return rec
 
         with gc_paused():  # a full collection inside the window stalls the loop 8-20 ms
@@ -381,14 +388,14 @@ class RateRunner:
             shared = SharedPrefixes(r, cell)
             groups = await shared.prepare(lambda p: r.payload(p, rs.output), rate_tag(cell, 0),
                                           rs.output)
-            base = groups[0].base
             ended = await shared.prime(interrupted)
             if ended is not None:
                 return ended
         start = time.monotonic_ns() + LEAD_NS + 1_000_000  # the first may be due at once
         window = (start, start + r.window_ns)
-        measured = await self.sender.send(cell, base, groups, list(enumerate(offsets.tolist())),
-                                          window, cell.concurrency, interrupted, shared is not None)
+        measured = await self.sender.send(cell, groups, list(enumerate(offsets.tolist())),
+                                          window, cell.concurrency, interrupted,
+                                          len(shared.work.prefixes) if shared and shared.work else 0)
         records = [*(shared.primes if shared else []), *measured]
         if interrupted.is_set():
             return CellOutcome(records, PENDING, "interrupted")

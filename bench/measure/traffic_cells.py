@@ -201,7 +201,7 @@ class TrafficRunner:
             for i in range(per_stream):
                 g = group_of(s, i, groups)
                 prompt = work.request(r.prompts, g, f"x{cell.context}-c{cell.concurrency}"
-                                                    f"-r{cell.reuse}-s{s}-i{i}")
+                                                    f"-r{cell.reuse}-s{s}-i{i}", s * per_stream + i)
                 rec = await self._tagged(cell, prompt, 1, PURPOSE_REUSE, s, prefix_group=g)
                 out.append(rec)
                 if rec.error or interrupted.is_set():
@@ -249,8 +249,8 @@ class TrafficRunner:
         last = max(listed)
         user, reply = turn_sizes(cell.context, last)
         user_words, reply_words = r.prompts.words_for(user), r.prompts.words_for(reply)
-        talks = [conversation(r.prompts.run_tag, cell.context, c, s, last, user_words, reply_words)
-                 for s in range(c)]
+        talks = [conversation(r.prompts.run_tag, cell.context, c, s, last, user_words, reply_words,
+                              r.prompts.source) for s in range(c)]
         max_tokens = conversation_output(r.settings.max_output)
         cells = {k: Cell(CONVERSATION, cell.context, c, turn=k) for k in listed}
         outcomes: dict[tuple, CellOutcome] = {}

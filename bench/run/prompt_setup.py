@@ -6,7 +6,8 @@ other records `prompt_source` ("natural", "adversarial", "file:NAME"), `prompt_s
 or derived from the run id as the arrival seed is) and, for a file, its SHA-256: a resumed
 run must name the same source, seed and file bytes, or it is refused in one line.
 Traffic cells (--prefix-reuse, --turns) and rate cells at a reuse level (--rate-reuse)
-build their own filler text and are refused with another source.
+take their text from the source too; --turns with a file needs assistant turns in it
+(the replies a conversation replays), or it is refused.
 """
 
 from __future__ import annotations
@@ -38,19 +39,20 @@ def check_prompt_flags(opts: RunOptions) -> RunOptions:
             and opts.prompts_file is None and opts.resume is None:
         raise FlagError("--prompt-seed: only with --prompt-source natural|adversarial or --prompts "
                         "(filler prompts are seeded by their tags)")
-    sourced = opts.prompts_file is not None or opts.prompt_source != FILLER
-    traffic = _filler_flag(opts)
-    if sourced and traffic:
-        what = "--prompts" if opts.prompts_file is not None else f"--prompt-source {opts.prompt_source}"
-        raise FlagError(f"{what} with {traffic}: traffic cells build their own filler text; "
-                        "run them without a prompt source")
     if opts.prompts_file is None:
         return opts
     try:
         pf = read_prompt_file(Path(opts.prompts_file))
     except PromptFileError as exc:
         raise FlagError(f"--prompts: {exc}") from None
+    if opts.turns and not _has_replies(pf):
+        raise FlagError(f"--prompts {pf.name} with --turns: the file has no assistant (gpt) turns to "
+                        "replay as a conversation's replies; expected ShareGPT or chat messages with them")
     return dataclasses.replace(opts, prompt_file=pf)
+
+
+def _has_replies(pf: PromptFile) -> bool:
+    return PromptSource(FILE_PREFIX + pf.name, 0, pf.prompts, pf.dialogues).has_replies
 
 
 def prompt_parameters(opts: RunOptions, run_id: str) -> dict[str, object]:
@@ -85,15 +87,6 @@ def check_resumed_source(opts: RunOptions, p: Parameters, run_dir: Path) -> None
         had = f"prompt seed {p.prompt_seed}" if p.prompt_seed is not None else "filler prompts (no seed)"
         raise FlagError(f"--prompt-seed: {run_dir} was measured with {had}; got {seed} "
                         "(start a new run with --out)")
-    if stored != FILLER and (traffic := _filler_flag(opts)):
-        raise FlagError(f"{traffic}: {run_dir} was measured with prompt source {stored}, and "
-                        "traffic cells build their own filler text")
-
-
-def _filler_flag(opts) -> str | None:
-    """The flag asking for cells that build their own filler text (None: none)."""
-    return ("--prefix-reuse" if opts.prefix_reuse else "--turns" if opts.turns
-            else "--rate-reuse" if opts.rate_reuse else None)
 
 
 def source_of(p: Parameters, prompt_file: PromptFile | None) -> PromptSource | None:
@@ -104,5 +97,5 @@ def source_of(p: Parameters, prompt_file: PromptFile | None) -> PromptSource | N
     if p.prompt_source.startswith(FILE_PREFIX):
         if prompt_file is None:  # check_resumed_source refused it already
             raise FlagError(f"--prompts: the run's prompts come from {p.prompt_source}; give that file")
-        return PromptSource(p.prompt_source, seed, prompt_file.prompts)
+        return PromptSource(p.prompt_source, seed, prompt_file.prompts, prompt_file.dialogues)
     return PromptSource(p.prompt_source, seed)

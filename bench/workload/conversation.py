@@ -8,7 +8,9 @@ turn j's prompt is the same on every server: the system prompt, then per
 earlier turn its user message and its fixed reply, then a new user message.
 Sizes: with T turns at context L, the history grows by step = L ÷ T a turn,
 of which the reply is min(128, step ÷ 4) tokens and the user message the
-rest, so turn T's prompt is about L (docs/methodology.md).
+rest, so turn T's prompt is about L (docs/methodology.md). With a prompt
+source the user messages and replies are the source's text at the same sizes
+(a chat file's own user turns and replies, in order: sources.PromptSource.turns).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.workload.prompts import Prompt, filler
+from bench.workload.sources import PromptSource
 
 MAX_REPLY_TOKENS = 128
 
@@ -35,6 +38,7 @@ class Conversation:
     system: str
     users: tuple[str, ...]
     replies: tuple[str, ...]
+    indexes: tuple[int, ...] = ()  # per turn, the source prompt its user message starts at
 
     def messages(self, turn: int) -> list[dict[str, str]]:
         """What turn `turn` (1-based) sends: the whole history, then its user message."""
@@ -46,15 +50,22 @@ class Conversation:
         return out
 
     def prompt(self, turn: int) -> Prompt:
-        return Prompt(self.users[turn - 1], None, self.messages(turn))
+        index = self.indexes[turn - 1] if self.indexes else None
+        return Prompt(self.users[turn - 1], None, self.messages(turn), index=index)
 
 
 def conversation(run_tag: str, context: int, concurrency: int, stream: int, turns: int,
-                 user_words: int, reply_words: int) -> Conversation:
+                 user_words: int, reply_words: int, source: PromptSource | None = None) -> Conversation:
     """Stream `stream`'s conversation (pure): its system prompt opens with a
     tag unique to the run, the cell and the conversation, so conversations
-    share nothing; user messages are seeded by it, replies by turn alone."""
+    share nothing; filler user messages are seeded by it, replies by turn alone
+    (a source's: both chosen by the tag)."""
     tag = f"[{run_tag} t{context}-c{concurrency}-v{stream}]"
+    if source is not None:
+        # chosen by the run's prompt seed and the cell, not the run's tag: made again from the seed
+        got = source.turns(f"t{context}-c{concurrency}-v{stream}", turns, user_words, reply_words)
+        users = tuple(f"{tag} turn {j + 1}: " + text for j, text in enumerate(got.users))
+        return Conversation(f"{tag} You are a helpful assistant.", users, got.replies, got.indexes)
     users = tuple(f"{tag} turn {j + 1}: " + filler(user_words, f"{tag}-u{j}") for j in range(turns))
     replies = tuple(filler(reply_words, f"reply-{j}") for j in range(turns))
     return Conversation(f"{tag} You are a helpful assistant.", users, replies)

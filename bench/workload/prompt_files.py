@@ -9,8 +9,10 @@ get wrong, and a file renamed .txt still reads):
   `{"messages": [{"role": "user", "content": "..."}]}` (the two may mix).
 
 A chat item's prompt text is its system and user turns' contents in order, joined by a
-blank line; assistant turns are answers, not prompt, and are left out. Every prompt is
-checked, not only the first few: a matrix cell may draw any of them (bench/workload/sources.py).
+blank line; assistant turns are answers, not prompt, and are left out. Its user and
+assistant turns are also kept in order (`dialogues`): a conversation cell (--turns) sends
+the user turns and replays the assistant turns as the fixed replies (bench/workload/sources.py).
+Every prompt is checked, not only the first few: a matrix cell may draw any of them.
 Errors are one line naming the file, the line (JSONL) or item (JSON) and what was expected;
 they never quote a prompt's text.
 """
@@ -37,6 +39,9 @@ class PromptFile:
     sha256: str  # of its bytes
     prompts: tuple[str, ...]  # each prompt's text, in file order
     format: str  # "sharegpt", "jsonl"
+    # per item, its user and assistant turns in order: (("user"|"assistant", text), ...);
+    # a {"prompt": ...} line is one user turn
+    dialogues: tuple[tuple[tuple[str, str], ...], ...] = ()
 
 
 def _kind(value: object) -> str:
@@ -51,12 +56,17 @@ def _kind(value: object) -> str:
         type(value), type(value).__name__)
 
 
-def _turns_text(turns: object, where: str, field: str) -> str:
-    """The prompt text of a chat item's turns (system and user contents, in order)."""
+Dialogue = tuple[tuple[str, str], ...]
+
+
+def _turns_text(turns: object, where: str, field: str) -> tuple[str, Dialogue]:
+    """The prompt text of a chat item's turns (system and user contents, in order), and its
+    user and assistant turns with text, in order."""
     if not isinstance(turns, list) or not turns:
         raise PromptFileError(f'{where}: field "{field}": expected a non-empty list of turns, '
                               f"got {_kind(turns) if turns != [] else 'an empty list'}")
     parts: list[str] = []
+    dialogue: list[tuple[str, str]] = []
     for j, turn in enumerate(turns):
         at = f'{where}: field "{field}"[{j}]'
         if not isinstance(turn, dict):
@@ -70,16 +80,19 @@ def _turns_text(turns: object, where: str, field: str) -> str:
                                   f"(or user, assistant), got {got}")
         if not isinstance(text, str):
             raise PromptFileError(f'{at}: field "{text_key}": expected a string, got {_kind(text)}')
-        if _USER_ROLES[role.lower()] != "assistant" and text.strip():
+        kind = _USER_ROLES[role.lower()]
+        if kind != "assistant" and text.strip():
             parts.append(text)
+        if kind != "system" and text.strip():
+            dialogue.append((kind, text))
     if not any(_USER_ROLES[str(t.get("from", t.get("role"))).lower()] == "user"
                and str(t.get("value", t.get("content")) or "").strip() for t in turns):
         raise PromptFileError(f'{where}: field "{field}": expected at least one human/user turn '
                               "with text, got none")
-    return "\n\n".join(parts)
+    return "\n\n".join(parts), tuple(dialogue)
 
 
-def _item_text(item: object, where: str, jsonl: bool) -> str:
+def _item_text(item: object, where: str, jsonl: bool) -> tuple[str, Dialogue]:
     if jsonl:
         expected = 'an object with "prompt" (a string) or "messages" (a list)'
     else:
@@ -90,7 +103,7 @@ def _item_text(item: object, where: str, jsonl: bool) -> str:
         text = item["prompt"]
         if not isinstance(text, str) or not text.strip():
             raise PromptFileError(f'{where}: field "prompt": expected a non-empty string, got {_kind(text)}')
-        return text
+        return text, (("user", text),)
     for field in ("messages", "conversations") if jsonl else ("conversations", "messages"):
         if field in item:
             return _turns_text(item[field], where, field)
@@ -99,6 +112,12 @@ def _item_text(item: object, where: str, jsonl: bool) -> str:
 
 def parse_prompts(data: bytes, name: str) -> tuple[str, list[str]]:
     """(format, prompt texts) of a prompt file's bytes; PromptFileError names `name`."""
+    fmt, items = parse_items(data, name)
+    return fmt, [text for text, _ in items]
+
+
+def parse_items(data: bytes, name: str) -> tuple[str, list[tuple[str, Dialogue]]]:
+    """(format, per item its prompt text and dialogue) of a prompt file's bytes."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -142,5 +161,6 @@ def read_prompt_file(path: Path) -> PromptFile:
         data = path.read_bytes()
     except OSError as exc:
         raise PromptFileError(f"cannot read {path}: {exc.strerror or exc}") from None
-    fmt, prompts = parse_prompts(data, path.name)
-    return PromptFile(path.name, hashlib.sha256(data).hexdigest(), tuple(prompts), fmt)
+    fmt, items = parse_items(data, path.name)
+    return PromptFile(path.name, hashlib.sha256(data).hexdigest(), tuple(t for t, _ in items), fmt,
+                      tuple(d for _, d in items))

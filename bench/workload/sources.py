@@ -13,6 +13,15 @@ onwards (prompt i, then i+1, ... wrapping round: padded with more of the source,
 filler), cut at a word boundary to the word count PromptFactory steers to the exact
 token count. Which prompt a tag starts at is a hash of the run's prompt seed and the
 tag (not the session's request prefix), so a run's prompts can be made again.
+
+A conversation (--turns) with a source: each user message and each fixed reply is a
+cut of the source at its turn's word count. With a file of chat items its turns are
+the file's own, in order: conversation v starts at the item its tag hashes to, turn j
+sends the j-th user turn from there and its reply replays the assistant turn that
+answered it (an item with fewer turns than the conversation needs continues with the
+next item's turns); a turn shorter than its share of the context is padded with the
+next user turns (a reply: the next assistant turns), one longer is cut at a word.
+Natural and adversarial conversations take each message from its own prompt.
 """
 
 from __future__ import annotations
@@ -20,7 +29,8 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 FILLER, NATURAL, ADVERSARIAL = "filler", "natural", "adversarial"
@@ -89,14 +99,27 @@ def adversarial_prompt(seed: int, index: int, words: int = 300) -> str:
 
 
 # -- any source ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Turns:
+    """A conversation's user messages and fixed replies from a source, and per turn the
+    source prompt (a file's item) its user message starts at."""
+
+    users: tuple[str, ...]
+    replies: tuple[str, ...]
+    indexes: tuple[int, ...]
+
+
 class PromptSource:
     """A non-filler source's prompts and the text a tag's prompt is made of."""
 
-    def __init__(self, name: str, seed: int, prompts: Sequence[str] | None = None) -> None:
+    def __init__(self, name: str, seed: int, prompts: Sequence[str] | None = None,
+                 dialogues: Sequence[Sequence[tuple[str, str]]] | None = None) -> None:
+        """`dialogues`: a file's per-item user and assistant turns (prompt_files.PromptFile)."""
         self.name, self.seed = name, seed
         if prompts is None and name not in (NATURAL, ADVERSARIAL):
             raise ValueError(f"--prompt-source: expected one of {', '.join(BUILT_IN)}, got {name!r}")
         self._file = tuple(prompts) if prompts is not None else None
+        self._dialogues = tuple(tuple(d) for d in dialogues) if dialogues else None
         self._words = lru_cache(maxsize=4096)(self._split)
 
     def __len__(self) -> int:
@@ -125,3 +148,66 @@ class PromptSource:
             out.extend(self._words(i)[:words - len(out)])
             i = (i + 1) % len(self)
         return "".join(out).rstrip(), start
+
+    @property
+    def has_replies(self) -> bool:
+        """Whether a conversation can replay replies from it: a built-in source, or a file
+        with at least one assistant turn."""
+        if self._file is None:
+            return True
+        return any(role == "assistant" for d in self._dialogues or () for role, _ in d)
+
+    def turns(self, tag: str, turns: int, user_words: int, reply_words: int) -> Turns:
+        """A conversation's `turns` user messages and replies (`user_words`, `reply_words`
+        words each) for the conversation tagged `tag`."""
+        if self._dialogues is None:
+            users = [self.text(user_words, f"{tag}-u{j}") for j in range(turns)]
+            replies = [self.text(reply_words, f"{tag}-a{j}")[0] for j in range(turns)]
+            return Turns(tuple(u for u, _ in users), tuple(replies), tuple(i for _, i in users))
+        if not self.has_replies:
+            raise ValueError(f"{self.name}: no assistant turns to replay as a conversation's replies")
+        pairs = self._pairs(self.index_for(tag))
+        wanted = [next(pairs) for _ in range(turns)]  # grows as padding reads further on
+        items = tuple(item for item, _, _ in wanted)
+        users = tuple(_cut(_padded(wanted, j, 1, pairs), user_words) for j in range(turns))
+        replies = tuple(_cut(_padded(wanted, j, 2, pairs), reply_words) for j in range(turns))
+        return Turns(users, replies, items)
+
+    def _pairs(self, start: int) -> Iterator[tuple[int, str, str]]:
+        """(item, user turn, the assistant turns answering it) from item `start` on, wrapping round."""
+        dialogues = self._dialogues or ()
+        i = start
+        while True:
+            user: str | None = None
+            reply: list[str] = []
+            for role, text in dialogues[i]:
+                if role == "user":
+                    if user is not None:
+                        yield i, user, "\n\n".join(reply)
+                    user, reply = text, []
+                elif user is not None:
+                    reply.append(text)
+            if user is not None:
+                yield i, user, "\n\n".join(reply)
+            i = (i + 1) % len(dialogues)
+
+
+def _padded(wanted: list[tuple[int, str, str]], j: int, field: int,
+            more: Iterator[tuple[int, str, str]]) -> Iterator[str]:
+    """Words of turn j's user text (field 1) or reply (field 2), then of the turns after it."""
+    k = j
+    while True:
+        pair = wanted[k] if k < len(wanted) else next(more)
+        if k >= len(wanted):
+            wanted.append(pair)
+        yield from _WORD.findall(pair[field].strip() + "\n\n") if pair[field].strip() else ()
+        k += 1
+
+
+def _cut(words: Iterator[str], n: int) -> str:
+    out: list[str] = []
+    for word in words:
+        out.append(word)
+        if len(out) >= n:
+            break
+    return "".join(out).rstrip()

@@ -250,14 +250,14 @@ def test_resume_with_another_source_or_file_is_refused(refserver, tmp_path: Path
 
 @pytest.mark.parametrize(("args", "want"), [
     (["--prompt-source", NATURAL, "--prompts", "x.jsonl"], "--prompt-source natural and --prompts: give one"),
-    (["--prompt-source", ADVERSARIAL, "--turns", "2"], "--prompt-source adversarial with --turns: "
-                                                       "traffic cells build their own filler text"),
-    (["--prompt-source", NATURAL, "--rate", "2", "--rate-reuse", "90"],
-     "--prompt-source natural with --rate-reuse: traffic cells build their own filler text"),
+    (["--prompts", "only.jsonl", "--turns", "2"], "--prompts only.jsonl with --turns: the file has no "
+     "assistant (gpt) turns to replay as a conversation's replies; expected ShareGPT or chat messages"),
     (["--prompt-seed", "3"], "--prompt-seed: only with --prompt-source natural|adversarial or --prompts"),
     (["--prompts", "missing.jsonl"], "--prompts: cannot read missing.jsonl"),
 ])
 def test_flag_errors_are_one_line(args: list[str], want: str, tmp_path: Path) -> None:
+    only = '{"prompt": "a b c"}\n{"messages": [{"role": "user", "content": "d"}]}\n'
+    (tmp_path / "only.jsonl").write_text(only)
     res = run_cli("bench", "run", "--base-url", "http://127.0.0.1:9", *args, cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith(f"error: {want}") and res.stderr.count("\n") == 1, res.stderr

@@ -95,7 +95,7 @@ def test_a_groups_bodies_are_its_prefix_and_each_requests_own_suffix_encoded_onc
     cell = "a2048-q0-r2-p90"
     suffix = Prompt(f"[run1 {cell}-u] " + 'own "words" é\n ' * 50, 200)
     work = PrefixWorkload([f"[run1 {cell}-g0] shared zero " * 90, f"[run1 {cell}-g1] shared one " * 90],
-                          suffix, f"{cell}-u", 1800, "run1")
+                          [suffix], [f"{cell}-u"], 1800, "run1")
     groups = [Bodies("run1", payload, work.request(factory, g, f"{cell}-n0"), f"{cell}-n0",
                      lambda tag, g=g: work.request(factory, g, tag)) for g in range(2)]
     assert len(made) == 2

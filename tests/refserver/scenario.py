@@ -351,6 +351,13 @@ def text_words(text: str) -> list[str]:
     return text.split()
 
 
+def message_heads(messages: list[dict[str, Any]], words: int = 8) -> list[list[str]]:
+    """[role, the content's first `words` words] per message of a chat request (for a test
+    to see which texts a history held, and in what order)."""
+    return [[str(m.get("role")), " ".join(message_words([m])[:words])]
+            for m in messages or [] if isinstance(m, dict)]
+
+
 def message_words(messages: list[dict[str, Any]]) -> list[str]:
     """Prompt tokens of a chat request: words of every message content."""
     words: list[str] = []

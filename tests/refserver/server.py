@@ -34,7 +34,7 @@ from tests.refserver.answers import override
 from tests.refserver.dialects import JSON, dialect_for, error_body
 from tests.refserver.inject import Injector
 from tests.refserver.prefix_cache import ServerCache
-from tests.refserver.scenario import Scenario, message_words, prompt_words
+from tests.refserver.scenario import Scenario, message_heads, message_words, prompt_words
 from tests.refserver.speculative import Drafts
 from tests.refserver.variation import every_steps, first_token_extra_ms
 
@@ -556,6 +556,8 @@ class App:
         r.rec.update(recv_ns=recv_ns, max_tokens=r.max_tokens, prompt_head=" ".join(words[:40]))
         sampling = {k: data[k] for k in ("temperature", "top_p") if k in data}
         ignore_eos = data.get("ignore_eos") is True
+        if chat:  # each message's role and first words: a conversation's history, in order
+            r.rec["message_heads"] = message_heads(data.get("messages"))
         cell, n, hit = self.faults.arrive(words, {
             "request_id": rid, "max_tokens": r.max_tokens, "prompt_tokens": r.prompt_tokens,
             "recv_ns": recv_ns, "ignore_eos": ignore_eos, **sampling})

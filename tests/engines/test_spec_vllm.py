@@ -15,6 +15,7 @@ chunk carried more than k + 1 tokens, "not measurable" saying why.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ import pytest
 
 from rundir.contract import DECODE, PURPOSE_MEASURE
 from rundir.io import read_run
+from rundir.speculative import COUNT_USAGE_CONTINUOUS, agreement, client_figure, counters_figure
 from site_builder.spec import spec_cells
 from tests.conftest import run_cli
 from tests.support.real_engines import (
@@ -138,3 +140,19 @@ def test_published_acceptance_matches_vllm(spec_run: SpecRun) -> None:
     # below the counters' figure only by the accepted drafts past max_tokens
     assert cell.client <= cell.server
     assert cell.client == pytest.approx(cell.server, rel=0.02) and not cell.disagrees, cell
+
+
+def test_ngram_steps_of_k_plus_one_are_not_merged_steps() -> None:
+    """vLLM's ngram lookup drafts fewer than k where its match has fewer tokens
+    after it, so the counters' mean draft length is under k while full steps still
+    carry k + 1 tokens. A greedy 128-token request as vLLM streamed it (ngram,
+    k = 3; docs/engines.md): counters +33 drafts, +94 draft tokens, +94 accepted;
+    the mean 94 / 33 = 2.85 refused every such cell before rule 3 took its ceiling."""
+    cum = list(itertools.accumulate([0, 1, 1, 2, 2, 3, *[4] * 29, 3]))
+    assert cum[-1] == MAX_OUTPUT
+    server, mean_draft = counters_figure(33, 94, 94)
+    fig = client_figure([cum], "vllm", COUNT_USAGE_CONTINUOUS, mean_draft, True)
+    assert fig.reason is None and fig.value == pytest.approx(127 / 34)
+    # the client counts the step that drafted nothing, the counters do not (and they
+    # keep the accepted draft past max_tokens): 2.9% apart on a correct engine
+    assert "acceptance disagrees" in (agreement(fig.value, server) or "")

@@ -10,7 +10,8 @@ chunk when it falls behind (a loaded 2-core host did, with ngram drafts), so
 the test checks that no chunk boundary falls inside a step, and reads the
 published figure (site_builder.spec over the run's own files) either way: the
 client figure equal to the truth and within 2% of the counters', or, where a
-chunk carried more than k + 1 tokens, "not measurable" saying why.
+chunk carried more than k + 1 tokens, "not measurable" saying why. The last
+test keeps a request as vLLM streamed it with ngram drafts (no server needed).
 """
 
 from __future__ import annotations

@@ -16,8 +16,13 @@ only where it means tokens per step (`client_figure` says why not otherwise):
 2. the engine is one known to send one chunk per engine step (`PER_STEP_ENGINES`):
    vLLM's default; llama-server's streaming under a draft model is not
    established, SGLang's stream interval is not recorded;
-3. where the engine's counters give the draft length k, no chunk carries more
-   than k + 1 tokens (one that does proves several steps per chunk);
+3. where the engine's counters give the mean draft length (Δdraft tokens ÷
+   Δdrafts), no chunk carries more than its ceiling + 1 tokens (one that does
+   proves several steps per chunk). The ceiling, not the mean: a proposer that
+   may draft fewer than k (vLLM's ngram lookup: a mean of 2.85 at k = 3,
+   docs/engines.md) still sends steps of k + 1 tokens, which the mean refused.
+   k is at least the ceiling, so a chunk past it cannot be one step; merged steps
+   that total no more than that pass unseen, as under any bound;
 4. the engine confirmed it was drafting: its counters or timings counted
    drafts in the cell. Chunks of several tokens are no proof (an engine may
    hold back a token whose text is an incomplete character, or batch steps),
@@ -34,6 +39,7 @@ Pure: numpy only; the collector and the site builder both call it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -83,8 +89,9 @@ def client_figure(chunk_lists: Iterable[Sequence[int] | np.ndarray | None], engi
                   drafts_counted: bool = False) -> SpecFigure:
     """Σ tokens ÷ Σ steps over a cell's measured requests (`chunk_lists`: their
     cumulative chunk_tokens), or None with the reason it is not measurable
-    (the rules in this module's docstring). `draft_length`: k where the engine's
-    counters told it; `drafts_counted`: the engine counted drafts in the cell."""
+    (the rules in this module's docstring). `draft_length`: the mean draft length
+    where the engine's counters told it; `drafts_counted`: the engine counted
+    drafts in the cell."""
     steps = [request_steps(c) for c in chunk_lists]
     tokens, n = sum(s.tokens for s in steps), sum(s.steps for s in steps)
     most = max((s.most for s in steps), default=0)
@@ -96,9 +103,10 @@ def client_figure(chunk_lists: Iterable[Sequence[int] | np.ndarray | None], engi
                                 "not known to stream once per verification step", tokens, n)
     if n == 0:
         return SpecFigure(None, "tokens per step not measurable: no decode steps", tokens, n)
-    if draft_length is not None and most > draft_length + 1 + 1e-9:
+    longest = math.ceil(draft_length - 1e-9) if draft_length is not None else None
+    if longest is not None and most > longest + 1:
         return SpecFigure(None, f"tokens per step not measurable: a chunk carried {most} tokens, "
-                                f"more than the draft length {draft_length:g} + 1 (the server sends "
+                                f"more than the draft length {longest} + 1 (the server sends "
                                 "several steps per chunk)", tokens, n)
     if not drafts_counted:
         return SpecFigure(None, "tokens per step not measurable: the engine counted no drafts "

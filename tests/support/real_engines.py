@@ -12,6 +12,7 @@ vllm_server  # noqa``, and mark tests ``engine_llama`` / ``engine_vllm``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -341,6 +342,50 @@ def start_vllm(extra_args: Sequence[str] = ()) -> EngineProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(VLLM_ENV)
     return _launch("vllm", command, port, env, VLLM_READY_TIMEOUT_S)
+
+
+# Speculative decoding on vLLM (docs/engines.md, "Speculative decoding (vLLM)"): the tiny
+# HF model as its own draft (method draft_model) drafts VLLM_DRAFT_K tokens every step
+# and, greedy, has every one accepted. `bench run` sends no temperature and vLLM's default
+# is 1.0, so greedy is the server's default here (--override-generation-config).
+VLLM_DRAFT_K = 3
+VLLM_GREEDY = ("--override-generation-config", '{"temperature": 0}')
+VLLM_SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+
+
+def vllm_self_draft_config(k: int = VLLM_DRAFT_K) -> str:
+    """--speculative-config for the tiny HF model drafting for itself, k tokens a step."""
+    model = cache_dir() / "models" / "tiny-hf"
+    return json.dumps({"method": "draft_model", "model": str(model), "num_speculative_tokens": k})
+
+
+def vllm_metric(base_url: str, name: str) -> float:
+    """One unlabelled-or-summed counter of vLLM's /metrics (0.0 where absent)."""
+    text = httpx.get(f"{base_url}/metrics", timeout=10.0).text
+    pattern = rf"^{re.escape(name)}(?:{{[^}}]*}})?\s+(\S+)$"
+    return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.MULTILINE))
+
+
+@contextmanager
+def vllm_with_draft(speculative_config: str) -> Iterator[EngineProcess]:
+    """vLLM greedy with ``--speculative-config``, checked to draft: one short request
+    must raise vllm:spec_decode_num_drafts_total, so that a server serving without
+    drafts is not mistaken for one whose drafts were all refused."""
+    engine = start_vllm(extra_args=["--speculative-config", speculative_config, *VLLM_GREEDY])
+    try:
+        before = vllm_metric(engine.base_url, VLLM_SPEC_DRAFTS)
+        body = {"model": MODEL_NAME, "max_tokens": 16, "ignore_eos": True,
+                "messages": [{"role": "user", "content": "draft check"}]}
+        reply = httpx.post(f"{engine.base_url}/v1/chat/completions", json=body, timeout=60.0)
+        drafts = vllm_metric(engine.base_url, VLLM_SPEC_DRAFTS) - before
+        if reply.status_code != 200 or drafts <= 0:
+            raise EngineStartError(
+                f"vLLM with --speculative-config {speculative_config} drafted nothing (HTTP "
+                f"{reply.status_code}, {drafts:g} drafts); log {engine.log_path}:\n{engine.log_tail()}"
+            )
+        yield engine
+    finally:
+        engine.stop()
 
 
 @pytest.fixture(scope="session")

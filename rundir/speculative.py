@@ -143,5 +143,8 @@ def agreement(client: float | None, server: float | None) -> str | None:
     off = abs(client - server) / server
     if off <= AGREE_REL + 1e-12:  # 2% exactly agrees (float rounding aside)
         return None
+    why = ("; the counters' figure is the higher, as it is when steps that proposed no draft "
+           "(an n-gram lookup that found nothing) or drafts accepted past max_tokens count only "
+           "there" if server > client else "")
     return (f"acceptance disagrees: the client saw {client:.3f} tokens per step, the server's "
-            f"counters {server:.3f} ({100 * off:.1f}% apart, more than {100 * AGREE_REL:g}%)")
+            f"counters {server:.3f} ({100 * off:.1f}% apart, more than {100 * AGREE_REL:g}%){why}")

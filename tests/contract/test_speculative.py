@@ -60,3 +60,12 @@ def test_agreement_within_two_percent() -> None:
     assert agreement(2.04, 2.0) is None
     assert agreement(2.0, 2.0) is None and agreement(None, 2.0) is None
     assert "2.5% apart" in agreement(2.05, 2.0)
+
+
+def test_a_disagreement_with_the_counters_higher_names_what_only_they_count() -> None:
+    """vLLM's counters leave out steps that proposed no draft and keep drafts accepted
+    past max_tokens: both raise their figure, never lower it (docs/methodology.md)."""
+    higher = agreement(3.735, 3.848)  # measured: vLLM ngram, 128 output tokens
+    assert higher is not None and "counters' figure is the higher" in higher
+    lower = agreement(3.0, 2.0)  # counters claiming half: nothing explains it
+    assert lower is not None and "higher" not in lower

@@ -14,8 +14,8 @@ only where it means tokens per step (`client_figure` says why not otherwise):
 1. the cell's tokens were counted from per-chunk usage (`usage_continuous`):
    a chunk-counted stream is one token a chunk by construction;
 2. the engine is one known to send one chunk per engine step (`PER_STEP_ENGINES`):
-   vLLM's default; llama-server's streaming under a draft model is not
-   established, SGLang's stream interval is not recorded;
+   vLLM's default; llama-server streams one event per token, SGLang merges the
+   steps queued while its front end was behind (docs/engines.md);
 3. where the engine's counters give the mean draft length (Δdraft tokens ÷
    Δdrafts), no chunk carries more than its ceiling + 1 tokens (one that does
    proves several steps per chunk). The ceiling, not the mean: a proposer that

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from rundir.contract import DECODE, PURPOSE_MEASURE
@@ -114,6 +115,25 @@ def test_llamacpp_timings_give_the_server_figure_only(refserver, tmp_path) -> No
     tokens = sum(sum(truth[r["request_id"]]["spec_steps"]) for r in told)
     steps = sum(len(truth[r["request_id"]]["spec_steps"]) for r in told)
     assert cell.server == pytest.approx(tokens / steps, abs=1e-9)
+
+
+def test_sglang_tells_no_count_and_its_run_publishes_no_acceptance(refserver, tmp_path) -> None:
+    """SGLang's acceptance is a gauge over its last 40 decode batches and /server_info's an
+    average without counts, and a streamed request carries none: no cell figure can be
+    taken, so a run with drafts on publishes none (docs/engines.md, "Speculative decoding
+    (SGLang)"), though the gauges it could misread are there."""
+    srv = refserver(**SPEC, engine="sglang", spec_accept=[2])  # every step 3 tokens
+    run = collect(srv, tmp_path / "run")
+    gauge = [line for line in httpx.get(srv.base_url + "/metrics").text.splitlines()
+             if line.startswith("sglang:spec_accept_length{")]
+    assert len(gauge) == 1 and float(gauge[0].rsplit(" ", 1)[1]) == 3.0  # a window was logged
+    (state,) = httpx.get(srv.base_url + "/server_info").json()["internal_states"]
+    assert state["avg_spec_accept_length"] == 3.0
+    assert spec_cells(run.cells, run.requests, run.info.engine.name) == []
+    import pyarrow.parquet as pq
+    written = set(pq.read_schema(tmp_path / "run" / "cells.parquet").names)
+    assert not {"spec_tokens_per_step_server", "spec_source", "spec_draft_length"} & written
+    assert {r["engine_draft_accepted"] for r in run.requests.to_pylist()} == {None}
 
 
 def test_a_run_without_drafts_publishes_no_acceptance(refserver, tmp_path) -> None:

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from tests.refserver.scenario import message_words, prompt_words, token_ids
-from tests.refserver.speculative import claimed
+from tests.refserver.speculative import accept_length, claimed
 
 JSON, PROM = "application/json", "text/plain; version=0.0.4; charset=utf-8"
 TEXT = "text/plain; charset=utf-8"
@@ -269,6 +269,9 @@ class SGLang(Dialect):
                                  "num_queue_reqs": len(e.waiting)}],
             "version": "ref-0.1",
         }
+        total = e.spec_logs.total
+        if sc.spec_draft_tokens and sc.spec_counters and total[0]:  # every logged window's
+            info["internal_states"][0]["avg_spec_accept_length"] = accept_length(sc, *total)
         if sc.prefix_cache_block:
             info["page_size"] = sc.prefix_cache_block
         if sc.kv_budget_tokens:
@@ -307,10 +310,16 @@ class SGLang(Dialect):
                 ("sglang:generation_tokens_total", "counter", [(tok, e.gen_total)]),
                 *self.prefix_rows("sglang:cached_tokens_total", None, tok)]
         if sc.prefix_counters:
-            claimed = e.cache.claimed(e.cache.hits)
-            rows.append(("sglang:cache_hit_rate", "gauge", [(sched, claimed / max(1, e.prompt_total))]))
+            hits = e.cache.claimed(e.cache.hits)
+            rows.append(("sglang:cache_hit_rate", "gauge", [(sched, hits / max(1, e.prompt_total))]))
         if sc.kv_budget_tokens:
             rows.append(("sglang:max_total_num_tokens", "gauge", [(sched, sc.kv_budget_tokens)]))
+        if sc.spec_draft_tokens and sc.spec_counters:  # speculative.py: the last window's, not counts
+            window = e.spec_logs.window
+            length = accept_length(sc, *window) if window else 0.0
+            rate = claimed(sc, window[1]) / (window[0] * (sc.spec_draft_tokens + 1)) if window else 0.0
+            rows += [("sglang:spec_accept_length", "gauge", [(sched, length)]),
+                     ("sglang:spec_accept_rate", "gauge", [(sched, rate)])]
         return prom(rows)
 
 

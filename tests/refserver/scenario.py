@@ -63,7 +63,8 @@ The toy model the scenario drives (documented here because tests rely on it):
   from `spec_accept`, or seeded draws with `spec_accept_p`), logged per request
   (`spec_steps`, `spec_accepted`) and counted in vLLM's spec_decode counters
   and llama.cpp's timings.draft_n / draft_n_accepted (claimed × `spec_counters_lie`,
-  absent without `spec_counters`); `spec_steps_per_chunk` batches steps per chunk.
+  absent without `spec_counters`), SGLang's windowed gauges alike;
+  `spec_steps_per_chunk` batches steps per chunk.
 - **Per-request variation** (variation.py), by request number: request k with
   k % `slow_first_every` == 0 has its first token due `slow_first_extra_ms`
   later (a list is cycled over those requests: the j-th, k = j ×

@@ -35,7 +35,7 @@ from tests.refserver.dialects import JSON, dialect_for, error_body
 from tests.refserver.inject import Injector
 from tests.refserver.prefix_cache import ServerCache
 from tests.refserver.scenario import Scenario, message_heads, message_words, prompt_words
-from tests.refserver.speculative import Drafts
+from tests.refserver.speculative import Drafts, SpecLogs
 from tests.refserver.variation import every_steps, first_token_extra_ms
 
 mono = time.monotonic_ns
@@ -152,6 +152,7 @@ class Engine:
         self.frozen = False  # the one whole-server freeze has happened
         self.steps = 0  # steps of the clock so far; each streamed chunk logs its own
         self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = 0  # speculative.py, true
+        self.spec_logs = SpecLogs()  # SGLang's spec gauges: a window of logged steps (speculative.py)
         self._waiter: asyncio.Future | None = None
 
     def start(self, r: Req) -> None:
@@ -268,6 +269,8 @@ class Engine:
         for r in batch:
             if r.state != DONE and r.generated >= r.end_tokens:
                 self._complete(r)
+        if ticking:
+            self.spec_logs.tick(self.steps, self.spec_drafts, self.spec_accepted)
         if not any(r.state == DECODE for r in self.running):
             self.next_tick = None
             return

@@ -20,6 +20,12 @@ and `..._num_accepted_tokens_total` (counters, as vLLM v1 names them), and
 llama-server's `timings.draft_n` / `draft_n_accepted` per request. With
 `spec_counters_lie` = f both claim accepted × f (rounded); with
 `spec_counters` false neither is there.
+
+SGLang reports no count (docs/engines.md, "Speculative decoding (SGLang)"):
+its `sglang:spec_accept_length` / `spec_accept_rate` gauges hold the steps
+logged in the last window of `LOG_INTERVAL` decode batches (its
+--decode-log-interval), and /server_info's `avg_spec_accept_length` all the
+windows logged so far; `SpecLogs` keeps both from the true totals.
 """
 
 from __future__ import annotations
@@ -66,6 +72,34 @@ class Drafts:
                 break
             n += self.step(left - n)
         return n
+
+
+LOG_INTERVAL = 40  # SGLang's --decode-log-interval default: decode batches between its logs
+
+
+class SpecLogs:
+    """SGLang's logged acceptance: at every LOG_INTERVAL-th decode batch the steps and
+    accepted drafts since the last log become the gauges' window and join the totals."""
+
+    def __init__(self) -> None:
+        self.marks = (0, 0)  # (steps, accepted) at the last log
+        self.window: tuple[int, int] | None = None  # the last logged window's, None before one
+        self.total = (0, 0)  # every logged window's
+
+    def tick(self, batches: int, steps: int, accepted: int) -> None:
+        """After decode batch number `batches`, with the true totals so far."""
+        if batches % LOG_INTERVAL:
+            return
+        window = (steps - self.marks[0], accepted - self.marks[1])
+        self.marks = (steps, accepted)
+        if window[0]:
+            self.window = window
+            self.total = (self.total[0] + window[0], self.total[1] + window[1])
+
+
+def accept_length(sc: Any, steps: int, accepted: int) -> float:
+    """SGLang's logged accept length: (accepted drafts + one a step) ÷ steps, as claimed."""
+    return (claimed(sc, accepted) + steps) / steps
 
 
 def claimed(sc: Any, accepted: int) -> int:

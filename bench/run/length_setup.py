@@ -50,8 +50,8 @@ def check_length_flags(opts: RunOptions) -> RunOptions:
     inputs = check_input_flags(opts)
     if mix.fixed:
         if _given(opts, "length_seed") and not inputs.drawn:
-            raise FlagError("--length-seed: only with --output-lengths or --input-lengths uniform:… "
-                            "or normal:… (fixed lengths draw nothing)")
+            raise FlagError("--length-seed: only with --output-lengths uniform:… or normal:… or a "
+                            "drawn --input-lengths (fixed lengths draw nothing)")
         return opts
     if mix.high > s.max_output:
         raise FlagError(f"--output-lengths {mix}: its longest request ({mix.high} tokens) exceeds "

@@ -17,6 +17,7 @@ from bench.workload.prompts import tolerance
 from rundir.arrivals import seed_from_text
 from rundir.contract import ERROR, OVER_CAPACITY, PURPOSE_ARRIVAL, RATE, REQUESTS_QUEUED, VALID
 from rundir.lengths import parse_input_mix
+from tests.collector.test_prompt_sources import _built
 from tests.conftest import run_cli
 from tests.refserver.harness import refserver_fixture  # noqa: F401
 
@@ -104,6 +105,8 @@ def test_uniform_input_lengths_are_the_seeded_draws_the_server_saw(refserver, tm
         assert abs(r["prompt_tokens"] - want) <= tolerance(want) and r["prompt_tokens"] <= 1024 + 16
         assert seen[r["request_id"]]["prompt_tokens"] == r["prompt_tokens"]
     assert len({r["input_target"] for r in requests}) > 1
+    page = _built(run, tmp_path / "site")[1]
+    assert f"rate cells: uniform:0.25-1 of the cell&#39;s context, seed {seed}" in page
     # --resume with another mix is refused in one line
     res = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(run),
                   "--input-lengths", "uniform:0.5-1")

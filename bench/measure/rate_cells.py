@@ -23,6 +23,8 @@ Every request has its own prompt at the cell's context (variants of one base,
 each with its own prefix, as a decode cell's streams have) and asks for the
 run's rate output tokens with the engine profile's ignore_eos, so each runs
 to the same length and its E2E means something.
+With an input mix (`--input-lengths`) each request's prompt is instead built
+to its own length (bench/measure/rate_inputs.py), all before the window.
 
 A cell at a reuse level (`--rate-reuse`) shares prefixes as a prefix cell
 does (SharedPrefixes): G groups, request i in group i mod G (with a prompt

@@ -34,6 +34,7 @@ from bench.params import (
     Arrivals,
     BaseUrl,
     Contexts,
+    InputLengthSpec,
     LengthSpec,
     Levels,
     Percents,
@@ -320,8 +321,16 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
               "(bounded), drawn per request from --length-seed and kept per request "
               "(docs/methodology.md, Length mixes). Prefill cells ask 1 token.",
               type=LengthSpec(), show_default=True, group=MATRIX),
+    RunOption("--input-lengths", "settings.input_lengths",
+              "Prompt length of each rate request (rate cells only: decode and prefill cells keep "
+              "their exact contexts): fixed (the cell's context), uniform:A-B or "
+              "normal:MEAN,SD,MIN,MAX as fractions of the cell's context (its upper bound), drawn "
+              "per request from --length-seed, or file (with --prompts: each prompt its item's own "
+              "length, capped at the context); kept per request in input_target "
+              "(docs/methodology.md, Length mixes).",
+              type=InputLengthSpec(), show_default=True, group=MATRIX),
     RunOption("--length-seed", "settings.length_seed",
-              "Seed of the drawn output lengths (default: derived from the run id); recorded.",
+              "Seed of the drawn output and input lengths (default: derived from the run id); recorded.",
               type=click.IntRange(0, 2**63 - 1), default=None, group=MATRIX),
     RunOption("--honor-eos", "settings.honor_eos",
               "Do not ask the engine to ignore end-of-sequence: a request may end before its "

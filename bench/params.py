@@ -296,6 +296,21 @@ class LengthSpec(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+class InputLengthSpec(click.ParamType):
+    """An input length mix (`--input-lengths`): fixed, uniform:A-B or normal:MEAN,SD,MIN,MAX
+    as fractions of the context, or file; kept as rundir.lengths writes it back."""
+
+    name = "spec"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from rundir.lengths import parse_input_mix
+
+        try:
+            return str(parse_input_mix(str(value), flag_name(param)))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 class Sampling(click.ParamType):
     """A finite sampling setting in [low, high] (`--temperature`, `--top-p`); `open_low`:
     low itself refused (a top-p of 0 keeps no token)."""

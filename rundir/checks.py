@@ -177,7 +177,7 @@ def requests(table: pa.Table) -> str | None:
         return (f"column request_id: {dup.as_py()!r} appears more than once "
                 "(request ids are unique in a run)")
     for column, least in (("stream_index", 0), ("prompt_tokens", 0), ("cached_tokens", 0),
-                          ("output_target", 1)):
+                          ("output_target", 1), ("input_target", 1)):
         problem = at_least(table, column, least) if column in table.column_names else None
         if problem:
             return problem

@@ -203,6 +203,9 @@ class Parameters:
     # engine to ignore EOS (--honor-eos); temperature, top_p: sent in every request
     # (absent: the server's default sampling).
     output_lengths: str | None = None
+    # input_lengths: rate cells' prompt lengths, a rundir.lengths input spec other than
+    # "fixed" (fractions of the cell's context, or "file"); drawn ones with length_seed
+    input_lengths: str | None = None
     length_seed: int | None = None
     honor_eos: bool | None = None
     temperature: float | None = None
@@ -213,7 +216,7 @@ class Parameters:
 TRAFFIC_PARAMETERS = ("prefix_reuse", "turns", "traffic_concurrency", "rate", "arrivals",
                       "arrival_seed", "rate_cap", "rate_output_tokens", "rate_reuse")
 PROMPT_PARAMETERS = ("prompt_source", "prompt_seed", "prompt_file_sha256")
-LENGTH_PARAMETERS = ("output_lengths", "length_seed", "honor_eos", "temperature", "top_p")
+LENGTH_PARAMETERS = ("output_lengths", "input_lengths", "length_seed", "honor_eos", "temperature", "top_p")
 
 
 @dataclass
@@ -526,6 +529,9 @@ REQUESTS_SCHEMA = pa.schema(
         # Optional: the max_tokens the request asked when the run draws output lengths
         # (--output-lengths other than fixed); absent: every request asked the cell's.
         pa.field("output_target", pa.int64()),
+        # Optional: the prompt length (tokens) a rate request was built to when the run has
+        # an input mix (--input-lengths); absent: every prompt at the cell's context.
+        pa.field("input_target", pa.int64()),
         # --- end length mixes ---
     ]
 )
@@ -661,7 +667,7 @@ _TRAFFIC_REQUEST_COLUMNS = ("prefix_reuse_target", "turn", "prefix_group", "conv
                             # prompt sources (issue 35)
                             "prompt_index",
                             # length mixes (issue 35)
-                            "output_target")
+                            "output_target", "input_target")
 OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {
     CELLS_FILE: ("processes", "hosts", "prefix_reuse_target", "turn", "server_prompt_tokens",
                  "server_cached_tokens", "server_source", "reuse_block", "rate_target", "arrivals",

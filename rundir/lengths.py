@@ -11,6 +11,13 @@ request by its stream slot and its place in that slot's closed loop (slot s's
 n-th request, counting from 0), rate cells by the request's index in the
 schedule (slot 0). The draw does not depend on the host's speed: a slot's n-th
 request always asks the same length, however many requests the window held.
+
+Input mixes (`--input-lengths`, rate cells only) are fractions of the cell's context,
+so one spec serves every context of the matrix and the cell's context stays its upper
+bound (every prompt ≤ it: capacity planned at the context stays safe). A request's
+input draw is keyed by the cell key plus "input", so it is independent of its output
+draw. `file` draws nothing: each prompt is its file item's own length (capped at the
+context), which the collector measures, not this module.
 """
 
 from __future__ import annotations
@@ -67,6 +74,84 @@ class LengthMix:
             if self.low <= value <= self.high:
                 return value
         return min(self.high, max(self.low, round(self.mean)))
+
+
+INPUT_FILE = "file"
+_FRAC = r"\s*([0-9]*\.?[0-9]+)\s*"
+INPUT_HELP = ("fixed, uniform:A-B or normal:MEAN,SD,MIN,MAX (fractions of the cell's context, "
+              "0 < x ≤ 1), or file (each prompt its --prompts item's own length)")
+
+
+@dataclass(frozen=True)
+class InputMix:
+    """A parsed input length spec: `kind` FIXED (every prompt at the context), UNIFORM or
+    NORMAL (fractions of the context, bounded to low..high), or INPUT_FILE."""
+
+    kind: str = FIXED
+    low: float = 0.0
+    high: float = 0.0
+    mean: float = 0.0
+    sd: float = 0.0
+
+    @property
+    def fixed(self) -> bool:
+        return self.kind == FIXED
+
+    @property
+    def drawn(self) -> bool:
+        """Whether lengths are drawn (and seeded): uniform or normal."""
+        return self.kind in (UNIFORM, NORMAL)
+
+    def __str__(self) -> str:
+        """The spec as run.yaml records it (parse_input_mix reads it back)."""
+        if self.kind == UNIFORM:
+            return f"{UNIFORM}:{_num(self.low)}-{_num(self.high)}"
+        if self.kind == NORMAL:
+            return f"{NORMAL}:{_num(self.mean)},{_num(self.sd)},{_num(self.low)},{_num(self.high)}"
+        return self.kind
+
+    def at(self, context: int) -> LengthMix:
+        """The mix in tokens at `context`: bounds rounded, never below 1 nor above it."""
+        if not self.drawn:
+            raise ValueError(f"input lengths {self}: nothing to draw")
+        low = min(context, max(1, round(self.low * context)))
+        high = min(context, max(low, round(self.high * context)))
+        if self.kind == UNIFORM:
+            return LengthMix(UNIFORM, low, high)
+        mean = min(high, max(low, self.mean * context))
+        return LengthMix(NORMAL, low, high, mean, max(self.sd * context, 1e-9))
+
+    def draw(self, seed: int, cell_key: tuple, context: int, n: int) -> int:
+        """The prompt length (tokens) of request `n` of the rate cell keyed `cell_key`."""
+        return self.at(context).draw(seed, (*cell_key, "input"), 0, n)
+
+
+def parse_input_mix(text: str, flag: str = "--input-lengths") -> InputMix:
+    """An input spec, or ValueError naming `flag` and what was expected, in one line."""
+    raw = str(text).strip()
+    kind, _, rest = raw.partition(":")
+    kind = kind.strip().lower()
+    if kind in (FIXED, INPUT_FILE) and not rest:
+        return InputMix(kind)
+    if kind == UNIFORM:
+        m = re.fullmatch(_FRAC + "-" + _FRAC, rest)
+        if not m:
+            raise ValueError(f"{flag} {raw}: expected uniform:A-B with fractions of the context, "
+                             "e.g. uniform:0.25-1")
+        low, high = float(m[1]), float(m[2])
+        if not 0 < low <= high <= 1:
+            raise ValueError(f"{flag} {raw}: expected fractions 0 < A ≤ B ≤ 1 of the context")
+        return InputMix(UNIFORM, low, high)
+    if kind == NORMAL:
+        m = re.fullmatch(_FRAC + "," + _FRAC + "," + _FRAC + "," + _FRAC, rest)
+        if not m:
+            raise ValueError(f"{flag} {raw}: expected normal:MEAN,SD,MIN,MAX as fractions of the "
+                             "context, e.g. normal:0.5,0.2,0.1,1")
+        mean, sd, low, high = (float(m[i]) for i in range(1, 5))
+        if not 0 < low <= mean <= high <= 1 or sd <= 0:
+            raise ValueError(f"{flag} {raw}: expected SD > 0 and 0 < MIN ≤ MEAN ≤ MAX ≤ 1")
+        return InputMix(NORMAL, low, high, mean, sd)
+    raise ValueError(f"{flag}: expected {INPUT_HELP}, got {raw!r}")
 
 
 def _num(x: float) -> str:

@@ -486,6 +486,13 @@ def length_rows(p: contract.Parameters) -> list[tuple[str, str]]:
     if p.output_lengths:
         seed = f", seed {p.length_seed}" if p.length_seed is not None else ""
         rows.append(("Output lengths", f"{p.output_lengths}{seed}: max_tokens drawn per request"))
+    if p.input_lengths == "file":
+        rows.append(("Input lengths", "rate cells: each prompt its file item's own length, at most the "
+                     "cell's context"))
+    elif p.input_lengths:
+        seed = f", seed {p.length_seed}" if p.length_seed is not None else ""
+        rows.append(("Input lengths", f"rate cells: {p.input_lengths} of the cell's context{seed}, drawn "
+                     "per request; the context is the longest prompt, TTFT mixes prompt lengths"))
     if p.honor_eos:
         rows.append(("End of sequence", "honoured: requests could end before max_tokens, so "
                      "per-request tok/s mixes lengths (compare only runs that honoured EOS)"))

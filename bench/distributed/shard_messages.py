@@ -100,6 +100,7 @@ class WireRecord(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     engine_computed_tokens: int | None
     prompt_index: int | None
     output_target: int | None
+    input_target: int | None
 
 
 RECORD_FIELDS = WireRecord.__struct_fields__

@@ -92,6 +92,9 @@ class Settings:
     # `honor_eos`: the engine profile's ignore_eos is not sent; `temperature`/`top_p`:
     # sent in every request when set (None: the server's default).
     output_lengths: str = "fixed"
+    # `input_lengths` a rundir.lengths input spec (rate cells only; "fixed": every prompt at
+    # the cell's context), drawn with `length_seed`
+    input_lengths: str = "fixed"
     length_seed: int = 0
     honor_eos: bool = False
     temperature: float | None = None

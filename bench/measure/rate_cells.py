@@ -23,6 +23,8 @@ Every request has its own prompt at the cell's context (variants of one base,
 each with its own prefix, as a decode cell's streams have) and asks for the
 run's rate output tokens with the engine profile's ignore_eos, so each runs
 to the same length and its E2E means something.
+With an input mix (`--input-lengths`) each request's prompt is instead built
+to its own length (bench/measure/rate_inputs.py), all before the window.
 
 A cell at a reuse level (`--rate-reuse`) shares prefixes as a prefix cell
 does (SharedPrefixes): G groups, request i in group i mod G (with a prompt
@@ -48,6 +50,7 @@ import pyarrow.compute as pc
 from bench.core.plan import PREFIX_MAX_GROUPS, Cell, more_than_slots, prefix_groups, running_at_once
 from bench.measure.cells import CellOutcome, CellRunner
 from bench.measure.monitor import gc_paused
+from bench.measure.rate_inputs import input_prompts
 from bench.measure.records import RequestRecord, context_refused
 from bench.measure.traffic_cells import (
     MIN_PER_GROUP,
@@ -80,6 +83,7 @@ from rundir.contract import (
     REUSE_UNVERIFIED,
     VALID,
 )
+from rundir.lengths import parse_input_mix
 
 LEAD_NS = 10_000_000  # a request's connection opens this long before its due time
 
@@ -312,13 +316,14 @@ class RateSender:
 
     async def send(self, cell: Cell, groups: list[Bodies], due: list[tuple[int, int]],
                    window: tuple[int, int], cap: int, interrupted: asyncio.Event,
-                   shared: int = 0) -> list[RequestRecord]:
+                   shared: int = 0, inputs: list[int] | None = None) -> list[RequestRecord]:
         """Send request i at window start + offset for each (i, offset) of `due`
         (in offset order), at most `cap` in flight (0: no cap), nothing once the
         window is over; drain what is in flight for the drain timeout (not when
         `interrupted`), then cancel the rest. Every record keeps its scheduled_ns.
         Request i's body is groups[i mod len(groups)]; `shared`: a reuse cell's number of
-        prefix groups (groups holds whole multiples of it), each record keeps its prefix_group."""
+        prefix groups (groups holds whole multiples of it), each record keeps its prefix_group;
+        `inputs`: an input mix's prompt length per request (groups holds one per request)."""
         r = self.runner
         slots = asyncio.Semaphore(cap) if cap else None
         drained = asyncio.Event()  # the drain is over: cancel what is still open
@@ -338,6 +343,7 @@ class RateSender:
                     slots.release()
             rec.scheduled_ns = at
             rec.output_target = target
+            rec.input_target = inputs[i] if inputs is not None else None
             if shared:
                 rec.prefix_group = i % shared
             return rec
@@ -381,7 +387,10 @@ class RateRunner:
         r, rs = self.runner, self.rate
         offsets = self.schedule(cell)
         shared: SharedPrefixes | None = None
-        if cell.reuse is None:
+        inputs: list[int] | None = None
+        if cell.reuse is None and not parse_input_mix(r.settings.input_lengths).fixed:
+            groups, inputs = await asyncio.to_thread(self.mixed_bodies, cell, len(offsets))
+        elif cell.reuse is None:
             base, base_tag = await self.base(cell)
             groups = [await asyncio.to_thread(self.sender.bodies, base, base_tag, r.prompts.run_tag)]
         else:
@@ -395,7 +404,8 @@ class RateRunner:
         window = (start, start + r.window_ns)
         measured = await self.sender.send(cell, groups, list(enumerate(offsets.tolist())),
                                           window, cell.concurrency, interrupted,
-                                          len(shared.work.prefixes) if shared and shared.work else 0)
+                                          len(shared.work.prefixes) if shared and shared.work else 0,
+                                          inputs)
         records = [*(shared.primes if shared else []), *measured]
         if interrupted.is_set():
             return CellOutcome(records, PENDING, "interrupted")
@@ -407,6 +417,17 @@ class RateRunner:
                                                                 (status, reason))
             outcome.server.update(columns)
         return outcome
+
+    def mixed_bodies(self, cell: Cell, count: int) -> tuple[list[Bodies], list[int]]:
+        """With an input mix: each of the cell's `count` requests' body, its prompt built to
+        its own length, and those lengths (blocking: all before the window, off the loop)."""
+        r = self.runner
+        tags = [rate_tag(cell, i) for i in range(count)]
+        built = input_prompts(r.prompts, cell, tags, parse_input_mix(r.settings.input_lengths),
+                              r.settings.length_seed)
+        bodies = [self.sender.bodies(prompt, tag, r.prompts.run_tag)
+                  for (prompt, _), tag in zip(built, tags, strict=True)]
+        return bodies, [target for _, target in built]
 
     def judged(self, cell: Cell, records: list[RequestRecord], window: tuple[int, int]) -> CellOutcome:
         """The cell's outcome from all its records, however many processes sent them."""

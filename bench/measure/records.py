@@ -105,6 +105,9 @@ class RequestRecord:
     # Stored (optional column): the max_tokens the request asked when the run draws
     # output lengths (--output-lengths; rundir/lengths.py); None: every request asked the cell's
     output_target: int | None = None
+    # Stored (optional column): the prompt length a rate request was built to with an input
+    # mix (--input-lengths); None: the cell's context
+    input_target: int | None = None
 
     @classmethod
     def from_stream(

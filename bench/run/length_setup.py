@@ -18,13 +18,14 @@ from bench.core.errors import FlagError
 from bench.measure.cells import Settings
 from rundir.arrivals import seed_from_text
 from rundir.contract import Parameters
-from rundir.lengths import parse_mix
+from rundir.lengths import INPUT_FILE, parse_input_mix, parse_mix
 
 RunOptions = Any  # bench/run/runner.py's (it imports this module: no import back)
 
 # run.yaml's name -> (the Settings field, the flag)
 LENGTH_SETTINGS: dict[str, tuple[str, str]] = {
     "output_lengths": ("output_lengths", "--output-lengths"),
+    "input_lengths": ("input_lengths", "--input-lengths"),
     "length_seed": ("length_seed", "--length-seed"),
     "honor_eos": ("honor_eos", "--honor-eos"),
     "temperature": ("temperature", "--temperature"),
@@ -46,10 +47,11 @@ def check_length_flags(opts: RunOptions) -> RunOptions:
     mix = parse_mix(s.output_lengths)
     if opts.resume is not None:  # run.yaml's hold (check_resumed_lengths)
         return opts
+    inputs = check_input_flags(opts)
     if mix.fixed:
-        if _given(opts, "length_seed"):
-            raise FlagError("--length-seed: only with --output-lengths uniform:… or normal:… "
-                            "(fixed lengths draw nothing)")
+        if _given(opts, "length_seed") and not inputs.drawn:
+            raise FlagError("--length-seed: only with --output-lengths uniform:… or normal:… or a "
+                            "drawn --input-lengths (fixed lengths draw nothing)")
         return opts
     if mix.high > s.max_output:
         raise FlagError(f"--output-lengths {mix}: its longest request ({mix.high} tokens) exceeds "
@@ -60,14 +62,37 @@ def check_length_flags(opts: RunOptions) -> RunOptions:
     return dataclasses.replace(opts, rate_output=mix.high) if opts.rate else opts
 
 
+def check_input_flags(opts: RunOptions):
+    """The run's input mix (rundir.lengths.InputMix); one line where it cannot run: without
+    rate cells (decode and prefill cells keep their exact contexts), `file` without a
+    --prompts file, with --rate-reuse (shared prefixes are cut from the context), or with
+    --shard (a mix's prompts are built and sent in one process)."""
+    inputs = parse_input_mix(opts.settings.input_lengths)
+    if inputs.fixed:
+        return inputs
+    flag = f"--input-lengths {inputs}"
+    if not opts.rate:
+        raise FlagError(f"{flag}: only with --rate (decode and prefill cells keep their exact contexts)")
+    if inputs.kind == INPUT_FILE and opts.prompts_file is None:
+        raise FlagError(f"{flag}: only with --prompts FILE (each prompt at its file item's own length)")
+    if opts.rate_reuse:
+        raise FlagError(f"{flag} with --rate-reuse: give one (a reuse cell's shared prefixes are cut "
+                        "from the cell's exact context)")
+    if opts.shard is not None:
+        raise FlagError(f"{flag} with --shard: a rate cell with an input mix is sent from one process")
+    return inputs
+
+
 def length_parameters(s: Settings, run_id: str, seed_given: bool) -> dict[str, object]:
     """run.yaml's length and sampling fields for a new run: all None at the defaults.
     The seed is recorded (given, or derived from `run_id`) whenever lengths are drawn."""
     mix = parse_mix(s.output_lengths)
+    inputs = parse_input_mix(s.input_lengths)
     seed = None
-    if not mix.fixed:
+    if not mix.fixed or inputs.drawn:
         seed = s.length_seed if seed_given else seed_from_text("lengths:" + run_id)
-    return {"output_lengths": None if mix.fixed else str(mix), "length_seed": seed,
+    return {"output_lengths": None if mix.fixed else str(mix),
+            "input_lengths": None if inputs.fixed else str(inputs), "length_seed": seed,
             "honor_eos": True if s.honor_eos else None, "temperature": s.temperature,
             "top_p": s.top_p}
 
@@ -76,7 +101,8 @@ def run_settings(s: Settings, p: Parameters) -> Settings:
     """The settings the cells run with: run.yaml's length and sampling fields (a new
     run's just recorded, or a resumed run's)."""
     return dataclasses.replace(
-        s, output_lengths=p.output_lengths or "fixed", length_seed=p.length_seed or 0,
+        s, output_lengths=p.output_lengths or "fixed", input_lengths=p.input_lengths or "fixed",
+        length_seed=p.length_seed or 0,
         honor_eos=bool(p.honor_eos), temperature=p.temperature, top_p=p.top_p)
 
 
@@ -85,14 +111,17 @@ def check_resumed_lengths(opts: RunOptions, p: Parameters, run_dir: Path) -> Non
     than run.yaml's, in one line."""
     s: Settings = opts.settings
     stored_mix = p.output_lengths or "fixed"
+    stored_inputs = p.input_lengths or "fixed"
     try:
         parse_mix(stored_mix, "parameters.output_lengths")
+        parse_input_mix(stored_inputs, "parameters.input_lengths")
     except ValueError as exc:
         raise FlagError(f"--resume: {run_dir / 'run.yaml'}: {exc}") from None
-    stored = {"output_lengths": stored_mix, "length_seed": p.length_seed,
+    stored = {"output_lengths": stored_mix, "input_lengths": stored_inputs, "length_seed": p.length_seed,
               "honor_eos": bool(p.honor_eos), "temperature": p.temperature, "top_p": p.top_p}
-    shown = {"output_lengths": stored_mix, "honor_eos": "EOS honoured" if p.honor_eos else
-             "EOS ignored (the engine profile's)", "temperature": "server default",
+    shown = {"output_lengths": stored_mix, "input_lengths": stored_inputs,
+             "honor_eos": "EOS honoured" if p.honor_eos else "EOS ignored (the engine profile's)",
+             "temperature": "server default",
              "top_p": "server default", "length_seed": "no drawn lengths"}
     for name, (field, flag) in LENGTH_SETTINGS.items():
         if not _given(opts, field):
@@ -100,6 +129,8 @@ def check_resumed_lengths(opts: RunOptions, p: Parameters, run_dir: Path) -> Non
         asked = getattr(s, field)
         if name == "output_lengths":
             asked = str(parse_mix(asked))
+        elif name == "input_lengths":
+            asked = str(parse_input_mix(asked))
         if asked != stored[name]:
             had = shown[name] if stored[name] is None or stored[name] is False else stored[name]
             raise FlagError(f"{flag}: {run_dir} was measured with {_text(had)}; got {_text(asked)} "
@@ -118,6 +149,13 @@ def length_lines(s: Settings) -> list[str]:
     if not mix.fixed:
         out.append(f"Output lengths: {mix}, drawn per request (seeded; kept in output_target); "
                    "prefill cells ask 1 token")
+    inputs = parse_input_mix(s.input_lengths)
+    if inputs.drawn:
+        out.append(f"Input lengths: {inputs} of each rate cell's context, drawn per request (seeded; "
+                   "kept in input_target); the context is the longest prompt")
+    elif not inputs.fixed:
+        out.append("Input lengths: each rate request's prompt at its --prompts item's own length, "
+                   "capped at the cell's context (kept in input_target)")
     if s.honor_eos:
         out.append("EOS honoured (--honor-eos): requests may end before their max_tokens")
     if s.temperature is not None or s.top_p is not None:

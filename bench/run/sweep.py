@@ -42,6 +42,7 @@ from bench.server.sampler import MetricsSampler
 from bench.server.telemetry import start_telemetry
 from bench.workload.prompts import PromptFactory
 from rundir.contract import CONVERSATION, DECODE, ERROR, PENDING, RATE, ContractError
+from rundir.lengths import parse_input_mix
 from rundir.redact import redact_url
 from rundir.words import context_label
 
@@ -58,17 +59,19 @@ class Spread(NamedTuple):
     hosts: int
 
 
-def _streams_here(plan: Plan, todo: list[Cell], hosts: int, duration_s: float) -> int:
+def _streams_here(plan: Plan, todo: list[Cell], hosts: int, duration_s: float,
+                  one_rate: bool = False) -> int:
     """The most streams one process of this host holds at once: a decode
     cell's share (shard processes inherit this process's limit; `hosts`
-    share a cell of --shard i/N), a prefill cell's one."""
+    share a cell of --shard i/N), a prefill cell's one; `one_rate`: rate cells run in
+    this process alone (an input mix's)."""
     most = 1
     for cell in todo:
         if cell.phase == DECODE:
             share = hosts if hosts > 1 else cell_shards(plan.workers, cell.concurrency)
             most = max(most, math.ceil(cell.concurrency / share))
         elif cell.phase == RATE:  # its cap, or every request of its window at once
-            share = hosts if hosts > 1 else _rate_shards(plan, cell)
+            share = 1 if one_rate else hosts if hosts > 1 else _rate_shards(plan, cell)
             most = max(most, math.ceil((cell.concurrency or rate_requests_bound(cell, duration_s))
                                        / share))
         elif cell.traffic:  # a traffic cell's streams all run here
@@ -111,7 +114,9 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     try:
         check_families(where.hostname or "", where.port or 80, opts.source_addresses)
         hosts_n = opts.shard[1] if opts.shard is not None else 1
-        raised = ensure_open_files(_streams_here(plan, todo, hosts_n, s.duration_s), "the largest cell")
+        mixed = not parse_input_mix(s.input_lengths).fixed  # its rate cells run in this process
+        raised = ensure_open_files(_streams_here(plan, todo, hosts_n, s.duration_s, mixed),
+                                   "the largest cell")
     except ValueError as exc:
         raise RunError(str(exc)) from None
     sources, why = plan_sources(where.hostname or "", opts.source_addresses,
@@ -167,8 +172,10 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
             progress.begin(cell)
             if plan.queued([cell]):  # said as it starts, not after a silent wait
                 progress.note(queued_start(cell, plan.slots))
-            # a rate cell at a reuse level primes its groups and runs in this process
+            # a rate cell at a reuse level primes its groups and runs in this process, as
+            # does one with an input mix (its prompts built per request)
             shards = (1 if cell.phase not in (DECODE, RATE) or cell.reuse is not None
+                      or (cell.phase == RATE and mixed)
                       else hosts.n if hosts is not None
                       else _rate_shards(plan, cell) if cell.phase == RATE
                       else cell_shards(plan.workers, cell.concurrency))

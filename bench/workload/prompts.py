@@ -257,6 +257,15 @@ class PromptFactory:
             return filler(words, f"{self.run_tag}-{tag}"), None
         return self.source.text(words, tag)
 
+    def tokens_of(self, text: str, cap: int) -> int:
+        """Tokens of `text` as a chat prompt, at most about `cap` (a text far longer is
+        not sent to be counted): the server's count, else estimated by the run's ratio."""
+        wpt = self._calibrate()
+        if len(text.split()) > cap * wpt * 1.5:
+            return cap
+        n = self.count(text)
+        return n if n is not None else max(1, round(len(text.split()) / wpt))
+
     def words_for(self, tokens: int) -> int:
         """Filler words for about `tokens` tokens, by the run's words-per-token
         ratio (a conversation's messages are sized with it, not one by one)."""

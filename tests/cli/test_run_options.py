@@ -109,6 +109,7 @@ SAMPLES: dict[str, tuple[list[str], Any]] = {
     "--prompts": (["p.jsonl"], Path("p.jsonl")),
     "--prompt-seed": (["5"], 5),
     "--output-lengths": (["uniform:10-20"], "uniform:10-20"),
+    "--input-lengths": (["uniform:0.5-1.0"], "uniform:0.5-1"),
     "--length-seed": (["6"], 6),
     "--honor-eos": ([], True),
     "--temperature": (["0"], 0.0),

@@ -70,6 +70,7 @@ class CellLine:
     client_bound: bool = False  # the collector may have limited it: MARK beside its figures
     reused: float | None = None  # traffic cells: percent of prompt tokens the requests report cached
     load: Any = None  # rate cells: the delivered load (rundir.arrivals.LoadCheck)
+    spec: float | None = None  # decode cells: the engine's tokens per verification step
 
 
 def cell_label(cell: Cell) -> str:
@@ -100,6 +101,7 @@ def cell_line(cell: Cell, outcome: Any, gpu: pa.Table | None = None) -> CellLine
         fig, window = getattr(outcome, "figures", None), getattr(outcome, "window", None)
         if fig is not None and window is not None:
             _decode_figures(line, fig, window, gpu)
+        line.spec = (getattr(outcome, "server", None) or {}).get("spec_tokens_per_step_server")
         return line
     table = getattr(outcome, "table", None)
     if table is not None and table.num_rows:
@@ -136,6 +138,7 @@ def stored_line(cell: Cell, row: Mapping[str, Any], requests: pa.Table,
         _prefill_figures(line, mine)
         return line
     start, end = row.get("window_start_ns"), row.get("window_end_ns")
+    line.spec = row.get("spec_tokens_per_step_server")
     if start is None or end is None or end <= start:
         return line
     measured = mine.filter(pc.equal(mine.column("purpose"), PURPOSE_MEASURE))
@@ -252,6 +255,8 @@ def row(line: CellLine, energy: bool) -> str:
     j = f"{shown(j_per_token(line.j_per_token), decode):>{_J}}" if energy else ""
     # what a traffic cell's server reused: the figure its pages lead with (rundir/reuse.py)
     reused = f", {line.reused:.1f}% cached" if line.reused is not None and measured else ""
+    if line.spec is not None and measured:  # speculative decoding: what the engine accepted
+        reused = f", {line.spec:.2f} tokens/step (engine)"
     if line.load is not None:  # what the client delivered, whatever the verdict
         lag = line.load.lag_p99_ms
         reused = (f", {line.load.achieved_rate:.3g} req/s sent of {line.load.schedule_rate:.3g} "

@@ -73,6 +73,26 @@ def test_the_published_acceptance_is_the_servers_own(refserver, tmp_path, accept
     assert row["spec_draft_length"] == 3.0
 
 
+def test_the_terminal_says_what_the_engine_accepted(refserver, tmp_path) -> None:
+    """The cell's line ends with the engine's tokens per step, as measured and as a
+    resumed run reads it back (bench/run/summary.py)."""
+    srv = refserver(**SPEC, spec_accept=[3])  # every draft accepted: 4 tokens a step
+    out = tmp_path / "run"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--out", str(out), *FAST)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (row,) = read_run(out).cells.to_pylist()
+    shown = f"{row['spec_tokens_per_step_server']:.2f} tokens/step (engine)"
+    assert row["spec_tokens_per_step_server"] == pytest.approx(4.0, rel=0.02)
+    line = next(x for x in res.stderr.splitlines() if x.startswith("decode 128×2"))  # progress
+    assert line.endswith(shown), line
+    # a resumed run adds a cell and reads the first back from the run directory
+    again = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(out),
+                    "--concurrency", "1,2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    told = again.stdout + again.stderr
+    assert any(x.startswith("decode 128×2") and x.endswith(shown) for x in told.splitlines()), told
+
+
 def test_counters_that_lie_are_published_as_disagreeing(refserver, tmp_path) -> None:
     srv = refserver(**SPEC, spec_accept=[2], spec_counters_lie=0.5)
     run = collect(srv, tmp_path / "run")

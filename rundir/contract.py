@@ -235,13 +235,53 @@ class KvBudget:
 
 
 @dataclass
+class PublishedFigure:
+    """One figure as another tool published it, e.g. name ``ttft_ms.p99`` (importer/peers/model.py)."""
+
+    name: str
+    value: float
+
+
+@dataclass
+class Definition:
+    """How another tool defines one of its figures (``name`` a metric or total), in our words."""
+
+    name: str
+    text: str
+
+
+# Fidelity tiers of an imported run: what its source kept of each request.
+IMPORT_TIER_CHUNK = "chunk"  # every chunk's arrival stamp
+IMPORT_TIER_GAP = "gap"  # start + TTFT + gaps: chunk stamps rebuilt
+IMPORT_TIER_REQUEST = "request"  # first and last token times and counts only
+IMPORT_TIER_AGGREGATE = "aggregate"  # summary figures only (as pages are imported)
+IMPORT_TIERS = (IMPORT_TIER_CHUNK, IMPORT_TIER_GAP, IMPORT_TIER_REQUEST, IMPORT_TIER_AGGREGATE)
+
+
+@dataclass
 class Imported:
-    """Set for runs imported from a published page: they carry aggregates only."""
+    """Set for imported runs: a published page (aggregates only) or another tool's output.
+
+    The fields from ``tool`` on are set only for another benchmark tool's
+    output (issue 36): which tool, at which fidelity tier, on which clock,
+    what its format loses, and its own figures with their definitions. A
+    run without them reads (and writes) as before.
+    """
 
     source_file: str | None = None
     source_sha256: str | None = None
     format: str | None = None
     byline_label: str | None = None  # the page's "by @user <label>" label, shown as published
+    tool: str | None = None  # e.g. "aiperf", "vllm-bench-serve", "guidellm"
+    tool_version: str | None = None
+    tier: str | None = None  # one of IMPORT_TIERS
+    clock: str | None = None  # what the tool stamped with, e.g. "time.perf_counter_ns"
+    lost: list[str] | None = None  # what the format does not keep, e.g. "tokens per chunk"
+    published: list[PublishedFigure] | None = None  # the tool's own figures, as it published them
+    definitions: list[Definition] | None = None
+
+
+PEER_IMPORT_FIELDS = ("tool", "tool_version", "tier", "clock", "lost", "published", "definitions")
 
 
 @dataclass
@@ -275,6 +315,10 @@ class RunInfo:
         for name in LENGTH_PARAMETERS:  # a temperature of 0 is a setting: only absent or false go
             if data["parameters"].get(name) is None or data["parameters"].get(name) is False:
                 del data["parameters"][name]
+        if data.get("imported"):
+            for name in PEER_IMPORT_FIELDS:  # a page's import reads as before the fields existed
+                if data["imported"].get(name) is None:
+                    del data["imported"][name]
         return data
 
     @classmethod
@@ -291,6 +335,11 @@ class RunInfo:
         if run.source not in (SOURCE_MEASURED, SOURCE_IMPORTED):
             raise ContractError(
                 f"{where}: field source: expected 'measured' or 'imported', got {_show(run.source)}"
+            )
+        if run.imported is not None and run.imported.tier not in (None, *IMPORT_TIERS):
+            raise ContractError(
+                f"{where}: field imported.tier: expected one of {', '.join(IMPORT_TIERS)}, "
+                f"got {_show(run.imported.tier)}"
             )
         if not run.run_id:
             raise ContractError(f"{where}: field run_id: must not be empty")

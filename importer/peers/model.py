@@ -63,6 +63,7 @@ class PeerRequest:
     prompt_tokens: int | None
     output_tokens: int | None  # as the tool (or the server's usage it kept) counted them
     error: str | None = None  # the tool's error text, redacted by the writer; None: succeeded
+    line: int | None = None  # the source file's line (JSONL) it came from, for one-line errors
 
 
 @dataclass(frozen=True)

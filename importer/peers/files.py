@@ -58,9 +58,16 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     mid-write, and is said so; every line must hold a JSON object.
     """
     with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
+        number = 0
+        while True:
+            # readline with a limit: a file without newlines (or a 2 GB line) is refused
+            # after reading one cap's worth, never held in memory whole.
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            number += 1
             if len(raw) > MAX_LINE_BYTES:
-                raise PeerFormatError(f"line longer than {MAX_LINE_BYTES // 2**20} MiB", line=number)
+                raise PeerFormatError(f"line longer than {MAX_LINE_BYTES / 2**20:g} MiB", line=number)
             if not raw.strip():
                 continue
             try:

@@ -58,9 +58,13 @@ _METRICS = {
     "output_token_throughput_per_user": ("per_request_tok_s", "per request: 1 / inter_token_latency "
                                          "(seconds): decode rate, TTFT excluded"),
 }
+# The two rates divide by the profiling phase's span (start_time .. end_time in the summary:
+# from the phase's start, before its first request, to the end of its last), not by
+# benchmark_duration: checked against AIPerf 0.13.0's own files (tests/importer).
+_PHASE_SPAN = "the profiling phase's span (start_time to end_time in the same file), not benchmark_duration"
 _TOTALS = {
-    "output_token_throughput": ("total_tok_s", "tokens/sec", "total output tokens / benchmark duration"),
-    "request_throughput": ("request_rate", "requests/sec", "valid requests / benchmark duration"),
+    "output_token_throughput": ("total_tok_s", "tokens/sec", f"total output tokens / {_PHASE_SPAN}"),
+    "request_throughput": ("request_rate", "requests/sec", f"requests without error / {_PHASE_SPAN}"),
     "benchmark_duration": ("duration_s", "sec", "latest request start + its request latency, minus "
                            "the earliest request start (wall-clock starts), whole run incl. ramp"),
     "request_count": ("completed", "requests", "requests that ended without error"),
@@ -279,11 +283,11 @@ def _records_request(obj: dict[str, Any], line: int) -> PeerRequest:
         raise PeerFormatError("missing (expected an object of metrics)", line=line, field="metrics")
     send = int(number(meta, "request_start_ns", line, minimum=0))
     end = number(meta, "request_end_ns", line, required=False, minimum=send)
-    flat = {tag: _metric(metrics, tag, line, unit) for tag, unit in (
+    flat = {f"metrics.{tag}": _metric(metrics, tag, line, unit) for tag, unit in (
         ("time_to_first_token", "ms"), ("inter_chunk_latency", "ms"), ("request_latency", "ms"),
         ("output_sequence_length", "tokens"), ("input_sequence_length", "tokens"))}
-    ttft = number(flat, "time_to_first_token", line, required=False, minimum=0)
-    gaps = numbers(flat, "inter_chunk_latency", line, required=False, minimum=0) or []
+    ttft = number(flat, "metrics.time_to_first_token", line, required=False, minimum=0)
+    gaps = numbers(flat, "metrics.inter_chunk_latency", line, required=False, minimum=0) or []
     chunks: list[int] = []
     if ttft is not None:
         stamp = send + _ms_to_ns(ttft)
@@ -294,12 +298,12 @@ def _records_request(obj: dict[str, Any], line: int) -> PeerRequest:
     elif gaps:
         raise PeerFormatError("gaps without a time_to_first_token", line=line,
                               field="metrics.inter_chunk_latency")
-    latency = number(flat, "request_latency", line, required=False, minimum=0)
+    latency = number(flat, "metrics.request_latency", line, required=False, minimum=0)
     if latency is not None and chunks and abs(send + _ms_to_ns(latency) - chunks[-1]) > 1000:
         raise PeerFormatError("TTFT plus the gaps does not add up to request_latency",
                               line=line, field="metrics.inter_chunk_latency")
-    osl = number(flat, "output_sequence_length", line, required=False, minimum=0)
-    isl = number(flat, "input_sequence_length", line, required=False, minimum=0)
+    osl = number(flat, "metrics.output_sequence_length", line, required=False, minimum=0)
+    isl = number(flat, "metrics.input_sequence_length", line, required=False, minimum=0)
     return PeerRequest(
         send_ns=send, end_ns=int(end) if end is not None else None, chunk_ns=tuple(chunks),
         chunk_tokens=None, prompt_tokens=int(isl) if isl is not None else None,
@@ -318,6 +322,7 @@ def read_records(path: Path) -> PeerRun:
         clock=WALL_CLOCK, requests=tuple(requests), published={}, definitions={},
         lost=("chunk stamps: rebuilt as request start + TTFT + the running sum of inter_chunk_latency",
               "tokens per chunk", "the tool version (the records export does not say it)",
+              "a failed request's chunks (AIPerf keeps only its error, no metrics, in this export)",
               "the configured concurrency or rate"),
         measured_at=_iso_utc(min(r.send_ns for r in requests)))
 

@@ -11,6 +11,7 @@
 # (scripts/engines/setup_llama_server.sh). Run from the repository root:
 #     scripts/peers/aiperf.sh            # both runs
 #     scripts/peers/aiperf.sh refserver  # only the reference-server run
+#     scripts/peers/aiperf.sh errors     # only the reference-server run with faults
 #     scripts/peers/aiperf.sh llama      # only the llama-server run
 # Each run: chat endpoint, streaming, concurrency 3, 12 requests, synthetic prompts of
 # 64 tokens, max 32 output tokens, --export-level raw (writes profile_export_raw.jsonl
@@ -51,23 +52,25 @@ keep() {  # $1: artifact dir, $2: fixture dir
     done
 }
 
-refserver_run() {
+refserver_run() {  # $1: fixture name, $2: extra scenario JSON fields (faults)
+    local name="$1" faults="${2:-}"
     # A known schedule: 4 slots, 100 tokens/s global step clock, 10 ms TTFT, chunks of
     # 1 and 2 tokens in turn (so tokens per chunk is visible), usage in every chunk.
     cat >"$WORK/scenario.json" <<JSON
 {"model": "ref", "engine": "vllm", "slots": 4, "tokens_per_s": 100, "ttft_ms": 10,
- "tokens_per_chunk": [1, 2], "usage_mode": "continuous"}
+ "tokens_per_chunk": [1, 2], "usage_mode": "continuous"$faults}
 JSON
+    rm -f "$WORK/truth.jsonl" "$WORK/port"
     python tests/refserver/server.py --scenario "$WORK/scenario.json" --host 127.0.0.1 --port 0 \
         --truth "$WORK/truth.jsonl" --port-file "$WORK/port" >"$WORK/server.log" 2>&1 &
     PIDS+=($!)
     wait_port_file "$WORK/port"
-    profile "http://127.0.0.1:$(cat "$WORK/port")" ref "$WORK/art-ref" \
+    profile "http://127.0.0.1:$(cat "$WORK/port")" ref "$WORK/art-$name" \
         --per-chunk-usage --use-server-token-count
     kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true
-    keep "$WORK/art-ref" "$OUT_ROOT/refserver"
-    cp "$WORK/truth.jsonl" "$OUT_ROOT/refserver/truth.jsonl"
-    cp "$WORK/scenario.json" "$OUT_ROOT/refserver/scenario.json"
+    keep "$WORK/art-$name" "$OUT_ROOT/$name"
+    cp "$WORK/truth.jsonl" "$OUT_ROOT/$name/truth.jsonl"
+    cp "$WORK/scenario.json" "$OUT_ROOT/$name/scenario.json"
 }
 
 llama_run() {
@@ -83,10 +86,15 @@ llama_run() {
     keep "$WORK/art-llama" "$OUT_ROOT/llama-server"
 }
 
+# The error run: every 4th request answered HTTP 500, every 5th cut off (connection reset)
+# after 10 tokens, so the exports hold AIPerf's error records.
+ERRORS=', "status_every": {"n": 4, "code": 500}, "reset_after_tokens": 10, "fault_every": 5'
+
 case "${1:-all}" in
-    refserver) refserver_run ;;
+    refserver) refserver_run refserver ;;
+    errors) refserver_run refserver-errors "$ERRORS" ;;
     llama) llama_run ;;
-    all) refserver_run; llama_run ;;
-    *) echo "usage: $0 [refserver|llama|all]" >&2; exit 2 ;;
+    all) refserver_run refserver; refserver_run refserver-errors "$ERRORS"; llama_run ;;
+    *) echo "usage: $0 [refserver|errors|llama|all]" >&2; exit 2 ;;
 esac
 ls -l "$OUT_ROOT"/*/

@@ -173,10 +173,10 @@ def _has_content(data: dict[str, Any]) -> bool:
     for choice in data.get("choices") or ():
         if not isinstance(choice, dict):
             continue
-        delta = choice.get("delta") or {}
         texts = [choice.get("text")]
-        if isinstance(delta, dict):
-            texts += [delta.get("content"), delta.get("reasoning_content"), delta.get("reasoning")]
+        for part in (choice.get("delta"), choice.get("message")):  # streamed, or the whole answer
+            if isinstance(part, dict):
+                texts += [part.get("content"), part.get("reasoning_content"), part.get("reasoning")]
         if any(isinstance(t, str) and t for t in texts):
             return True
     return False
@@ -203,10 +203,11 @@ def _raw_request(obj: dict[str, Any], line: int) -> tuple[PeerRequest, dict[str,
             try:
                 body = json.loads(resp["text"])
             except ValueError:
-                body = {}
-            chunks.append(stamp)
-            cum.append(None)
-            usage = (body.get("usage") if isinstance(body, dict) else None) or usage
+                body = None
+            if isinstance(body, dict) and _has_content(body):  # the whole answer is one chunk
+                chunks.append(stamp)
+                cum.append(None)
+                usage = body.get("usage") if isinstance(body.get("usage"), dict) else usage
             continue
         content, own = False, None  # own: the usage this very message carried
         for packet in packets or ():
@@ -231,9 +232,25 @@ def _raw_request(obj: dict[str, Any], line: int) -> tuple[PeerRequest, dict[str,
     return req, (obj.get("payload") or {})
 
 
+# Workers on one host share CLOCK_MONOTONIC, so wall minus perf is the same for every
+# request to within microseconds (a few us here); workers on several hosts (AIPerf's
+# Kubernetes mode) each have their own perf clock, hours apart. A second is far from both.
+MIXED_CLOCK_NS = 1_000_000_000
+
+
+def _same_clock(first: int | None, offset: int, line: int) -> int:
+    if first is not None and abs(offset - first) > MIXED_CLOCK_NS:
+        raise PeerFormatError(
+            f"this request's perf_counter clock is {(offset - first) / 1e9:+,.1f} s from the first "
+            "request's: stamps from more than one clock (workers on several hosts?); import "
+            "profile_export.jsonl, whose starts are wall clock", line=line, field="start_perf_ns")
+    return first if first is not None else offset
+
+
 def read_raw(path: Path) -> PeerRun:
     requests: list[PeerRequest] = []
     version, models, max_tokens, starts = None, set(), set(), []
+    offset = None  # wall clock minus perf clock at the first request's start
     for line, obj in iter_jsonl(path):
         meta = _metadata(obj, line)
         if not _profiling(meta):
@@ -241,6 +258,9 @@ def read_raw(path: Path) -> PeerRun:
         version = _version_from_headers(obj, line) or version
         req, payload = _raw_request(obj, line)
         requests.append(req)
+        wall = number(meta, "request_start_ns", line, required=False)
+        if wall is not None:
+            offset = _same_clock(offset, int(wall) - req.send_ns, line)
         if isinstance(payload, dict):
             models.add(payload.get("model") if isinstance(payload.get("model"), str) else None)
             cap = payload.get("max_completion_tokens", payload.get("max_tokens"))

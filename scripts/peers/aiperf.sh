@@ -24,7 +24,7 @@ set -euo pipefail
 AIPERF="${AIPERF:-$HOME/.cache/peer-tools/aiperf/venv/bin/aiperf}"
 TOKENIZER="${TOKENIZER:-$HOME/.cache/speed-matrix/models/tiny-hf}"
 CACHE="${SPEED_MATRIX_CACHE:-$HOME/.cache/speed-matrix}"
-OUT_ROOT="tests/data/import/aiperf"
+OUT_ROOT="${OUT_ROOT:-tests/data/import/aiperf}"  # another folder: try the script without touching the fixtures
 WORK="$(mktemp -d)"
 PIDS=()
 cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }

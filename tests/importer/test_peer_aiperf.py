@@ -277,6 +277,14 @@ def test_raw_stamps_going_back_are_refused_without_quoting_the_prompt(tmp_path: 
     assert prompt[:20] not in err.located(bad)
 
 
+def test_a_summary_past_the_size_cap_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importer.peers.files as files
+
+    monkeypatch.setattr(files, "MAX_JSON_BYTES", 1024)  # as a 2 GB file would be, without one
+    err = _error(read_summary, AIPERF / "refserver" / SUMMARY)
+    assert "MiB" in err.message and err.line is None
+
+
 def test_a_wrong_unit_is_refused(tmp_path: Path) -> None:
     lines = _lines("refserver", RECORDS)
     row = json.loads(lines[0])
@@ -286,3 +294,29 @@ def test_a_wrong_unit_is_refused(tmp_path: Path) -> None:
     bad.write_text("".join(lines))
     err = _error(read_records, bad)
     assert (err.line, err.field) == (1, "metrics.time_to_first_token.unit")
+
+
+def test_mixed_perf_clocks_in_the_raw_export_are_refused(tmp_path: Path) -> None:
+    lines = _lines("refserver", RAW)
+    row = json.loads(lines[6])  # as if its worker ran on another host, booted an hour later
+    row["start_perf_ns"] -= 3600 * 10**9
+    for resp in row["responses"]:
+        resp["perf_ns"] -= 3600 * 10**9
+    lines[6] = json.dumps(row) + "\n"
+    bad = tmp_path / "mixed.jsonl"
+    bad.write_text("".join(lines))
+    err = _error(read_raw, bad)
+    assert (err.line, err.field) == (7, "start_perf_ns") and "more than one clock" in err.message
+
+
+def test_a_non_streaming_answer_is_one_chunk(tmp_path: Path) -> None:
+    row = json.loads(_lines("refserver", RAW)[0])
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "w1 w2 w3"}}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
+    stamp = row["responses"][-1]["perf_ns"]
+    row["responses"] = [{"perf_ns": stamp, "text": json.dumps(body), "content_type": "application/json"}]
+    path = tmp_path / "plain.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (req,) = read_raw(path).requests
+    assert (req.chunk_ns, req.end_ns, req.chunk_tokens, req.output_tokens, req.prompt_tokens) == (
+        (stamp,), stamp, None, 3, 7)

@@ -27,7 +27,9 @@ FORMAT = "inference-perf/per_request_lifecycle_metrics.json"
 CLOCK = "time.perf_counter() (CLOCK_MONOTONIC), float seconds, rounded to ns"
 PER_REQUEST = "per_request_lifecycle_metrics.json"
 SUMMARY = "summary_lifecycle_metrics.json"
-_HEAD = re.compile(rb'^\s*\[\s*\{\s*"start_time"\s*:\s*[-+0-9.eE]+\s*,\s*"end_time"\s*:')
+# its records open with start_time, end_time, then request/response (default on) or info
+_HEAD = re.compile(rb'^\s*\[\s*\{\s*"start_time"\s*:\s*[-+0-9.eE]+\s*,\s*"end_time"\s*:\s*[-+0-9.eE]+\s*,'
+                   rb'\s*"(?:request|response|info)"\s*:')
 
 # inference-perf summary latency name -> our metric (all in seconds there)
 _LATENCIES = (
@@ -65,7 +67,7 @@ LOST = (
 
 def sniff(head: bytes) -> bool:
     """A JSON array whose first object starts with inference-perf's start_time and end_time."""
-    return bool(_HEAD.match(head)) and b'"info"' in head
+    return bool(_HEAD.match(head))
 
 
 def read(path: Path) -> PeerRun:

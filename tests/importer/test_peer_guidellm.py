@@ -207,3 +207,18 @@ def test_errors_never_quote_prompt_text(tmp_path):
     msg = _one_line_error(_broken(tmp_path, text_as_count))
     assert f"{REQ0}.prompt_tokens: expected a finite number, found a string" in msg
     assert "secret" not in msg
+
+
+def test_errored_and_incomplete_requests_keep_the_tools_error_text(tmp_path):
+    def fail_two(d):
+        reqs = d["benchmarks"][0]["requests"]
+        first, second = reqs["successful"].pop(0), reqs["successful"].pop(0)
+        first["info"].update(error="HTTPStatusError: 503", status="errored")
+        second["info"].update(error=None, status="cancelled")
+        second["info"]["timings"]["last_token_iteration"] = None
+        reqs["errored"], reqs["incomplete"] = [first], [second]
+    run = read(_broken(tmp_path, fail_two))
+    errors = sorted(r.error for r in run.requests if r.error)
+    assert errors == ["HTTPStatusError: 503", "incomplete (cancelled)"]
+    cut = next(r for r in run.requests if r.error == "incomplete (cancelled)")
+    assert len(cut.chunk_ns) == 1 and len(run.requests) == 20

@@ -182,11 +182,9 @@ def test_truncated_wrong_format_and_changed_schema(tmp_path):
     assert "not valid JSON" in _one_line_error(cut)
     guidellm = DATA / "guidellm" / "refserver-c4.benchmarks.json"
     assert not sniff(guidellm.read_bytes()[:65536])
-    # the file has no version field: a later layout without 'info' is refused by the field it lacks
-    path = _broken(tmp_path, lambda d: d[0].pop("info"))
-    assert sniff(path.read_bytes()[:65536])  # later entries still carry it
-    assert "[0].info: missing or not an object" in _one_line_error(path)
+    # the file has no version field: a later layout is refused by the first field it changed
     moved = _broken(tmp_path, lambda d: d[0].update(info=[1]), name="y.json")
+    assert sniff(moved.read_bytes()[:65536])
     assert "[0].info: missing or not an object" in _one_line_error(moved)
 
 
@@ -206,3 +204,18 @@ def test_errors_never_quote_response_text(tmp_path):
         d[0]["info"]["response_metrics"]["output_tokens"] = "secret words"
     msg = _one_line_error(_broken(tmp_path, text_count))
     assert f"{RM0}.output_tokens: expected a finite number, found a string" in msg and "secret" not in msg
+
+
+def test_default_fields_with_long_request_text_are_still_recognised(tmp_path):
+    """By default the tool writes each request body first: 'info' may lie past the sniffed head."""
+    body = json.dumps({"prompt": "word " * 20_000})
+    reordered = []
+    for e in json.loads(REF.read_text()):
+        rest = {k: v for k, v in e.items() if k not in ("start_time", "end_time")}
+        reordered.append({"start_time": e["start_time"], "end_time": e["end_time"], "request": body,
+                          "response": "data: {}", **rest})
+    path = tmp_path / "per_request_lifecycle_metrics.json"
+    path.write_text(json.dumps(reordered, indent=2))
+    head = path.read_bytes()[:65536]
+    assert b'"info"' not in head and sniff(head)
+    assert len(read(path).requests) == 18

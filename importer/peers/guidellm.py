@@ -83,10 +83,10 @@ def read_all(path: Path) -> list[PeerRun]:
     if not isinstance(benchmarks, list) or not benchmarks:
         raise PeerFormatError("expected a non-empty list of benchmarks", field="benchmarks")
     tool_version = doc["metadata"].get("guidellm_version")
-    spec = _obj(doc.get("config") or {}, "spec", "config", required=False)
-    runs = [_run(Path(path), bench, i, len(benchmarks), tool_version, spec)
+    config = doc.get("config")
+    spec = _obj(config, "spec", "config", required=False) if isinstance(config, dict) else {}
+    return [_run(Path(path), bench, i, len(benchmarks), tool_version, spec)
             for i, bench in enumerate(benchmarks)]
-    return runs
 
 
 def _run(path: Path, bench: Any, index: int, total: int, tool_version: Any,

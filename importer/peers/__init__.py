@@ -22,6 +22,8 @@ READER_MODULES: tuple[str, ...] = (
     # one line per reader module, e.g. "importer.peers.aiperf",
     "importer.peers.mlperf_endpoints",
     "importer.peers.aiperf",
+    "importer.peers.guidellm",
+    "importer.peers.inference_perf",
 )
 
 

@@ -212,7 +212,7 @@ def cells_table(run: PeerRun, key: dict, status: str, reason: str | None, window
 
 def _notes(run: PeerRun, context_from: str, counting: str, window: Plateau | None) -> str:
     lines = [f"Imported from {run.tool} {run.tool_version or '(version not in the file)'} "
-             f"output ({run.format}), tier **{run.tier}**. Stamps: {run.clock}.", ""]
+             f"output ({run.format}), tier **{run.tier}**. Stamps: {run.clock}."]
     tier_text = {
         TIER_CHUNK: "Every chunk's arrival is the tool's own stamp.",
         TIER_GAP: "Chunk arrivals are rebuilt from the send, the TTFT and each gap the tool kept.",
@@ -242,10 +242,10 @@ def _notes(run: PeerRun, context_from: str, counting: str, window: Plateau | Non
                 lines.append("The in-flight count dipped below the target for a notable part of the span.")
         lines.append("Not checked: finish reasons (the format keeps none), the server's own counters.")
     if run.lost:
-        lines += ["", "What the format does not keep: " + "; ".join(run.lost) + "."]
+        lines.append("What the format does not keep: " + "; ".join(run.lost) + ".")
     if run.extra:
-        lines += ["", *[f"- {k}: {v}" for k, v in sorted(run.extra.items())]]
-    return "\n".join(lines)
+        lines.append("\n".join(f"- {k}: {v}" for k, v in sorted(run.extra.items())))
+    return "\n\n".join(line for line in lines if line)
 
 
 def run_info(run: PeerRun, run_id: str, sha256: str, phase: str, context: int, context_from: str,

@@ -51,6 +51,10 @@ def _check_numbers(req: PeerRequest, i: int) -> None:
         for k, value in enumerate(values):
             if not _finite(value):
                 raise _fail(req, i, name, f"chunk {k + 1} is {value!r}, not a finite number")
+    for name, value in (*scalars, *(("chunk_ns", v) for v in req.chunk_ns),
+                        *(("chunk_tokens", v) for v in req.chunk_tokens or ())):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise _fail(req, i, name, f"expected a whole number, got {type(value).__name__} {value!r}")
     for name in ("prompt_tokens", "output_tokens"):
         value = getattr(req, name)
         if value is not None and value < 0:

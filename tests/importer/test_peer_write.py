@@ -171,7 +171,10 @@ def test_failed_request_makes_the_cell_an_error(source: Path, tmp_path: Path) ->
     reqs = list(chunk_run(source).requests)
     reqs[2] = dataclasses.replace(reqs[2], error="HTTP 500 key=sk-abcdefabcdefabcdef123456")
     run = chunk_run(source, requests=tuple(reqs))
-    data, cell = _cell(tmp_path / "data", write_peer_run(run, tmp_path / "data"))
+    result = write_peer_run(run, tmp_path / "data")
+    stored = read_run(result.path).cells.to_pylist()[0]  # as written, before the builder's re-check
+    assert stored["status"] == contract.ERROR and stored["reason"].startswith("HTTP 500")
+    data, cell = _cell(tmp_path / "data", result)
     assert cell.status == contract.ERROR
     errors = [e for e in data.requests.column("error").to_pylist() if e]
     assert errors and "sk-abcdef" not in errors[0]
@@ -238,6 +241,7 @@ def _bad(source: Path, index: int, **changes) -> PeerRun:
     ({"chunk_tokens": (1, 2, 3, 2, *range(5, N + 1))}, "chunk_tokens", "falls at chunk 4"),
     ({"chunk_tokens": (1, 2, 3)}, "chunk_tokens", "3 counts for 30 chunks"),
     ({"chunk_tokens": (float("inf"),) * N}, "chunk_tokens", "not a finite number"),
+    ({"send_ns": BASE + 300.5 * MS}, "send_ns", "expected a whole number"),
 ])
 def test_validate_refuses_naming_request_line_and_field(source: Path, tmp_path: Path, changes, field,
                                                         words) -> None:

@@ -15,6 +15,8 @@ from importer.copyrun import import_run_dir
 from importer.llmbench import import_json_file
 from importer.llmbench_read import JsonImportError, is_json_file
 from importer.parse import PageError
+from importer.peers import PeerFormatError, sniff_format
+from importer.peers.write import write_peer_run
 from importer.write import TargetError, import_file
 from rundir.clierrors import EXIT_FAILED, fail
 from rundir.contract import ContractError
@@ -36,9 +38,11 @@ def _fail(message: str) -> None:
     help="Folder that receives the run directory <run_id>/ (not the run directory itself).",
 )
 def import_cmd(path: Path, out: Path) -> None:
-    """Import PATH as a run directory: a published Speed test matrix page saved
-    as text, an llm-inference-bench JSON report (benchmark_results.json), or a
-    run directory from elsewhere (copied whole to OUT/<run_id>/, validated first).
+    """Import PATH as a run directory: another benchmark tool's output (AIPerf,
+    vllm bench serve, SGLang, guidellm, inference-perf, MLPerf Endpoints: those
+    importer.peers reads), a published Speed test matrix page saved as text, an
+    llm-inference-bench JSON report (benchmark_results.json), or a run directory
+    from elsewhere (copied whole to OUT/<run_id>/, validated first).
 
     The kind is told from the content, not the extension: a file starting with
     '{' is read as the tool's JSON. The run id is derived from the measurements
@@ -51,12 +55,18 @@ def import_cmd(path: Path, out: Path) -> None:
     run's raw/. Prints the run directory's path.
     """
     try:
+        sniffed = None if path.is_dir() else sniff_format(path)
         if path.is_dir():
             result = import_run_dir(path, out)
+        elif sniffed is not None:  # another benchmark tool's output, told by its content
+            result = write_peer_run(sniffed[1](path), out)
         elif is_json_file(path):
             result = import_json_file(path, out)
         else:
             result = import_file(path, out)
+    except PeerFormatError as exc:
+        _fail(exc.located(path))
+        return
     except JsonImportError as exc:
         _fail(f"{path}: {exc}")
         return

@@ -151,7 +151,7 @@ def write_run(page: PublishedPage, out: Path, source_file: str, sha256: str) -> 
 
 def write_run_dir(
     out: Path, run_id: str, info: RunInfo, cells: pa.Table,
-    files: dict[str, bytes] | None = None,
+    files: dict[str, bytes] | None = None, tables: dict[str, pa.Table] | None = None,
 ) -> ImportResult:
     """Write ``out/<run_id>/`` whole or not at all; the same source again is a no-op.
 
@@ -159,7 +159,8 @@ def write_run_dir(
     in any imported run directly under ``out`` (see :mod:`.existing`). Shared
     by every importer (pages, llm-inference-bench JSON). ``files`` are extra
     raw files by relative path (e.g. ``raw/source.json``), already redacted by
-    the caller, written inside the temporary folder too.
+    the caller, written inside the temporary folder too; ``tables`` further contract
+    tables by file name (a peer tool's requests.parquet), checked as they are written.
     """
     out = Path(out)
     if is_run_dir(out):
@@ -187,6 +188,8 @@ def write_run_dir(
         tmp.chmod(0o755)  # mkdtemp makes it private; a run directory is for sharing
         write_run_info(tmp, info)
         write_table(tmp, CELLS_FILE, cells)
+        for name, table in (tables or {}).items():
+            write_table(tmp, name, table)
         for rel, data in (files or {}).items():
             dest = tmp / rel
             dest.parent.mkdir(parents=True, exist_ok=True)

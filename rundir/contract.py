@@ -100,6 +100,23 @@ TOKEN_COUNTING = (COUNT_USAGE_CONTINUOUS, COUNT_CHUNKS_USAGE, COUNT_CHUNKS_TOKEN
 # the final usage of requests that completed, if any): read and shown as written.
 # Also the stream parser's per-request method, before the cell's count is checked.
 COUNT_CHUNKS = "chunks"
+# Imported from another tool's per-request output (importer/peers; docs/data-format.md):
+COUNT_PEER_CHUNKS = "peer_chunk_counts"  # the format's own cumulative count at each chunk
+COUNT_PEER_CHUNKS_TOTAL = "peer_chunks_total"  # one per chunk, equal to the tool's per-request total
+# The tool's per-request total spread over its chunks by rule (chunks that carried
+# several tokens cannot be told apart): like COUNT_CHUNKS_UNVERIFIED, never published Valid.
+COUNT_PEER_SPREAD = "peer_total_spread"
+# Request tier: first and last token and the total only. A row's chunk lists then hold
+# two stamps (first token: count 1, last token: the total), never per-chunk data: no
+# time between tokens or windowed rate is computed from them.
+COUNT_PEER_REQUEST = "peer_request_totals"
+COUNT_PEER_AGGREGATE = "peer_aggregate"  # summary figures only: nothing counted by us
+IMPORT_TOKEN_COUNTING = (COUNT_PEER_CHUNKS, COUNT_PEER_CHUNKS_TOTAL, COUNT_PEER_SPREAD,
+                         COUNT_PEER_REQUEST, COUNT_PEER_AGGREGATE)
+# Counts no check confirmed: a cell with one is never published Valid.
+UNVERIFIED_COUNTING = (COUNT_CHUNKS_UNVERIFIED, COUNT_PEER_SPREAD)
+# finish_reason of an imported request that succeeded where the tool kept no finish reason.
+FINISH_NOT_RECORDED = "not_recorded"
 
 SOURCE_MEASURED = "measured"
 SOURCE_IMPORTED = "imported"

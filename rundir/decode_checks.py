@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from rundir.contract import COUNT_CHUNKS_UNVERIFIED
+from rundir.contract import COUNT_CHUNKS_UNVERIFIED, COUNT_PEER_SPREAD
 from rundir.metrics import Chunks, DecodeMetrics, window_scan
 
 STALL_MIN_NS = 1_000_000_000  # a silence this long is never normal token spacing
@@ -205,6 +205,9 @@ def stop_note(finish: Sequence[str | None], tokens: np.ndarray, completed: np.nd
 def counting_problem(token_counting: str | None) -> str | None:
     """A cell whose chunk count nothing confirmed has no figure to publish
     (docs/methodology.md, "Counting tokens"); older values are read as written."""
+    if token_counting == COUNT_PEER_SPREAD:
+        return ("token count not verified: the imported tool kept only each request's total, "
+                "spread over its chunks by rule, and the total differs from the chunks")
     if token_counting != COUNT_CHUNKS_UNVERIFIED:
         return None
     return ("token count not verified: one token per text chunk, and neither the server's "

@@ -15,6 +15,8 @@ time. Everything else a source says (title, byline, hardware and engine
 descriptions, launch command, notes, statuses' wording, table style,
 whitespace, file name, where the file lies, its bytes) is not part of it.
 Measured runs (with raw data) have no source key: their id is the collector's.
+Another benchmark tool's output (``imported.tool`` set, issue 36) is keyed by
+its file's sha256: its published figures may be few or none.
 """
 
 from __future__ import annotations
@@ -63,6 +65,11 @@ def source_key(info: RunInfo, cells: pa.Table) -> str | None:
     """The source key of an imported run (None for a measured one)."""
     if info.source != SOURCE_IMPORTED:
         return None
+    peer = info.imported
+    if peer is not None and peer.tool is not None and peer.source_sha256:
+        # Another tool's per-request output: its file's bytes are the source (two runs
+        # of one tool at one load often publish nothing that tells them apart).
+        return hashlib.sha256(f"peer:{_VERSION}:{peer.source_sha256}".encode()).hexdigest()
     names = [n for n in cells.column_names
              if n in KEY_COLUMNS or n.startswith(PUBLISHED_PREFIX)]
     return source_key_of(info.measured_at, cells.select(names).to_pylist())

@@ -429,7 +429,10 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
             continue  # traffic cells: site_builder/traffic.py
         cell = _base_cell(row)
         key = (cell.phase, cell.context, cell.concurrency)
-        if cell.phase == contract.DECODE:
+        if cell.phase == contract.DECODE and cell.token_counting == contract.COUNT_PEER_REQUEST:
+            idx = groups.get((*key, contract.PURPOSE_MEASURE), empty)
+            _request_tier_cell(cell, row, chunks.subset(idx), done[idx])
+        elif cell.phase == contract.DECODE:
             idx = groups.get((*key, contract.PURPOSE_MEASURE), empty)
             _decode_cell(cell, row, _rows(small, idx), chunks.subset(idx), done[idx], running,
                          waiting, details, data.gpu_metrics, data.info.parameters.max_output_tokens,
@@ -446,9 +449,41 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
     return sorted(out, key=_sort_key), details
 
 
+def _request_tier_cell(cell: CellResult, row: dict[str, Any], chunks: Chunks,
+                       done: np.ndarray) -> None:
+    """A cell imported at tier request (first and last token and the count only): its
+    TTFT, completions and end-to-end latency over the window; never a time between
+    tokens or a rate, which need the chunks the format did not keep."""
+    start, end = row.get("window_start_ns"), row.get("window_end_ns")
+    cell.requests = chunks.n_requests
+    if start is None or end is None or end <= start or not cell.has_numbers:
+        return
+    figures = tails.request_figures(chunks, start, end, done)
+    ttft = figures.samples(tails.TTFT)
+    cell.ttft_ms = float(np.median(ttft)) if len(ttft) else None
+    e2e = figures.samples(tails.E2E)
+    cell.completed = len(e2e)
+    cell.measured_s = (end - start) / 1e9
+    cell.tails = {**tails.tail_columns(ttft, tails.TTFT), **tails.tail_columns(e2e, tails.E2E)}
+
+
+PEER_REQUEST_TIERS = (contract.IMPORT_TIER_CHUNK, contract.IMPORT_TIER_GAP, contract.IMPORT_TIER_REQUEST)
+
+
+def has_peer_requests(data: RunData) -> bool:
+    """Another tool's output kept per request: our figures are computed from its rows."""
+    peer = data.info.imported
+    return data.imported and peer is not None and peer.tool is not None \
+        and peer.tier in PEER_REQUEST_TIERS
+
+
 def aggregate_run(data: RunData, digest: str = "") -> RunAggregate:
-    """Aggregate one validated run directory into its cell results."""
-    if data.imported:
+    """Aggregate one validated run directory into its cell results.
+
+    Imported runs carry their published aggregates, except another tool's output
+    kept per request (issue 36): its figures are ours, over its steady window,
+    computed by the same code as a measured run's."""
+    if data.imported and not has_peer_requests(data):
         return RunAggregate(data.info.run_id, data.info.source, digest, imported_cells(data.cells))
     cells, details = measured_cells(data)
     return RunAggregate(data.info.run_id, data.info.source, digest, cells, details,

@@ -31,7 +31,10 @@ import pyarrow as pa
 from rundir import contract, crosscheck, identity, manifest
 from rundir.contract import ContractError, RunInfo
 from rundir.io import RunData, read_run, read_run_info, read_table
-from site_builder.aggregate import recheck_reason  # the builder's re-check: one wording
+from site_builder.aggregate import (  # the builder's re-check: one wording
+    has_peer_requests,
+    recheck_reason,
+)
 
 RUN_FILES = (
     contract.RUN_YAML,
@@ -287,7 +290,7 @@ def load_run(source: RunSource) -> RunData:
     edits = source.edited or tuple(manifest.check(source.path, CHECKED_FILES[:-1]))
     if edits:
         data.info = marked_edited(data.info, edits)
-    if not data.imported:
+    if not data.imported or has_peer_requests(data):
         data.cells = rechecked_cells(data)
     return data
 

@@ -23,6 +23,7 @@ from site_builder import (
     metrictable,
     names,
     oppoint,
+    peerpage,
     rankings,
     ratepage,
     raterank,
@@ -229,6 +230,7 @@ class Pages:
             medians_note=MEDIANS_NOTE, measured_metrics=metrictable.MEASURED,
             energy_metrics=metrictable.ENERGY,
             client_bound_note=CLIENT_BOUND_NOTE, imported_note=imported_note,
+            peer_section=peerpage.peer_section,
         )
 
     # ---- run ------------------------------------------------------------

@@ -26,6 +26,8 @@ NO_TELEMETRY_WHY = {
             "client host and --gpu-telemetry is not off, so whether this run's GPUs were "
             "power-capped or throttled cannot be told."),
 }
+NO_TELEMETRY_PEER = ("this run was imported from another benchmark tool's output, which records no "
+                     "GPU readings, so whether its GPUs were power-capped or throttled cannot be told.")
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,12 @@ def _list(names: list[str]) -> str:
     return shown + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
 
 
-def answer(agg: RunAggregate, *, imported: bool) -> ThrottleAnswer:
-    """The run's answer, from its decode cells' throttle flags."""
+def answer(agg: RunAggregate, *, imported: bool, peer: bool = False) -> ThrottleAnswer:
+    """The run's answer, from its decode cells' throttle flags (``peer``: imported from
+    another benchmark tool's output)."""
     if not agg.telemetry:
-        return ThrottleAnswer("unknown", NO_TELEMETRY, NO_TELEMETRY_WHY[imported])
+        return ThrottleAnswer("unknown", NO_TELEMETRY,
+                              NO_TELEMETRY_PEER if peer else NO_TELEMETRY_WHY[imported])
     read = [x for x in agg.decode() if x.has_numbers and x.throttle is not None]
     if not read:
         return ThrottleAnswer(

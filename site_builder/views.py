@@ -217,7 +217,8 @@ class RunView:
     @property
     def throttling(self) -> throttle.ThrottleAnswer:
         """"Was it power-capped or throttled?", from its GPU telemetry (or why not known)."""
-        return throttle.answer(self.agg, imported=self.imported)
+        peer = self.info.imported is not None and self.info.imported.tool is not None
+        return throttle.answer(self.agg, imported=self.imported, peer=peer)
 
     @property
     def model(self) -> str:

@@ -97,15 +97,17 @@ def samples(reqs: list[Request], metric: str) -> np.ndarray:
 # A tool's own definition of one published metric, where it differs from ours and
 # we can recompute it from its rows: (tool, metric) -> (rule, words). Rules:
 # "per_chunk": one sample per chunk gap, whatever its tokens (pooled);
-# "with_ttft": (last − send) / tokens per request; "to_end": (end − first) / (tokens − 1).
+# "with_ttft": (last − send) / tokens per request; "to_end": (end − first) / (tokens − 1);
+# "first_to_last": (last − first) / (tokens − 1), our TPOT under the tool's name.
 TOOL_DEFINITIONS: dict[tuple[str, str], tuple[str, str]] = {
-    ("vllm-bench-serve", "itl_ms"): ("per_chunk", "one sample per chunk gap (a chunk of k tokens reads k× "
-                                                  "the per-token gap)"),
+    ("vllm-bench-serve", "itl_ms"): ("per_chunk", "one sample per chunk gap, so a chunk of k tokens "
+                                                  "reads k× the per-token gap"),
     ("sglang", "itl_ms"): ("per_chunk", "one sample per chunk gap"),
     ("vllm-bench-serve", "tpot_ms"): ("to_end", "(latency − TTFT) / (tokens − 1), latency to the "
                                                 "stream's end"),
     ("aiperf", "itl_ms"): ("to_end", "per request (latency − TTFT) / (tokens − 1)"),
     ("guidellm", "tpot_ms"): ("with_ttft", "(last token − send) / tokens: includes the TTFT"),
+    ("guidellm", "itl_ms"): ("first_to_last", "per request (last token − first token) / (tokens − 1)"),
 }
 
 
@@ -119,6 +121,8 @@ def tool_samples(reqs: list[Request], tool: str, metric: str) -> np.ndarray | No
         return np.array([g / 1e6 for q in reqs for g, k in q.gaps if k > 0], dtype=float)
     if rule == "with_ttft":
         return np.array([(q.last - q.send) / 1e6 / q.tokens for q in reqs], dtype=float)
+    if rule == "first_to_last":
+        return samples(reqs, "tpot_ms")
     if rule == "to_end":
         ok = [q for q in reqs if q.tokens > 1]
         return np.array([(q.end - q.first) / 1e6 / (q.tokens - 1) for q in ok], dtype=float)
@@ -238,9 +242,9 @@ def why(metric: str, tool: str, common: float | None, own: float | None,
     off_common = relative(published, common)
     if own is not None and off_own is not None and abs(off_own) <= AGREE:
         if defined and off_common is not None and abs(off_common) > AGREE:
-            parts.append(f"Definition: its rows under its own definition "
-                         f"({TOOL_DEFINITIONS[(tool, metric)][1]}) give its figure; "
-                         f"under ours they read {_pct(relative(common, published))} from it.")
+            parts.append(f"Definition: its rows give its figure under its own definition "
+                         f"({TOOL_DEFINITIONS[(tool, metric)][1]}); under ours they read "
+                         f"{_pct(relative(common, published))} from it.")
         else:
             parts.append("Same definition: its rows give its figure.")
     elif own is not None and off_own is not None:
@@ -249,15 +253,41 @@ def why(metric: str, tool: str, common: float | None, own: float | None,
                      f"rounding of its own).")
     else:
         parts.append("Its definition cannot be recomputed from its rows at this tier.")
-    off_window = relative(window, common)
-    if off_window is not None and abs(off_window) > AGREE:
-        parts.append(f"Window: over the steady window ours reads {_pct(off_window)} from the whole run "
-                     "(the tool's span includes ramp-up and ramp-down).")
-    return " ".join(parts)
+    return " ".join(parts) + _window_line(relative(window, common))
 
 
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x * 100:+.1f}%"
+
+
+def total_why(published: float | None, tokens: int, span_s: float | None,
+              own_span_s: float | None, window: float | None) -> str:
+    """The total tok/s line: its rows' output tokens over the tool's own span (where it
+    published one) against its figure, then over their first send → last end, then the window."""
+    if published is None:
+        return "The tool published no such figure."
+    ours = tokens / span_s if span_s else None
+    if own_span_s:
+        own = tokens / own_span_s
+        off = relative(own, published)
+        if off is not None and abs(off) <= AGREE:
+            line = (f"Span: its rows' {tokens} tokens over its own span ({own_span_s:g} s) give its "
+                    f"figure; over first send → last end ({span_s or 0:.3f} s) they read "
+                    f"{_pct(relative(ours, published))} from it.")
+        else:
+            line = (f"Not explained by its rows: over its own span ({own_span_s:g} s) they read "
+                    f"{_pct(off)} from its figure (counting of its own).")
+    else:
+        line = why("total_tok_s", "", ours, ours, published)
+        return line + ("" if window is None else _window_line(relative(window, ours)))
+    return line + _window_line(relative(window, ours))
+
+
+def _window_line(off: float | None) -> str:
+    if off is None or abs(off) <= AGREE:
+        return ""
+    return (f" Window: over the steady window ours reads {_pct(off)} from the whole run "
+            "(the tool's span includes ramp-up and ramp-down).")
 
 
 def count_why(published: float | None, counted: int) -> str:

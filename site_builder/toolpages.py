@@ -23,7 +23,8 @@ from site_builder.views import RunView
 FOLDER = "tools"
 LABELS = {"ttft_ms": "TTFT", "itl_ms": "ITL", "tpot_ms": "TPOT", "e2e_ms": "E2E",
           "per_request_tok_s": "Per request tok/s"}
-RULE_LABELS = {"per_chunk": "per chunk", "with_ttft": "with the TTFT", "to_end": "to the stream's end"}
+RULE_LABELS = {"per_chunk": "per chunk", "with_ttft": "with the TTFT", "to_end": "to the stream's end",
+               "first_to_last": "per request"}
 TOTAL_LABELS = {"total_tok_s": "Total tok/s", "completed": "Completed requests",
                 "output_tokens": "Output tokens", "duration_s": "Span (s)",
                 "request_rate": "Request rate (req/s)"}
@@ -156,8 +157,7 @@ def _published_table(run: RunView, p: toolcompare.LoadPoint) -> dict[str, Any]:
             if name not in pub:
                 continue
             rule = toolcompare.TOOL_DEFINITIONS.get((tool, metric), ("", ""))[0]
-            own_s = None if (request_tier and metric == "itl_ms") else \
-                toolcompare.tool_samples(p.whole, tool, metric)
+            own_s = toolcompare.tool_samples(p.whole, tool, metric)  # None: needs gaps it lacks
             own = None if own_s is None else toolcompare.rank(own_s, metric, stat, minimum=False)
             common = None if (request_tier and metric == "itl_ms") else \
                 toolcompare.rank(toolcompare.samples(p.whole, metric), metric, stat, minimum=False)
@@ -169,11 +169,13 @@ def _published_table(run: RunView, p: toolcompare.LoadPoint) -> dict[str, Any]:
                          "why": toolcompare.why(metric, tool, common, own, pub[name], window)})
     w, win = p.whole_totals, p.window_totals
     if "total_tok_s" in pub:
+        span = pub.get("duration_s")  # its own span: its rows' tokens over it are its definition
+        own = w.output_tokens / span if span else w.total_tok_s
         rows.append({"name": TOTAL_LABELS["total_tok_s"], "published": _fmt(pub["total_tok_s"], "x"),
-                     "own": _fmt(w.total_tok_s, "x"), "common": _fmt(w.total_tok_s, "x"),
+                     "own": _fmt(own, "x"), "common": _fmt(w.total_tok_s, "x"),
                      "window": _fmt(win.total_tok_s if win else None, "x"),
-                     "why": toolcompare.why("total_tok_s", tool, w.total_tok_s, w.total_tok_s,
-                                            pub["total_tok_s"], win.total_tok_s if win else None)})
+                     "why": toolcompare.total_why(pub["total_tok_s"], w.output_tokens, w.span_s, span,
+                                                  win.total_tok_s if win else None)})
     for name, counted in (("completed", w.completed), ("output_tokens", w.output_tokens)):
         if name in pub:
             rows.append({"name": TOTAL_LABELS[name], "published": _fmt(pub[name], name),

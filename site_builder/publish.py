@@ -363,8 +363,10 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
     for rel, page in pages.index_pages(views, models):  # index.html, index-2.html, …, its rows
         writer.write(rel, page)
     found = toolpages.groups(views)  # one server, several tools: only where there is such a setup
-    for g in found:
-        writer.write(g.page, pages.tool_compare_page(g, toolpages.sections(g)))
+    for g in found:  # keyed by its runs' digests and slugs: its runs' rows are read only when changed
+        key = digest("|".join([fp, g.slug, *(f"{r.agg.digest}:{r.slug}:{r.name}" for r in g.runs)]).encode())
+        if not writer.is_current(g.page, key):
+            writer.write(g.page, pages.tool_compare_page(g, toolpages.sections(g)), key)
     writer.write("compare.html", pages.compare_page(views, found))
     writer.write("downloads.html", pages.downloads_page(views))
     if not writer.is_current("methodology.html", key := digest(f"{fp}|methodology".encode())):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rundir import contract, tails
 from rundir.metrics import first_content
@@ -193,18 +194,25 @@ class LoadPoint:
     has_window: bool
 
 
+_COLUMNS = ("phase", "context", "concurrency", "rate_target", "send_ns", "end_ns", "error", "cancelled",
+            "chunk_ns", "chunk_tokens")
+
+
 def load_points(cells: pa.Table, requests: pa.Table, tier: str | None, measured: bool) -> list[LoadPoint]:
     """A run's decode and rate cells as load points (ours: their measured requests only)."""
-    rows = requests.to_pylist()
+    keep = pc.is_in(requests["phase"], pa.array([contract.DECODE, contract.RATE]))
+    if measured:
+        keep = pc.and_(keep, pc.is_in(requests["purpose"], pa.array([contract.PURPOSE_MEASURE,
+                                                                     contract.PURPOSE_ARRIVAL])))
+    needed = [n for n in _COLUMNS if n in requests.column_names]
+    rows = requests.filter(keep).select(needed).to_pylist()  # only what the figures read
     out = []
     for c in cells.to_pylist():
         if c["phase"] not in (contract.DECODE, contract.RATE):
             continue
         rate = c.get("rate_target")
         mine = [r for r in rows if r["phase"] == c["phase"] and r["context"] == c["context"]
-                and r["concurrency"] == c["concurrency"] and r.get("rate_target") == rate
-                and (not measured or r["purpose"] in (contract.PURPOSE_MEASURE,
-                                                      contract.PURPOSE_ARRIVAL))]
+                and r["concurrency"] == c["concurrency"] and r.get("rate_target") == rate]
         if not mine:
             continue
         reqs = requests_of(mine, chunked=tier != contract.IMPORT_TIER_REQUEST)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import html
 import re
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from rundir import contract
 from rundir.io import write_run_info, write_table
+from site_builder import toolpages
 from site_builder.publish import build_site
 from tests.support.synthetic_runs import MS, T0, make_measured_run, run_info
 
@@ -124,3 +127,25 @@ def test_request_tier_shows_no_itl_of_ours_and_guidellm_tpot_with_its_ttft(tmp_p
     tpot = _row(page, "TPOT (with the TTFT) p50")
     assert tpot.startswith("7.00 7.00 4.44 4.44 Definition:") and "includes the TTFT" in tpot
     assert _row(page, "ITL (per request) p50").startswith("4.44 4.44 — — Same definition")  # ours: none
+
+
+def test_a_run_that_becomes_a_tools_run_re_renders_the_cached_run_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data, out = tmp_path / "data", tmp_path / "site"
+    make_measured_run(data / "ours", run_id="ours", contexts=[CTX], concurrency=[CONC],
+                      prefill_contexts=[])
+    _imported(data / "peer", tool="")  # no tool: no comparison (its series links are the same after)
+    assert build_site(data, out, jobs=0).errors == []
+    assert "tool-compare-link" not in (out / "runs" / "ours" / "index.html").read_text()
+    shutil.rmtree(data / "peer")
+    _imported(data / "peer")
+    assert build_site(data, out, jobs=0).errors == []
+    assert "tool-compare-link" in (out / "runs" / "ours" / "index.html").read_text()
+    calls = []
+    real = toolpages.sections
+    monkeypatch.setattr(toolpages, "sections", lambda g: calls.append(g) or real(g))
+    make_measured_run(data / "other", run_id="other", contexts=[CTX], concurrency=[CONC],
+                      prefill_contexts=[], info={"model": {"name": "Other-7B", "served_name": "o"}})
+    assert build_site(data, out, jobs=0).errors == []  # another setup: the group's rows not read again
+    assert calls == []
+    assert (out / "runs" / "other" / "index.html").exists()

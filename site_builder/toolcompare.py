@@ -56,6 +56,7 @@ class Request:
     last: int  # last chunk carrying tokens
     tokens: int  # output tokens (the last cumulative count)
     gaps: tuple[tuple[int, int], ...]  # (gap to the chunk before, its tokens), token chunks after the first
+    scheduled: int | None = None  # a rate request's scheduled send (its send lag: send − scheduled)
 
 
 def requests_of(rows: list[dict], chunked: bool) -> list[Request]:
@@ -75,7 +76,7 @@ def requests_of(rows: list[dict], chunked: bool) -> list[Request]:
                                                                       strict=False)) if chunked else ()
         end = r.get("end_ns")
         out.append(Request(r["send_ns"], end if end is not None else ns[last], ns[i], ns[last],
-                           int(cum[last]), gaps))
+                           int(cum[last]), gaps, r.get("scheduled_ns")))
     return out
 
 
@@ -130,6 +131,14 @@ def tool_samples(reqs: list[Request], tool: str, metric: str) -> np.ndarray | No
     if metric in ("ttft_ms", "e2e_ms") or (tool == OURS and metric != "itl_ms"):
         return samples(reqs, metric)
     return None
+
+
+def queued_ttft(reqs: list[Request]) -> np.ndarray | None:
+    """TTFT counted from each request's scheduled send (the send lag included), for rows
+    that keep a schedule (rate cells); None where none does."""
+    if not reqs or any(q.scheduled is None for q in reqs):
+        return None
+    return np.array([(q.first - q.scheduled) / 1e6 for q in reqs], dtype=float)
 
 
 def rank(values: np.ndarray, metric: str, stat: str, minimum: bool = True) -> float | None:
@@ -195,7 +204,7 @@ class LoadPoint:
 
 
 _COLUMNS = ("phase", "context", "concurrency", "rate_target", "send_ns", "end_ns", "error", "cancelled",
-            "chunk_ns", "chunk_tokens")
+            "chunk_ns", "chunk_tokens", "scheduled_ns")
 
 
 def load_points(cells: pa.Table, requests: pa.Table, tier: str | None, measured: bool) -> list[LoadPoint]:
@@ -238,12 +247,19 @@ def relative(a: float | None, b: float | None) -> float | None:
 
 
 def why(metric: str, tool: str, common: float | None, own: float | None,
-        published: float | None, window: float | None = None) -> str:
+        published: float | None, window: float | None = None, queued: float | None = None) -> str:
     """The short "why they differ" line of one figure, from what can be computed:
     `common` ours under the one definition (whole run), `own` the tool's definition
-    recomputed from its rows, `published` the tool's figure, `window` ours over the window."""
+    recomputed from its rows, `published` the tool's figure, `window` ours over the window,
+    `queued` (TTFT) its rows counted from their scheduled sends."""
     if published is None:
         return "The tool published no such figure."
+    off_queued = relative(queued, published)
+    if off_queued is not None and abs(off_queued) <= AGREE and not (
+            (o := relative(own, published)) is not None and abs(o) <= AGREE):
+        return (f"Queueing: its rows counted from each request's scheduled send (the wait before it "
+                f"was sent included) give its figure; from the send they read "
+                f"{_pct(relative(common, published))} from it.") + _window_line(relative(window, common))
     defined = (tool, metric) in TOOL_DEFINITIONS
     parts = []
     off_own = relative(published, own)

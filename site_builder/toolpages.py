@@ -164,9 +164,11 @@ def _published_table(run: RunView, p: toolcompare.LoadPoint) -> dict[str, Any]:
             window = None if (request_tier and metric == "itl_ms") or not p.has_window else \
                 toolcompare.rank(toolcompare.samples(p.window, metric), metric, stat, minimum=False)
             label = LABELS[metric] + (f" ({RULE_LABELS[rule]})" if rule else "") + f" {stat}"
+            queued_s = toolcompare.queued_ttft(p.whole) if metric == "ttft_ms" else None
+            queued = None if queued_s is None else toolcompare.rank(queued_s, metric, stat, minimum=False)
             rows.append({"name": label, "published": _fmt(pub[name], metric), "own": _fmt(own, metric),
                          "common": _fmt(common, metric), "window": _fmt(window, metric),
-                         "why": toolcompare.why(metric, tool, common, own, pub[name], window)})
+                         "why": toolcompare.why(metric, tool, common, own, pub[name], window, queued)})
     w, win = p.whole_totals, p.window_totals
     if "total_tok_s" in pub:
         span = pub.get("duration_s")  # its own span: its rows' tokens over it are its definition

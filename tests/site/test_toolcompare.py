@@ -135,3 +135,13 @@ def test_total_why_checks_the_tools_own_span() -> None:
                                                                   "span (0.5 s) they read -20.0%")
     assert tc.total_why(211.0, 100, 0.474, None, None).startswith("Same definition")
     assert tc.total_why(None, 100, 0.474, 0.5, None) == "The tool published no such figure."
+
+
+def test_queueing_is_named_only_when_the_scheduled_sends_give_its_ttft() -> None:
+    reqs = tc.requests_of([{**A, "scheduled_ns": -10 * MS}, {**B, "scheduled_ns": 90 * MS}], chunked=True)
+    assert tc.queued_ttft(reqs).tolist() == [30.0, 15.0]
+    assert tc.queued_ttft(tc.requests_of([A], chunked=True)) is None  # no schedule kept
+    line = tc.why("ttft_ms", "aiperf", common=12.5, own=12.5, published=22.5, queued=22.5)
+    assert line.startswith("Queueing:") and "-44.4%" in line
+    assert tc.why("ttft_ms", "aiperf", 22.5, 22.5, 22.5, queued=22.5).startswith("Same definition")
+    assert tc.why("ttft_ms", "aiperf", 12.5, 12.5, 40.0, queued=22.5).startswith("Not explained")

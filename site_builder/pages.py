@@ -30,6 +30,7 @@ from site_builder import (
     runrows,
     slo,
     spec,
+    toolcompare,
     trafficpage,
 )
 from site_builder.aggregate import CellResult
@@ -394,14 +395,20 @@ class Pages:
                              also_measured=lambda r: raterank.also_measured(
                                  r, trafficpage.summary(r.agg.traffic)))
 
-    def compare_page(self, runs: list[RunView]) -> str:
+    def compare_page(self, runs: list[RunView], tool_groups: list[Any] | None = None) -> str:
         # A site with traffic cells: their A/B tables, and the status rules that know
         # their statuses; without, the page as it was before them.
         traffic = any(r.agg.traffic or r.agg.rate for r in runs)  # rate cells: theirs too
         drafts = any(r.agg.spec for r in runs)  # speculative decoding: its A/B table, same script
         return self.r.render("compare.html", depth=0, groups=compare_groups(runs),
                              pick=compare_default(runs), metrics=COMPARE_METRICS, nav="compare",
-                             traffic=traffic or drafts, STATUS_RULES=statuses.js_rules(traffic))
+                             traffic=traffic or drafts, STATUS_RULES=statuses.js_rules(traffic),
+                             tool_groups=tool_groups or [])
+
+    def tool_compare_page(self, group: Any, sections: list[dict[str, Any]]) -> str:
+        """One server measured by several tools (site_builder/toolpages.py)."""
+        return self.r.render("tools.html", depth=1, group=group, sections=sections, nav="compare",
+                             stats=toolcompare.STATS)
 
     def explore_page(self, data: dict[str, Any], traffic: bool = False, rate: bool = False) -> str:
         """The explorer: its controls, and the default view's picture for readers without JS.

@@ -47,6 +47,7 @@ from site_builder import (
     runrows,
     series,
     statusstyle,
+    toolpages,
     workers,
 )
 from site_builder.aggregate import AggregateCache, code_salt
@@ -361,7 +362,12 @@ def _site_pages(writer: SiteWriter, pages: Pages, views: list[RunView],
     rankings.write_data(writer, views, models, fp)  # data/oppoint/<family>.js, on demand
     for rel, page in pages.index_pages(views, models):  # index.html, index-2.html, …, its rows
         writer.write(rel, page)
-    writer.write("compare.html", pages.compare_page(views))
+    found = toolpages.groups(views)  # one server, several tools: only where there is such a setup
+    for g in found:  # keyed by its runs' digests and slugs: its runs' rows are read only when changed
+        key = digest("|".join([fp, g.slug, *(f"{r.agg.digest}:{r.slug}:{r.name}" for r in g.runs)]).encode())
+        if not writer.is_current(g.page, key):
+            writer.write(g.page, pages.tool_compare_page(g, toolpages.sections(g)), key)
+    writer.write("compare.html", pages.compare_page(views, found))
     writer.write("downloads.html", pages.downloads_page(views))
     if not writer.is_current("methodology.html", key := digest(f"{fp}|methodology".encode())):
         writer.write("methodology.html", pages.methodology_page(text), key)  # fp holds the text
@@ -388,6 +394,7 @@ def _publish(views: list[RunView], writer: SiteWriter, cache: AggregateCache,
     False when no run could be rendered (nothing site-wide is written then)."""
     models = family_groups(views)
     series.attach(views)  # before the run pages: they link their series' neighbours
+    toolpages.attach(views, toolpages.groups(views))  # and their tools' comparison page
     if bundle is not None:
         bundle.join()
     renderer = Renderer()

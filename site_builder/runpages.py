@@ -94,6 +94,7 @@ def write_run(writer: SiteWriter, pages: Pages, run: RunView, fp: str,
     fall = run.regression.title if run.regression else ""
     page_key = digest(f"{key}|{run.series_slug}|{run.series_prev}|{run.series_next}|"
                       f"{fall}|{prices.page_key(run.price)}"  # and shows its cost
+                      f"{'|' + run.tool_compare if run.tool_compare else ''}"  # links its tools' page
                       .encode())  # the run page links its series' neighbours
     slo.attach(run, cache.folder if cache is not None else None,  # goodput: page, downloads
                lambda: run.agg.details or (_details(cache, run, src_dir) if cache else {}))

@@ -201,6 +201,9 @@ class RunView:
     series_prev: tuple[str, str] | None = None
     series_next: tuple[str, str] | None = None
     regression: Fall | None = None
+    # The comparison page of its server measured by several tools (site_builder/toolpages.py),
+    # set by publish; empty: none.
+    tool_compare: str = ""
 
     def __post_init__(self) -> None:
         self.name = self.name or self.title

@@ -61,7 +61,8 @@ def _own_figures(run: PeerRun) -> dict[str, float]:
     e2e = [(r.end_ns - r.send_ns) / 1e6 for r in ok]
     # ITL per chunk, as vLLM pools it
     itl = [(b - a) / 1e6 for r in ok for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)]
-    tpot = [(e - t) / (r.output_tokens - 1) for r, t, e in zip(ok, ttft, e2e, strict=True) if r.output_tokens > 1]
+    tpot = [(e - t) / (r.output_tokens - 1)
+            for r, t, e in zip(ok, ttft, e2e, strict=True) if r.output_tokens > 1]
     out: dict[str, float] = {}
     for name, values in (("ttft_ms", ttft), ("e2e_ms", e2e), ("itl_ms", itl), ("tpot_ms", tpot)):
         out[f"{name}.mean"] = float(np.mean(values))

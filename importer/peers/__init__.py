@@ -21,6 +21,7 @@ SNIFF_BYTES = 64 * 1024
 READER_MODULES: tuple[str, ...] = (
     # one line per reader module, e.g. "importer.peers.aiperf",
     "importer.peers.vllm",
+    "importer.peers.sglang",
 )
 
 

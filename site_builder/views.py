@@ -14,6 +14,7 @@ from rundir.contract import RunInfo
 from site_builder import formats, metrictable, throttle
 from site_builder.aggregate import CellResult, RunAggregate
 from site_builder.families import family_of
+from site_builder.lengths import request_length_rows
 from site_builder.prices import Price
 
 _CODES = {
@@ -349,6 +350,7 @@ class RunView:
             ("Max model length", formats.tokens(m.max_model_len) if m.max_model_len else None),
             ("Prompts", prompt_source_label(p)),  # absent for filler: such pages as they were
             *length_rows(p),  # none at the defaults: such pages as they were
+            *request_length_rows(self.agg.lengths),  # none without per-request lengths
         ]
         if kv.tokens:
             how = f" ({kv.source})" if kv.source else ""

@@ -130,8 +130,13 @@ def test_each_request_asks_its_items_reply_length(refserver, tmp_path: Path) -> 
     # the builder's re-check holds each request to its own output_target (EOS ignored)
     assert [(c["status"], c["reason"]) for c in cells_json["cells"]] == [(c["status"], c["reason"])
                                                                           for c in cells]
-    assert "each request&#39;s max_tokens its prompt item&#39;s reply length" in page \
-        or "each request's max_tokens its prompt item's reply length" in page
+    assert "each request&#39;s max_tokens its prompt item&#39;s reply length" in page
+    # the lengths the requests asked, read back from requests.parquet alone
+    decode_asked = sorted(r["output_target"] for r in sent if r["phase"] == DECODE)
+    low, high = decode_asked[0], decode_asked[-1]
+    assert f"<dt>Decode request lengths</dt><dd>max_tokens asked {low}" in page
+    assert f"{high} (min / median / max, {len(decode_asked)} requests)" in page or low == high
+    assert "<dt>Rate request lengths</dt><dd>max_tokens asked" in page and "prompts " in page
 
 
 @pytest.mark.parametrize(("args", "want"), [

@@ -139,6 +139,34 @@ def test_each_request_asks_its_items_reply_length(refserver, tmp_path: Path) -> 
     assert "<dt>Rate request lengths</dt><dd>max_tokens asked" in page and "prompts " in page
 
 
+def test_rate_requests_split_over_workers_and_a_resumed_run_ask_the_reply_lengths(
+        refserver, tmp_path: Path) -> None:
+    srv = refserver(tokens_per_s=1000)
+    pfile = tmp_path / "p.jsonl"
+    pfile.write_text("".join(json.dumps(item) + "\n" for item in (
+        {"prompt": _words("a", 40), "completion": _words("c", 9)},
+        {"prompt": _words("b", 30)},  # no reply: no prompt starts here
+        {"prompt": _words("d", 50), "output_tokens": 17},
+        {"messages": [{"role": "user", "content": _words("e", 20)},
+                      {"role": "assistant", "content": _words("f", 5)}]})))
+    want = {0: 9, 2: 17, 3: 5}
+    run = tmp_path / "run"
+    res = run_cli("bench", "run", "--base-url", srv.base_url, *FAST, "--concurrency", "1", "--rate", "4",
+                  "--workers", "2", "--prompts", str(pfile), "--output-lengths", "file", "--out", str(run))
+    assert res.returncode == 0, res.stderr
+    assert "--prompts p.jsonl: 3 of 4 items have a reply" in res.stderr
+    cells = pq.read_table(run / "cells.parquet").to_pylist()
+    assert {c["processes"] for c in cells if c["phase"] == RATE} == {2}  # the base prompt crossed the wire
+    res = run_cli("bench", "run", "--base-url", srv.base_url, "--resume", str(run), "--concurrency", "1,2",
+                  "--prompts", str(pfile))
+    assert res.returncode == 0, res.stderr
+    requests = pq.read_table(run / "requests.parquet").to_pylist()
+    asked = {a["request_id"]: a["max_tokens"] for a in srv.arrivals()}
+    sent = [r for r in requests if r["purpose"] in (PURPOSE_MEASURE, PURPOSE_ARRIVAL)]
+    assert {(r["phase"], r["concurrency"]) for r in sent} == {(DECODE, 1), (DECODE, 2), (RATE, 0)}
+    assert all(r["output_target"] == want[r["prompt_index"]] == asked[r["request_id"]] for r in sent)
+
+
 @pytest.mark.parametrize(("args", "want"), [
     (["--output-lengths", "file"], "--output-lengths file: only with --prompts FILE"),
     (["--output-lengths", "file", "--prompts", "{f}", "--length-seed", "3"],

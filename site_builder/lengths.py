@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from rundir import contract
+from rundir.words import context_label
 
 _SENT = (contract.PURPOSE_MEASURE, contract.PURPOSE_ARRIVAL)  # decode streams, rate requests
 _PHASES = (contract.DECODE, contract.RATE)
@@ -32,6 +33,10 @@ class LengthStat:
     prompt: list[float] | None  # prompt_tokens (the server's count; else input_target) of the
     #                             requests sized per request; None: every prompt at its context
     prompt_requests: int = 0
+    # decode only: per cell [context, concurrency, least, most max_tokens asked], for a reader
+    # comparing cells (each decode cell's streams start at one prompt: with a file's replies
+    # every request of a cell asks one length, and cells may differ)
+    cells: list[list[int]] | None = None
 
 
 def _spread(values: list[int]) -> list[float] | None:
@@ -47,7 +52,8 @@ def length_stats(requests: pa.Table) -> list[LengthStat]:
     names = set(requests.column_names)
     if not len(requests) or not {"output_target", "input_target"} & names:
         return []
-    cols = [c for c in ("phase", "purpose", "output_target", "input_target", "prompt_tokens") if c in names]
+    cols = [c for c in ("phase", "context", "concurrency", "purpose", "output_target", "input_target",
+                        "prompt_tokens") if c in names]
     out = []
     rows = requests.select(cols).to_pylist()
     for phase in _PHASES:
@@ -58,8 +64,22 @@ def length_stats(requests: pa.Table) -> list[LengthStat]:
                    for r in sized]
         if asked or prompts:
             out.append(LengthStat(phase, len(asked) if asked else len(prompts), _spread(asked),
-                                  _spread(prompts), len(prompts)))
+                                  _spread(prompts), len(prompts),
+                                  _per_cell(sent) if phase == contract.DECODE and asked else None))
     return out
+
+
+def _per_cell(sent: list[dict]) -> list[list[int]]:
+    by: dict[tuple[int, int], list[int]] = {}
+    for r in sent:
+        if r.get("output_target") is not None:
+            by.setdefault((r["context"], r["concurrency"]), []).append(r["output_target"])
+    return [[c, k, min(v), max(v)] for (c, k), v in sorted(by.items())]
+
+
+def _cell_text(context: int, concurrency: int, low: int, high: int) -> str:
+    """"1K×2 50–64": a decode cell and the max_tokens its requests asked."""
+    return f"{context_label(context)}×{concurrency} {low:,}" + (f"–{high:,}" if high != low else "")
 
 
 def _triple(values: list[float]) -> str:
@@ -81,5 +101,8 @@ def request_length_rows(stats: list[LengthStat]) -> list[tuple[str, str]]:
         label = "Decode request lengths" if s.phase == contract.DECODE else "Rate request lengths"
         spread = "min / median / max, " if any(v and v[0] != v[2] for v in (s.output, s.prompt)) else ""
         n = max(s.requests, s.prompt_requests)
-        rows.append((label, f"{'; '.join(parts)} ({spread}{n:,} request{'' if n == 1 else 's'})"))
+        text = f"{'; '.join(parts)} ({spread}{n:,} request{'' if n == 1 else 's'})"
+        if s.cells and len(s.cells) > 1 and s.output and s.output[0] != s.output[2]:
+            text += "; per cell: " + ", ".join(_cell_text(*x) for x in s.cells)
+        rows.append((label, text))
     return rows

@@ -318,7 +318,8 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     RunOption("--output-lengths", "settings.output_lengths",
               "How many tokens each decode and rate request asks (max_tokens): fixed (every "
               "request the cell's, as the matrix has it), uniform:A-B or normal:MEAN,SD,MIN,MAX "
-              "(bounded), drawn per request from --length-seed and kept per request "
+              "(bounded), drawn per request from --length-seed and kept per request, or file "
+              "(with --prompts: its item's reply length, at most --max-output) "
               "(docs/methodology.md, Length mixes). Prefill cells ask 1 token.",
               type=LengthSpec(), show_default=True, group=MATRIX),
     RunOption("--input-lengths", "settings.input_lengths",

@@ -282,7 +282,7 @@ class ApiKey(click.ParamType):
 
 
 class LengthSpec(click.ParamType):
-    """A length mix (`--output-lengths`): fixed, uniform:A-B or normal:MEAN,SD,MIN,MAX,
+    """A length mix (`--output-lengths`): fixed, uniform:A-B, normal:MEAN,SD,MIN,MAX or file,
     kept as rundir.lengths writes it back."""
 
     name = "spec"

@@ -18,6 +18,11 @@ bound (every prompt ≤ it: capacity planned at the context stays safe). A reque
 input draw is keyed by the cell key plus "input", so it is independent of its output
 draw. `file` draws nothing: each prompt is its file item's own length (capped at the
 context), which the collector measures, not this module.
+
+An output mix `file` draws nothing either: with --prompts, each request asks the length of
+the reply that follows its prompt's item in the file (capped at the run's max output),
+which the collector counts with the server's tokenizer; items without a reply are left out
+of the run's pool of prompts (bench/workload/sources.py, PromptSource.index_for).
 """
 
 from __future__ import annotations
@@ -35,13 +40,15 @@ NORMAL_TRIES = 64  # a normal draw outside [MIN, MAX] is drawn again this often,
 
 _INT = r"\s*([0-9]+)\s*"
 _NUM = r"\s*([0-9]+(?:\.[0-9]+)?)\s*"
-SPEC_HELP = "fixed, uniform:A-B or normal:MEAN,SD,MIN,MAX (whole tokens ≥ 1)"
+OUTPUT_FILE = "file"
+SPEC_HELP = ("fixed, uniform:A-B or normal:MEAN,SD,MIN,MAX (whole tokens ≥ 1), or file (each request "
+             "its --prompts item's reply length)")
 
 
 @dataclass(frozen=True)
 class LengthMix:
-    """A parsed length spec: `kind` FIXED, UNIFORM (low..high) or NORMAL (mean, sd,
-    bounded to low..high)."""
+    """A parsed length spec: `kind` FIXED, UNIFORM (low..high), NORMAL (mean, sd,
+    bounded to low..high) or OUTPUT_FILE (each request its prompt item's reply length)."""
 
     kind: str = FIXED
     low: int = 0
@@ -53,19 +60,26 @@ class LengthMix:
     def fixed(self) -> bool:
         return self.kind == FIXED
 
+    @property
+    def drawn(self) -> bool:
+        """Whether lengths are drawn (and seeded): uniform or normal."""
+        return self.kind in (UNIFORM, NORMAL)
+
     def __str__(self) -> str:
         """The spec as run.yaml records it (parse_mix reads it back)."""
         if self.kind == UNIFORM:
             return f"{UNIFORM}:{self.low}-{self.high}"
         if self.kind == NORMAL:
             return f"{NORMAL}:{_num(self.mean)},{_num(self.sd)},{self.low},{self.high}"
-        return FIXED
+        return self.kind
 
     def draw(self, seed: int, cell_key: tuple, slot: int, n: int) -> int:
         """The length request `n` of slot `slot` of the cell keyed `cell_key` asks
         (a fixed mix has none to draw: ValueError)."""
         if self.fixed:
             raise ValueError("a fixed length mix draws nothing: every request asks the cell's maximum")
+        if not self.drawn:
+            raise ValueError(f"output lengths {self}: nothing to draw (each request its item's reply)")
         rng = random.Random(request_seed(seed, cell_key, slot, n))
         if self.kind == UNIFORM:
             return rng.randint(self.low, self.high)
@@ -171,6 +185,8 @@ def parse_mix(text: str, flag: str = "--output-lengths") -> LengthMix:
     kind = kind.strip().lower()
     if kind == FIXED and not rest:
         return LengthMix()
+    if kind == OUTPUT_FILE and not rest:
+        return LengthMix(OUTPUT_FILE)
     if kind == UNIFORM:
         m = re.fullmatch(_INT + "-" + _INT, rest)
         if not m:

@@ -32,6 +32,7 @@ from rundir.metrics import (
     prefill_used,
 )
 from site_builder import drilldown, fingerprint
+from site_builder.lengths import LengthStat, length_stats
 from site_builder.rate import RateCell, rate_cells
 from site_builder.spec import SpecCell, spec_cells
 from site_builder.traffic import TrafficCell, traffic_cells
@@ -133,6 +134,9 @@ class RunAggregate:
     # Its decode cells' speculative-decoding acceptance (site_builder/spec.py); empty
     # unless some cell has a figure.
     spec: list[SpecCell] = field(default_factory=list)
+    # Its requests' own lengths per phase (site_builder/lengths.py); empty unless some
+    # request asked its own max_tokens or was sized on its own.
+    lengths: list[LengthStat] = field(default_factory=list)
 
     def to_json(self) -> str:
         data = {
@@ -147,6 +151,8 @@ class RunAggregate:
             "rate": [asdict(x) for x in self.rate],
             "spec": [asdict(x) for x in self.spec],
         }
+        if self.lengths:
+            data["lengths"] = [asdict(x) for x in self.lengths]
         return json.dumps(data, separators=(",", ":"), allow_nan=False)
 
     @classmethod
@@ -159,14 +165,15 @@ class RunAggregate:
         traffic = [TrafficCell(**x) for x in data.get("traffic", [])]
         rate = [RateCell(**x) for x in data.get("rate", [])]
         spec = [SpecCell(**x) for x in data.get("spec", [])]
+        lengths = [LengthStat(**x) for x in data.get("lengths", [])]
         return cls(data["run_id"], data["source"], data["digest"], cells, data["details"],
-                   bool(data.get("telemetry", False)), traffic, rate, spec)
+                   bool(data.get("telemetry", False)), traffic, rate, spec, lengths)
 
     def head(self) -> RunAggregate:
         """The aggregate less its drill-down details (what the cache's head file holds)."""
         return RunAggregate(self.run_id, self.source, self.digest, self.cells,
                             telemetry=self.telemetry, traffic=self.traffic, rate=self.rate,
-                            spec=self.spec)
+                            spec=self.spec, lengths=self.lengths)
 
     def decode(self) -> list[CellResult]:
         return [x for x in self.cells if x.phase == contract.DECODE]
@@ -490,7 +497,8 @@ def aggregate_run(data: RunData, digest: str = "") -> RunAggregate:
                         telemetry=len(data.gpu_metrics) > 0,
                         traffic=traffic_cells(data.cells, data.requests),
                         rate=rate_cells(data.cells, data.requests),
-                        spec=spec_cells(data.cells, data.requests, data.info.engine.name))
+                        spec=spec_cells(data.cells, data.requests, data.info.engine.name),
+                        lengths=length_stats(data.requests))
 
 
 # --------------------------------------------------------------------------

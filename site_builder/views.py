@@ -14,6 +14,7 @@ from rundir.contract import RunInfo
 from site_builder import formats, metrictable, throttle
 from site_builder.aggregate import CellResult, RunAggregate
 from site_builder.families import family_of
+from site_builder.lengths import request_length_rows
 from site_builder.prices import Price
 
 _CODES = {
@@ -353,6 +354,7 @@ class RunView:
             ("Max model length", formats.tokens(m.max_model_len) if m.max_model_len else None),
             ("Prompts", prompt_source_label(p)),  # absent for filler: such pages as they were
             *length_rows(p),  # none at the defaults: such pages as they were
+            *request_length_rows(self.agg.lengths),  # none without per-request lengths
         ]
         if kv.tokens:
             how = f" ({kv.source})" if kv.source else ""
@@ -487,7 +489,10 @@ def length_rows(p: contract.Parameters) -> list[tuple[str, str]]:
     """The run's output length mix, EOS and sampling as the run page's details say them;
     none for a run at the defaults (fixed lengths, EOS ignored, the server's sampling)."""
     rows = []
-    if p.output_lengths:
+    if p.output_lengths == "file":
+        rows.append(("Output lengths", "file: each request's max_tokens its prompt item's reply length "
+                     "in the file, at most the run's max output (items without a reply not used)"))
+    elif p.output_lengths:
         seed = f", seed {p.length_seed}" if p.length_seed is not None else ""
         rows.append(("Output lengths", f"{p.output_lengths}{seed}: max_tokens drawn per request"))
     if p.input_lengths == "file":

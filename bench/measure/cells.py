@@ -205,11 +205,19 @@ class CellRunner:
         """The run's output length mix (--output-lengths)."""
         return parse_mix(self.settings.output_lengths)
 
-    def output_target(self, cell: Cell, slot: int, n: int) -> int | None:
+    def output_target(self, cell: Cell, slot: int, n: int, prompt: Prompt | None = None) -> int | None:
         """max_tokens of request `n` of stream slot `slot` (rate cells: slot = its index,
-        n = 0) when the run draws lengths; None: every request asks the cell's maximum."""
+        n = 0) when the run draws lengths, or (--output-lengths file) its `prompt`'s item's
+        reply length; None: every request asks the cell's maximum."""
         mix = self.mix
-        return None if mix.fixed else mix.draw(self.settings.length_seed, cell.key, slot, n)
+        if mix.fixed:
+            return None
+        if mix.drawn:
+            return mix.draw(self.settings.length_seed, cell.key, slot, n)
+        if prompt is None or prompt.reply_tokens is None:  # a bug of ours: PromptFactory sets it
+            raise ValueError(f"output lengths {mix}: the prompt of {cell.key} slot {slot} has no "
+                             "reply length")
+        return prompt.reply_tokens
 
     def payload(self, prompt: Prompt, max_tokens: int) -> dict:
         """A streaming chat request plus the engine profile's extras (less ignore_eos
@@ -403,7 +411,7 @@ class CellRunner:
                 return
             if run.end_ns is not None and time.monotonic_ns() >= run.end_ns:
                 return  # a starved event loop sets `cancel` late: start nothing past the window
-            target = self.output_target(run.cell, i, n)
+            target = self.output_target(run.cell, i, n, run.prompts[i])
             rid, result, live = await self._post(
                 run.prompts[i], target or self.settings.max_output, run.cancel,
                 lambda proto, i=i: run.live.__setitem__(i, proto), run.streams,

@@ -332,7 +332,7 @@ class RateSender:
         async def one(i: int, at: int) -> RequestRecord:
             # a reuse cell's requests go round its groups (and a source's suffix texts)
             bodies = groups[i % len(groups)]
-            target = r.output_target(cell, i, 0)  # None: every request asks self.output
+            target = r.output_target(cell, i, 0, bodies.base)  # None: every request asks self.output
             # made ahead, without encoding the prompt again
             body = bodies.body(rate_tag(cell, i), target)
             try:  # its base: what the record keeps of the prompt (its source index)

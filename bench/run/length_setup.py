@@ -18,7 +18,7 @@ from bench.core.errors import FlagError
 from bench.measure.cells import Settings
 from rundir.arrivals import seed_from_text
 from rundir.contract import Parameters
-from rundir.lengths import INPUT_FILE, parse_input_mix, parse_mix
+from rundir.lengths import INPUT_FILE, OUTPUT_FILE, parse_input_mix, parse_mix
 
 RunOptions = Any  # bench/run/runner.py's (it imports this module: no import back)
 
@@ -53,6 +53,9 @@ def check_length_flags(opts: RunOptions) -> RunOptions:
             raise FlagError("--length-seed: only with --output-lengths uniform:… or normal:… or a "
                             "drawn --input-lengths (fixed lengths draw nothing)")
         return opts
+    if mix.kind == OUTPUT_FILE:
+        cap = _check_output_file(opts, inputs)
+        return dataclasses.replace(opts, rate_output=cap) if opts.rate else opts
     if mix.high > s.max_output:
         raise FlagError(f"--output-lengths {mix}: its longest request ({mix.high} tokens) exceeds "
                         f"--max-output {s.max_output} (the plan fits each context with that many)")
@@ -60,6 +63,27 @@ def check_length_flags(opts: RunOptions) -> RunOptions:
         raise FlagError(f"--rate-output with --output-lengths {mix}: give one (the mix sets the "
                         "rate cells' lengths too)")
     return dataclasses.replace(opts, rate_output=mix.high) if opts.rate else opts
+
+
+def _check_output_file(opts: RunOptions, inputs) -> int:
+    """--output-lengths file's rate output for the plan: the cap, --max-output (no request asks
+    more); one line where it cannot run: without --prompts, with a seed (nothing is drawn),
+    --rate-output, --rate-reuse (a reuse request's prompt is two items' text) or --shard."""
+    flag = "--output-lengths file"
+    if opts.prompts_file is None:
+        raise FlagError(f"{flag}: only with --prompts FILE (each request asks its item's reply length)")
+    if _given(opts, "length_seed") and not inputs.drawn:
+        raise FlagError("--length-seed: only with --output-lengths uniform:… or normal:… or a "
+                        f"drawn --input-lengths ({flag} draws nothing)")
+    if opts.rate_output is not None:
+        raise FlagError(f"--rate-output with {flag}: give one (each rate request asks its item's "
+                        "reply length)")
+    if opts.rate_reuse:
+        raise FlagError(f"{flag} with --rate-reuse: give one (a reuse request's prompt is a shared "
+                        "prefix and a suffix, not one item)")
+    if opts.shard is not None:
+        raise FlagError(f"{flag} with --shard: reply lengths are counted in one process")
+    return opts.settings.max_output
 
 
 def check_input_flags(opts: RunOptions):
@@ -89,7 +113,7 @@ def length_parameters(s: Settings, run_id: str, seed_given: bool) -> dict[str, o
     mix = parse_mix(s.output_lengths)
     inputs = parse_input_mix(s.input_lengths)
     seed = None
-    if not mix.fixed or inputs.drawn:
+    if mix.drawn or inputs.drawn:
         seed = s.length_seed if seed_given else seed_from_text("lengths:" + run_id)
     return {"output_lengths": None if mix.fixed else str(mix),
             "input_lengths": None if inputs.fixed else str(inputs), "length_seed": seed,
@@ -146,7 +170,10 @@ def length_lines(s: Settings) -> list[str]:
     so a run without these flags shows what it did."""
     mix = parse_mix(s.output_lengths)
     out = []
-    if not mix.fixed:
+    if mix.kind == OUTPUT_FILE:
+        out.append(f"Output lengths: each decode and rate request asks its --prompts item's reply length, "
+                   f"at most {s.max_output} tokens (kept in output_target); prefill cells ask 1 token")
+    elif not mix.fixed:
         out.append(f"Output lengths: {mix}, drawn per request (seeded; kept in output_target); "
                    "prefill cells ask 1 token")
     inputs = parse_input_mix(s.input_lengths)

@@ -7,7 +7,9 @@ or derived from the run id as the arrival seed is) and, for a file, its SHA-256:
 run must name the same source, seed and file bytes, or it is refused in one line.
 Traffic cells (--prefix-reuse, --turns) and rate cells at a reuse level (--rate-reuse)
 take their text from the source too; --turns with a file needs assistant turns in it
-(the replies a conversation replays), or it is refused.
+(the replies a conversation replays), or it is refused. With --output-lengths file the
+run's prompts start only at the file's items that have a reply (the others are skipped,
+and the run says how many; their text may still pad a prompt); a file with none is refused.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.core.errors import FlagError
-from bench.workload.prompt_files import PromptFile, PromptFileError, read_prompt_file
+from bench.workload.prompt_files import PromptFile, PromptFileError, read_prompt_file, replied_items
 from bench.workload.sources import FILLER, PromptSource
 from rundir.arrivals import seed_from_text
 from rundir.contract import Parameters
+from rundir.lengths import OUTPUT_FILE, parse_mix
 
 # `opts` below is the runner's RunOptions (bench/run/runner.py imports this module, so it
 # is not imported here: tests/project/test_layers.py counts a TYPE_CHECKING import as a cycle)
@@ -45,6 +48,8 @@ def check_prompt_flags(opts: RunOptions) -> RunOptions:
         pf = read_prompt_file(Path(opts.prompts_file))
     except PromptFileError as exc:
         raise FlagError(f"--prompts: {exc}") from None
+    if opts.resume is None and parse_mix(opts.settings.output_lengths).kind == OUTPUT_FILE:
+        reply_pool(pf)  # refused before the server if no item has a reply
     if opts.turns and not _has_replies(pf):
         raise FlagError(f"--prompts {pf.name} with --turns: the file has no assistant (gpt) turns to "
                         "replay as a conversation's replies; expected ShareGPT or chat messages with them")
@@ -53,6 +58,22 @@ def check_prompt_flags(opts: RunOptions) -> RunOptions:
 
 def _has_replies(pf: PromptFile) -> bool:
     return PromptSource(FILE_PREFIX + pf.name, 0, pf.prompts, pf.dialogues).has_replies
+
+
+def reply_pool(pf: PromptFile) -> tuple[int, ...]:
+    """The items of `pf` that have a reply (--output-lengths file); FlagError if none has."""
+    try:
+        return replied_items(pf)
+    except PromptFileError as exc:
+        raise FlagError(f"--prompts with --output-lengths file: {exc}") from None
+
+
+def reply_line(pf: PromptFile) -> str:
+    """What the run says of its prompts with --output-lengths file: items kept and skipped."""
+    kept, total = len(reply_pool(pf)), len(pf.prompts)
+    skipped = f"; the {total - kept} without one skipped" if kept < total else ""
+    return (f"--prompts {pf.name}: {kept} of {total} items have a reply; each decode and rate request "
+            f"starts at one of them and asks its reply length{skipped}")
 
 
 def prompt_parameters(opts: RunOptions, run_id: str) -> dict[str, object]:
@@ -97,5 +118,9 @@ def source_of(p: Parameters, prompt_file: PromptFile | None) -> PromptSource | N
     if p.prompt_source.startswith(FILE_PREFIX):
         if prompt_file is None:  # check_resumed_source refused it already
             raise FlagError(f"--prompts: the run's prompts come from {p.prompt_source}; give that file")
+        if p.output_lengths == OUTPUT_FILE:
+            reply_pool(prompt_file)  # one line if no item has a reply
+            return PromptSource(p.prompt_source, seed, prompt_file.prompts, prompt_file.dialogues,
+                                prompt_file.replies)
         return PromptSource(p.prompt_source, seed, prompt_file.prompts, prompt_file.dialogues)
     return PromptSource(p.prompt_source, seed)

@@ -35,14 +35,14 @@ from bench.measure.rate_cells import RateRunner
 from bench.measure.stream import StreamClient
 from bench.measure.traffic_cells import TrafficRunner
 from bench.run.progress import Progress
-from bench.run.prompt_setup import source_of
+from bench.run.prompt_setup import reply_line, source_of
 from bench.run.store import RunStore
 from bench.server.engines import ServerError, ServerInfo, probe_server
 from bench.server.sampler import MetricsSampler
 from bench.server.telemetry import start_telemetry
 from bench.workload.prompts import PromptFactory
 from rundir.contract import CONVERSATION, DECODE, ERROR, PENDING, RATE, ContractError
-from rundir.lengths import parse_input_mix
+from rundir.lengths import OUTPUT_FILE, parse_input_mix, parse_mix
 from rundir.redact import redact_url
 from rundir.words import context_label
 
@@ -124,6 +124,9 @@ async def sweep(opts, info: ServerInfo, plan: Plan, todo: list[Cell], store: Run
     client = StreamClient(info.base_url, opts.api_key, s.stall_timeout_s,
                           ttft_timeout_s=s.ttft_timeout_s, source_addresses=sources)
     prompts = PromptFactory(info, opts.api_key, tag, source_of(store.info.parameters, opts.prompt_file))
+    if parse_mix(s.output_lengths).kind == OUTPUT_FILE and opts.prompt_file is not None:
+        prompts.reply_cap = s.max_output  # each prompt carries its item's reply length
+        progress.note(reply_line(opts.prompt_file))
     sampler = MetricsSampler(info, opts.api_key)
     telemetry = start_telemetry(opts.gpu_telemetry, info.base_url, progress.note)
     runner = CellRunner(info, client, prompts, sampler, s, clean)

@@ -6,12 +6,17 @@ get wrong, and a file renamed .txt still reads):
   (`from`: human, gpt or system; the variant with `role`/`content` turns, under
   `conversations` or `messages`, reads too);
 - `{`: JSONL, one object a line, each either `{"prompt": "..."}` or a chat
-  `{"messages": [{"role": "user", "content": "..."}]}` (the two may mix).
+  `{"messages": [{"role": "user", "content": "..."}]}` (the two may mix). A `{"prompt"}`
+  line may also give its reply, for `--output-lengths file`: `"completion"` (the reply's
+  text, counted in tokens by the server) or `"output_tokens"` (a whole number of tokens).
 
 A chat item's prompt text is its system and user turns' contents in order, joined by a
 blank line; assistant turns are answers, not prompt, and are left out. Its user and
 assistant turns are also kept in order (`dialogues`): a conversation cell (--turns) sends
 the user turns and replays the assistant turns as the fixed replies (bench/workload/sources.py).
+An item's reply (`replies`, for `--output-lengths file`) is a chat item's first assistant
+turn after its first user turn, or a prompt line's "completion"/"output_tokens"; None where
+it has none.
 Every prompt is checked, not only the first few: a matrix cell may draw any of them.
 Errors are one line naming the file, the line (JSONL) or item (JSON) and what was expected;
 they never quote a prompt's text.
@@ -29,6 +34,9 @@ _USER_ROLES = {"human": "user", "user": "user", "system": "system", "gpt": "assi
                "assistant": "assistant", "model": "assistant", "bot": "assistant", "chatgpt": "assistant"}
 
 
+Reply = str | int | None  # an item's reply: its text, a token count, or none
+
+
 class PromptFileError(ValueError):
     """A prompt file that cannot be used; the message is one line."""
 
@@ -42,6 +50,9 @@ class PromptFile:
     # per item, its user and assistant turns in order: (("user"|"assistant", text), ...);
     # a {"prompt": ...} line is one user turn
     dialogues: tuple[tuple[tuple[str, str], ...], ...] = ()
+    # per item, the reply that follows its prompt: its text, a token count given in the
+    # file ("output_tokens"), or None (it has none)
+    replies: tuple[Reply, ...] = ()
 
 
 def _kind(value: object) -> str:
@@ -92,7 +103,39 @@ def _turns_text(turns: object, where: str, field: str) -> tuple[str, Dialogue]:
     return "\n\n".join(parts), tuple(dialogue)
 
 
-def _item_text(item: object, where: str, jsonl: bool) -> tuple[str, Dialogue]:
+def _dialogue_reply(dialogue: Dialogue) -> str | None:
+    """A chat item's reply: the first assistant turn after its first user turn."""
+    asked = False
+    for role, text in dialogue:
+        if role == "user":
+            asked = True
+        elif asked:
+            return text
+    return None
+
+
+def _line_reply(item: dict, where: str) -> Reply:
+    """A prompt line's reply: its "completion" text or its "output_tokens" count, if given."""
+    if "completion" in item and "output_tokens" in item:
+        raise PromptFileError(f'{where}: fields "completion" and "output_tokens": expected one of '
+                              "them (a reply's text, or its length in tokens), got both")
+    if "completion" in item:
+        text = item["completion"]
+        if not isinstance(text, str) or not text.strip():
+            raise PromptFileError(f'{where}: field "completion": expected a non-empty string, '
+                                  f"got {_kind(text)}")
+        return text
+    if "output_tokens" in item:
+        n = item["output_tokens"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            got = str(n) if isinstance(n, int) and not isinstance(n, bool) else _kind(n)
+            raise PromptFileError(f'{where}: field "output_tokens": expected a whole number ≥ 1, '
+                                  f"got {got}")
+        return n
+    return None
+
+
+def _item_text(item: object, where: str, jsonl: bool) -> tuple[str, Dialogue, Reply]:
     if jsonl:
         expected = 'an object with "prompt" (a string) or "messages" (a list)'
     else:
@@ -103,21 +146,28 @@ def _item_text(item: object, where: str, jsonl: bool) -> tuple[str, Dialogue]:
         text = item["prompt"]
         if not isinstance(text, str) or not text.strip():
             raise PromptFileError(f'{where}: field "prompt": expected a non-empty string, got {_kind(text)}')
-        return text, (("user", text),)
+        return text, (("user", text),), _line_reply(item, where)
     for field in ("messages", "conversations") if jsonl else ("conversations", "messages"):
         if field in item:
-            return _turns_text(item[field], where, field)
+            text, dialogue = _turns_text(item[field], where, field)
+            return text, dialogue, _dialogue_reply(dialogue)
     raise PromptFileError(f"{where}: expected {expected}, got an object without them")
 
 
 def parse_prompts(data: bytes, name: str) -> tuple[str, list[str]]:
     """(format, prompt texts) of a prompt file's bytes; PromptFileError names `name`."""
-    fmt, items = parse_items(data, name)
-    return fmt, [text for text, _ in items]
+    fmt, items = _parse(data, name)
+    return fmt, [text for text, _, _ in items]
 
 
 def parse_items(data: bytes, name: str) -> tuple[str, list[tuple[str, Dialogue]]]:
     """(format, per item its prompt text and dialogue) of a prompt file's bytes."""
+    fmt, items = _parse(data, name)
+    return fmt, [(text, dialogue) for text, dialogue, _ in items]
+
+
+def _parse(data: bytes, name: str) -> tuple[str, list[tuple[str, Dialogue, Reply]]]:
+    """(format, per item its prompt text, dialogue and reply) of a prompt file's bytes."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -161,6 +211,19 @@ def read_prompt_file(path: Path) -> PromptFile:
         data = path.read_bytes()
     except OSError as exc:
         raise PromptFileError(f"cannot read {path}: {exc.strerror or exc}") from None
-    fmt, items = parse_items(data, path.name)
-    return PromptFile(path.name, hashlib.sha256(data).hexdigest(), tuple(t for t, _ in items), fmt,
-                      tuple(d for _, d in items))
+    fmt, items = _parse(data, path.name)
+    return PromptFile(path.name, hashlib.sha256(data).hexdigest(), tuple(t for t, _, _ in items), fmt,
+                      tuple(d for _, d, _ in items), tuple(r for _, _, r in items))
+
+
+def replied_items(pf: PromptFile) -> tuple[int, ...]:
+    """The items of `pf` that have a reply, in file order (`--output-lengths file`: a request
+    asks its item's reply length, so only those items are drawn); PromptFileError (one line)
+    if none has one."""
+    keep = tuple(i for i, r in enumerate(pf.replies) if r is not None)
+    if not keep:
+        expected = ("an assistant (gpt) turn after a user turn" if pf.format == "sharegpt" else
+                    'an assistant message after a user message, or "completion"/"output_tokens"')
+        raise PromptFileError(f"{pf.name}: no item has a reply to take its output length from; "
+                              f"expected {expected}")
+    return keep

@@ -70,6 +70,9 @@ class Prompt:
     # Which prompt of a non-filler source the text starts at (bench/workload/sources.py);
     # None: filler
     index: int | None = None
+    # With --output-lengths file: the max_tokens its requests ask, its item's reply length
+    # (PromptFactory.reply_tokens); None otherwise
+    reply_tokens: int | None = None
 
 
 def retag(prompt: Prompt, run_tag: str, old_tag: str, new_tag: str) -> Prompt:
@@ -77,7 +80,8 @@ def retag(prompt: Prompt, run_tag: str, old_tag: str, new_tag: str) -> Prompt:
     makes its streams' prompts from the cell's base prompt with it)."""
     old = f"[{run_tag} {old_tag}] "
     new = f"[{run_tag} {new_tag}] "
-    return Prompt(new + prompt.text[len(old):], prompt.tokens, index=prompt.index)
+    return Prompt(new + prompt.text[len(old):], prompt.tokens, index=prompt.index,
+                  reply_tokens=prompt.reply_tokens)
 
 
 class PromptFactory:
@@ -93,6 +97,10 @@ class PromptFactory:
         self.info = info
         self.run_tag = run_tag
         self.source = source  # None: filler
+        # --output-lengths file: the most a reply may ask (the run's max output); None: the
+        # run takes no lengths from replies and prompts carry none
+        self.reply_cap: int | None = None
+        self._reply_tokens: dict[int, int] = {}
         self.http = httpx.Client(base_url=info.base_url, headers=bearer_header(api_key),
                                  timeout=120.0)
         self._overhead: int | None = None
@@ -237,10 +245,11 @@ class PromptFactory:
         wpt = self._calibrate()
         words = max(1, int(target * wpt))
         body, index = self._body(words, tag)
+        reply = self.reply_tokens(index) if index is not None and self.reply_cap is not None else None
         text = head + body
         n = self.count(text)
         if n is None:
-            return Prompt(text, None, index=index)
+            return Prompt(text, None, index=index, reply_tokens=reply)
         for _ in range(8):
             if abs(n - target) <= tolerance(target) // 2:
                 break
@@ -248,7 +257,7 @@ class PromptFactory:
             words = max(1, words + delta)
             text = head + self._body(words, tag)[0]
             n = self.count(text) or n
-        return Prompt(text, n, index=index)
+        return Prompt(text, n, index=index, reply_tokens=reply)
 
     def _body(self, words: int, tag: str) -> tuple[str, int | None]:
         """`words` words of the run's source for `tag`, and the source prompt they start at
@@ -265,6 +274,31 @@ class PromptFactory:
             return cap
         n = self.count(text)
         return n if n is not None else max(1, round(len(text.split()) / wpt))
+
+    def reply_tokens(self, index: int) -> int:
+        """Tokens of the reply that follows source item `index`'s prompt, at most `reply_cap`:
+        a count the file gives, else the reply's text counted as `tokens_of` counts a prompt
+        (the server's tokenizer, else the run's words-per-token ratio; a text far past the cap
+        is not sent) but bare, without a chat template: a reply is generated, not templated.
+        Counted once per item. Blocking."""
+        cap = self.reply_cap
+        if self.source is None or cap is None:
+            raise ValueError("reply lengths: only with a --prompts file and --output-lengths file")
+        if index not in self._reply_tokens:
+            reply = self.source.reply(index)
+            if reply is None:  # index_for starts no prompt at such an item
+                raise ValueError(f"{self.source.name}: item {index} has no reply to take a length from")
+            if isinstance(reply, int):
+                n = reply
+            else:
+                wpt = self._calibrate()
+                words = len(reply.split())
+                if words > cap * wpt * 1.5:
+                    n = cap
+                else:
+                    n = self.count_output(reply) or max(1, round(words / wpt))
+            self._reply_tokens[index] = max(1, min(cap, n))
+        return self._reply_tokens[index]
 
     def words_for(self, tokens: int) -> int:
         """Filler words for about `tokens` tokens, by the run's words-per-token

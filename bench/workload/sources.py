@@ -113,9 +113,18 @@ class PromptSource:
     """A non-filler source's prompts and the text a tag's prompt is made of."""
 
     def __init__(self, name: str, seed: int, prompts: Sequence[str] | None = None,
-                 dialogues: Sequence[Sequence[tuple[str, str]]] | None = None) -> None:
-        """`dialogues`: a file's per-item user and assistant turns (prompt_files.PromptFile)."""
+                 dialogues: Sequence[Sequence[tuple[str, str]]] | None = None,
+                 replies: Sequence[str | int | None] | None = None) -> None:
+        """`dialogues`: a file's per-item user and assistant turns; `replies`: per item the
+        reply that follows its prompt (prompt_files.PromptFile), given for --output-lengths file."""
         self.name, self.seed = name, seed
+        self._replies = tuple(replies) if replies is not None else None
+        # with replies: the items a tag may start at, those with one (file indexes kept, so a
+        # request's prompt_index is still its item in the file)
+        self._pool = tuple(i for i, r in enumerate(self._replies) if r is not None) \
+            if self._replies is not None else None
+        if self._pool == ():
+            raise ValueError(f"{name}: no item has a reply")
         if prompts is None and name not in (NATURAL, ADVERSARIAL):
             raise ValueError(f"--prompt-source: expected one of {', '.join(BUILT_IN)}, got {name!r}")
         self._file = tuple(prompts) if prompts is not None else None
@@ -131,12 +140,20 @@ class PromptSource:
         make = natural_prompt if self.name == NATURAL else adversarial_prompt
         return make(self.seed, index)
 
+    def reply(self, index: int) -> str | int | None:
+        """The reply following item `index`'s prompt in the file: its text, or a token count the
+        file gives; None where the source has no replies (built-in, or not asked for)."""
+        return self._replies[index] if self._replies is not None else None
+
     def _split(self, index: int) -> tuple[str, ...]:
         return tuple(_WORD.findall(self.prompt(index).strip() + "\n\n"))
 
     def index_for(self, tag: str) -> int:
-        """The prompt a tag's text starts at: the run's seed and the tag decide it."""
+        """The prompt a tag's text starts at: the run's seed and the tag decide it (with
+        replies, one of the items that has one; the text may pad on into any item)."""
         digest = hashlib.sha256(f"{self.seed}:{tag}".encode()).digest()
+        if self._pool is not None:
+            return self._pool[int.from_bytes(digest[:8], "big") % len(self._pool)]
         return int.from_bytes(digest[:8], "big") % len(self)
 
     def text(self, words: int, tag: str) -> tuple[str, int]:

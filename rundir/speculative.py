@@ -95,12 +95,12 @@ def client_figure(chunk_lists: Iterable[Sequence[int] | np.ndarray | None], engi
     steps = [request_steps(c) for c in chunk_lists]
     tokens, n = sum(s.tokens for s in steps), sum(s.steps for s in steps)
     most = max((s.most for s in steps), default=0)
-    if counting != COUNT_USAGE_CONTINUOUS:
-        return SpecFigure(None, "tokens per step not measurable: the server sent no per-chunk "
-                                "token count", tokens, n)
     if engine not in PER_STEP_ENGINES:
         return SpecFigure(None, f"tokens per step not measurable: {engine or 'this server'} is "
                                 "not known to stream once per verification step", tokens, n)
+    if counting != COUNT_USAGE_CONTINUOUS:
+        return SpecFigure(None, "tokens per step not measurable: the server sent no per-chunk "
+                                "token count", tokens, n)
     if n == 0:
         return SpecFigure(None, "tokens per step not measurable: no decode steps", tokens, n)
     longest = math.ceil(draft_length - 1e-9) if draft_length is not None else None

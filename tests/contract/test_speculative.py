@@ -69,3 +69,11 @@ def test_a_disagreement_with_the_counters_higher_names_what_only_they_count() ->
     assert higher is not None and "counters' figure is the higher" in higher
     lower = agreement(3.0, 2.0)  # counters claiming half: nothing explains it
     assert lower is not None and "higher" not in lower
+
+
+def test_llama_server_reason_names_its_streaming_not_the_missing_usage():
+    """llama-server sends no per-chunk usage AND streams once per token; the reason a
+    reader gets is the fundamental one (one event per token), not the usage."""
+    fig = client_figure([[1, 2, 3, 4]], "llama.cpp", "chunks_usage", 3.0, True)
+    assert fig.value is None
+    assert "llama.cpp is not known to stream once per verification step" in fig.reason

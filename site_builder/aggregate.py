@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir import contract, energy, intervals, statuses, tails, windows, words
+from rundir import contract, energy, intervals, statuses, tails, windows
 from rundir.activity import Gauge, summed_gauge, window_activity_from_gauge
 from rundir.decode_checks import decode_problems, stored_problems
 from rundir.io import RunData, atomic_write_text
@@ -31,6 +31,7 @@ from rundir.metrics import (
     prefill_metrics,
     prefill_used,
 )
+from rundir.validate import recheck_reason  # one wording with bench validate
 from site_builder import drilldown, fingerprint
 from site_builder.rate import RateCell, rate_cells
 from site_builder.spec import SpecCell, spec_cells
@@ -291,18 +292,6 @@ def _put_energy(cell: CellResult, fig: energy.CellEnergy | None) -> None:
     cell.avg_w, cell.peak_w, cell.energy_j = fig.avg_w, fig.peak_w, fig.energy_j
     cell.energy_source, cell.j_per_token = fig.energy_source, fig.j_per_token
     cell.tok_s_per_kw, cell.throttle = fig.tok_s_per_kw, list(fig.throttle_flags)
-
-
-RECHECK = "the site builder's re-check of the raw data"
-
-
-def recheck_reason(stored: str, problems: list[str], reason: str | None) -> str:
-    """The reason of a cell the builder's re-check demoted: the checks that
-    refuse it first (the Error legend reads the causes from them), then that
-    the collector stored another status, and the collector's own reason."""
-    said = f"; collector's reason: {reason}" if reason else ""
-    label = words.status_label(stored)
-    return f"{'; '.join(problems)} (found by {RECHECK}, stored as {label} by the collector){said}"
 
 
 def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chunks: Chunks,

@@ -17,8 +17,11 @@ Two levels:
   secret-shaped text left in run.yaml or a Parquet string column.
 - **warning**: build-site publishes the run, but not as stored: a measured
   decode cell whose own rows contradict its stored status is published with
-  the status they support (rundir/crosscheck.py); an edited run allowed by
-  `--allow-edited` is published marked as edited after measurement.
+  the status they support (rundir/crosscheck.py), and one whose window's
+  figures fail the collector's checks (stalls, figures that disagree, token
+  counting it cannot trust: rundir/recheck.py) as an Error naming them; an
+  edited run allowed by `--allow-edited` is published marked as edited after
+  measurement.
 
 Problem texts never hold a secret: the secret check names the file, field
 and row, never the value.
@@ -35,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir import contract, crosscheck, manifest, words
+from rundir import contract, crosscheck, manifest, recheck, words
 from rundir.contract import ContractError
 from rundir.io import RunData, load_yaml, read_run, read_run_info
 from rundir.redact import redact, redact_tree
@@ -220,13 +223,13 @@ def rechecked_cells(data: RunData, found: dict[crosscheck.Key, crosscheck.Findin
     return pa.Table.from_pylist(rows, schema=data.cells.schema)
 
 
-def finding_line(run_dir: Path, key: crosscheck.Key, stored: str,
-                 finding: crosscheck.Finding) -> str:
-    """A cross-check finding as one line: the cell, what is published instead, why."""
+def demoted_line(run_dir: Path, key: crosscheck.Key, stored: str, published: str,
+                 problems: list[str]) -> str:
+    """A re-check finding as one line: the cell, what is published instead, why."""
     phase, ctx, conc = key
     return (f"{Path(run_dir) / contract.CELLS_FILE}: field status: {phase} cell context {ctx} "
             f"concurrency {conc}: stored as {words.status_label(stored)}, published as "
-            f"{words.status_label(finding.status)}: {finding.problem} (found by {RECHECK})")
+            f"{words.status_label(published)}: {'; '.join(problems)} (found by {RECHECK})")
 
 
 # -- one run, many runs --------------------------------------------------------
@@ -271,8 +274,18 @@ def validate_run(run_dir: Path, root: Path | None = None, folder: str = RUN_FOLD
     report.problems += [Problem(ERROR, s) for s in secrets]
     stored = {(r["phase"], r["context"], r["concurrency"]): r["status"]
               for r in data.cells.select(["phase", "context", "concurrency", "status"]).to_pylist()}
-    report.problems += [Problem(WARNING, finding_line(run_dir, key, stored[key], f))
+    report.problems += [Problem(WARNING, demoted_line(run_dir, key, stored[key], f.status, [f.problem]))
                         for key, f in sorted(found.items())]
+    if data.imported or secrets:
+        return report
+    try:  # the figures' checks, on the cells as published after the cross-check
+        figures = recheck.run_figure_problems(data, rechecked_cells(data, found))
+    except Exception as exc:  # noqa: BLE001 - one line, as build-site reports it
+        report.problems.append(Problem(ERROR, one_line(exc, run_dir)))
+        return report
+    report.problems += [Problem(WARNING, demoted_line(run_dir, key, stored[key], contract.ERROR,
+                                                     problems))
+                        for key, problems in sorted(figures.items())]
     return report
 
 

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from bench.cli import main as bench
 from rundir import contract, manifest
+from rundir.decode_checks import counting_problem
 from rundir.io import read_table, write_table
 from site_builder.cli import main as build_site
 from tests.support.synthetic_runs import make_measured_run, make_sample_data
@@ -154,6 +155,31 @@ def test_rows_contradicting_a_status_are_a_warning_build_site_publishes_so(
     assert _build(data, tmp_path / "site").exit_code == 0
     cells = json.loads((tmp_path / "site" / "runs" / "r" / "cells.json").read_text("utf-8"))
     cell = next(c for c in cells["cells"] if c["phase"] == "decode" and c["concurrency"] == 2)
+    assert cell["status"] == "error" and cell["reason"].startswith(problem)
+
+
+def test_figures_failing_the_collectors_checks_are_a_warning_build_site_publishes_so(
+        tmp_path: Path) -> None:
+    """A decode cell stored Valid whose token count nothing verified: the builder
+    publishes an Error naming the check, and validate says so beforehand."""
+    data = tmp_path / "data"
+    path = _run(data)
+    _rewrite_raw(path, contract.CELLS_FILE, lambda t: t.set_column(
+        t.schema.get_field_index("token_counting"), "token_counting",
+        pa.array([contract.COUNT_CHUNKS_UNVERIFIED if p == contract.DECODE and c == 1 else v
+                  for p, c, v in zip(t["phase"].to_pylist(), t["concurrency"].to_pylist(),
+                                     t["token_counting"].to_pylist(), strict=True)],
+                 type=pa.string())))
+    res = _validate(str(data))
+    assert res.exit_code == 0, res.output
+    problem = counting_problem(contract.COUNT_CHUNKS_UNVERIFIED)
+    assert res.stdout.splitlines() == [
+        f"warning: {path / contract.CELLS_FILE}: field status: decode cell context 1024 "
+        f"concurrency 1: stored as Valid, published as Error: {problem} (found by the site "
+        "builder's re-check of the raw data)"]
+    assert _build(data, tmp_path / "site").exit_code == 0
+    cells = json.loads((tmp_path / "site" / "runs" / "r" / "cells.json").read_text("utf-8"))
+    cell = next(c for c in cells["cells"] if c["phase"] == "decode" and c["concurrency"] == 1)
     assert cell["status"] == "error" and cell["reason"].startswith(problem)
 
 

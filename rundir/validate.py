@@ -38,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir import contract, crosscheck, manifest, recheck, words
+from rundir import contract, crosscheck, identity, manifest, recheck, words
 from rundir.contract import ContractError
 from rundir.io import RunData, load_yaml, read_run, read_run_info
 from rundir.redact import redact, redact_tree
@@ -73,6 +73,7 @@ class Problem:
 
     level: str  # ERROR or WARNING
     text: str
+    file: str | None = None  # when the text does not open with it
 
     @property
     def line(self) -> str:
@@ -81,6 +82,8 @@ class Problem:
 
     def parts(self) -> tuple[str, str | None, str]:
         """(file, field or None, message), read back from the text."""
+        if self.file is not None:
+            return self.file, None, self.text
         where = _WHERE.fullmatch(self.text)
         if where is None:
             return "", None, self.text
@@ -102,6 +105,7 @@ class RunReport:
     path: Path
     run_id: str | None = None
     problems: list[Problem] = field(default_factory=list)
+    source_key: str | None = None  # an imported run's (rundir.identity), for duplicates
 
     def ok(self, strict: bool = False) -> bool:
         """No error (and, when strict, no warning either)."""
@@ -272,6 +276,7 @@ def validate_run(run_dir: Path, root: Path | None = None, folder: str = RUN_FOLD
         report.problems.append(Problem(ERROR, one_line(exc, run_dir)))
         return report
     report.problems += [Problem(ERROR, s) for s in secrets]
+    report.source_key = identity.source_key(data.info, data.cells)
     stored = {(r["phase"], r["context"], r["concurrency"]): r["status"]
               for r in data.cells.select(["phase", "context", "concurrency", "status"]).to_pylist()}
     report.problems += [Problem(WARNING, demoted_line(run_dir, key, stored[key], f.status, [f.problem]))
@@ -289,9 +294,42 @@ def validate_run(run_dir: Path, root: Path | None = None, folder: str = RUN_FOLD
     return report
 
 
+def same_source_line(path: Path, first: Path) -> str:
+    """build-site's warning for an imported run whose source an earlier run holds."""
+    return (f"skipped {path}: the same source as {first} (the same published numbers), "
+            "which is published")
+
+
+def duplicate_id_line(path: Path, run_id: str, first: Path) -> str:
+    """build-site's refusal of a run whose id an earlier run of the build has."""
+    return f"{Path(path) / contract.RUN_YAML}: field run_id: {run_id!r} is also used by {first}"
+
+
+def across_runs(reports: list[RunReport]) -> None:
+    """build-site's checks across the runs of one data folder, in its order: of
+    the runs it would publish, an imported source held twice is published once
+    (a warning) and a run id used twice is refused the second time (an error)."""
+    sources: dict[str, Path] = {}
+    ids: dict[str, Path] = {}
+    for r in reports:
+        if not r.ok() or r.run_id is None:
+            continue
+        if r.source_key is not None:
+            if r.source_key in sources:
+                r.problems.append(Problem(WARNING, same_source_line(r.path, sources[r.source_key]),
+                                          file=str(r.path)))
+                continue
+            sources[r.source_key] = r.path
+        if r.run_id in ids:
+            r.problems.append(Problem(ERROR, duplicate_id_line(r.path, r.run_id, ids[r.run_id])))
+            continue
+        ids[r.run_id] = r.path
+
+
 def validate_paths(paths: Iterable[Path], allow_edited: bool = False) -> list[RunReport]:
     """Validate each path: a run directory as itself, any other folder as build-site
-    searches --data (every run below it, and each symlink the search refuses)."""
+    searches --data (every run below it, each symlink the search refuses, and the
+    checks across its runs)."""
     reports: list[RunReport] = []
     for path in paths:
         path = Path(path)
@@ -306,5 +344,7 @@ def validate_paths(paths: Iterable[Path], allow_edited: bool = False) -> list[Ru
         if not dirs and not refused:
             reports.append(RunReport(path, None, [Problem(ERROR, no_runs(path))]))
         reports += [RunReport(link, None, [Problem(ERROR, why)]) for link, why in refused]
-        reports += [validate_run(d, path, DATA_FOLDER, allow_edited) for d in dirs]
+        found = [validate_run(d, path, DATA_FOLDER, allow_edited) for d in dirs]
+        across_runs(found)
+        reports += found
     return reports

@@ -22,7 +22,12 @@ from rundir import contract, manifest
 from rundir.decode_checks import counting_problem
 from rundir.io import read_table, write_table
 from site_builder.cli import main as build_site
-from tests.support.synthetic_runs import make_measured_run, make_sample_data
+from tests.support.synthetic_runs import (
+    QWEN_SEED_TEXT,
+    make_measured_run,
+    make_sample_data,
+    make_seed_run,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-proj-Zq8XvT3kLm9Rw2Yp7Hn4Jd6Fb1Gc5Ns0"  # shaped like an OpenAI key, not a real one
@@ -218,6 +223,36 @@ def test_model_text_is_not_judged_by_shape(tmp_path: Path) -> None:
     write_table(path, contract.REQUESTS_FILE,
                 table.set_column(table.schema.get_field_index("content_tail"), "content_tail", tails))
     assert _validate(str(data)).exit_code == 0
+
+
+def test_a_run_id_used_twice_is_refused_the_second_time(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _run(data, "a")
+    second = make_measured_run(data / "b", run_id="a", contexts=[1024], concurrency=[1],
+                               duration_s=1.0)
+    built = _build(data, tmp_path / "site")
+    line = f"error: {second / contract.RUN_YAML}: field run_id: 'a' is also used by {data / 'a'}"
+    assert _lines(built.stderr, "error") == [line]
+    res = _validate(str(data))
+    assert (res.exit_code, res.stdout) == (1, line + "\n")
+    assert _validate(str(second)).exit_code == 0  # alone, nothing to collide with
+
+
+def test_one_source_imported_twice_is_a_warning_in_build_sites_words(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    make_seed_run(data / "one", QWEN_SEED_TEXT, run_id="seed-one")
+    make_seed_run(data / "two", QWEN_SEED_TEXT, run_id="seed-two")
+    built = _build(data, tmp_path / "site")
+    assert built.exit_code == 0, built.output
+    res = _validate("--json", str(data))
+    assert res.exit_code == 0
+    runs = json.loads(res.stdout)["runs"]
+    assert runs[0]["problems"] == []
+    assert runs[1]["problems"] == [{
+        "level": "warning", "file": str(data / "two"), "field": None,
+        "message": (f"skipped {data / 'two'}: the same source as {data / 'one'} (the same "
+                    "published numbers), which is published")}]
+    assert _lines(_validate(str(data)).stdout, "warning") == _lines(built.stderr, "warning")
 
 
 def test_json_document_and_exit_codes(tmp_path: Path) -> None:

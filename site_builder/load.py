@@ -14,6 +14,11 @@ the build allows edited runs (`build-site --allow-edited`), and then its page
 says it was edited after measurement. Loading cross-checks each measured
 decode cell's stored status against its own rows (rundir/crosscheck.py) and
 publishes the status the rows support, saying so in the cell's reason.
+
+The checks themselves live in rundir/ (runsearch.py: the search and the
+symlinks; validate.py: the manifest line, the contract read, secret-shaped
+text, the cross-check), shared with `bench validate`, so a run it refuses is
+refused here with the same line.
 """
 
 from __future__ import annotations

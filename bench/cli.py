@@ -22,6 +22,7 @@ from bench.options import GroupedCommand, build_run_options, option_groups, run_
 from bench.params import api_key_problem
 from bench.run.progress import Progress
 from bench.run.runner import FlagError, RunError, RunOptions, run_benchmark, secrets_of
+from bench.validate_cmd import validate_cmd
 from importer.cli import import_cmd
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
 from rundir.contract import ContractError
@@ -95,6 +96,7 @@ def run_cmd(**kw: Any) -> None:
 
 
 main.add_command(import_cmd)
+main.add_command(validate_cmd)
 
 if __name__ == "__main__":
     main()

@@ -25,6 +25,9 @@ from rundir.contract import (
     CLOCK_OFFSETS_FILE,
     DECODE,
     GPU_METRICS_FILE,
+    IMPORT_TIER_CHUNK,
+    IMPORT_TIER_GAP,
+    IMPORT_TIER_REQUEST,
     REQUESTS_FILE,
     RUN_YAML,
     SERVER_METRICS_FILE,
@@ -36,6 +39,9 @@ from rundir.contract import (
     empty_table,
     written_form,
 )
+
+# Imported tiers that keep per-request rows (the others: summary figures only)
+PEER_REQUEST_TIERS = (IMPORT_TIER_CHUNK, IMPORT_TIER_GAP, IMPORT_TIER_REQUEST)
 
 _SEQUENCE = itertools.count()  # temporary names: `.<name>.<pid>.<n>.tmp`
 # A new file, never an existing one nor a symlink planted at its name; mode 0666
@@ -207,6 +213,14 @@ class RunData:
     @property
     def imported(self) -> bool:
         return self.info.source == SOURCE_IMPORTED
+
+    @property
+    def peer_requests(self) -> bool:
+        """Another tool's output kept per request (issue 36): its rows are judged and
+        its figures computed as a measured run's, at what its tier allows."""
+        peer = self.info.imported
+        return (self.imported and peer is not None and peer.tool is not None
+                and peer.tier in PEER_REQUEST_TIERS)
 
 
 def read_run(run_dir: Path) -> RunData:

@@ -19,18 +19,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rundir import contract, energy, intervals, statuses, tails, windows, words
+from rundir import contract, energy, intervals, statuses, tails, windows
 from rundir.activity import Gauge, summed_gauge, window_activity_from_gauge
-from rundir.decode_checks import decode_problems, stored_problems
 from rundir.io import RunData, atomic_write_text
 from rundir.metrics import (
     Chunks,
-    decode_metrics,
     first_token_ns,
     has_negative_tokens,
     prefill_metrics,
     prefill_used,
 )
+from rundir.recheck import LIST_COLUMNS, completed_mask, figure_problems, group_requests
+from rundir.validate import recheck_reason  # one wording with bench validate
 from site_builder import drilldown, fingerprint
 from site_builder.lengths import LengthStat, length_stats
 from site_builder.rate import RateCell, rate_cells
@@ -238,57 +238,11 @@ def imported_cells(cells: pa.Table) -> list[CellResult]:
     return sorted(out, key=_sort_key)
 
 
-def _group_requests(requests: pa.Table) -> dict[tuple[str, int, int, str], np.ndarray]:
-    """Row indices of requests.parquet per (phase, context, concurrency, purpose).
-
-    One stable sort of the four keys (dictionary codes for the strings), so
-    each cell's rows come out ascending without a filter per cell.
-    """
-    if not len(requests):
-        return {}
-    keys: list[np.ndarray] = []
-    labels: list[list[Any]] = []
-    for name in ("phase", "context", "concurrency", "purpose"):
-        col = requests.column(name)
-        if name in ("phase", "purpose"):  # strings: sort their dictionary codes
-            enc = col.combine_chunks().dictionary_encode()
-            keys.append(np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64))
-            labels.append(enc.dictionary.to_pylist())
-        else:
-            keys.append(np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64))
-            labels.append([])
-    order = np.lexsort(keys[::-1])
-    ordered = [k[order] for k in keys]
-    change = np.zeros(len(order), dtype=bool)
-    change[0] = True
-    for k in ordered:
-        change[1:] |= k[1:] != k[:-1]
-    bounds = np.append(np.flatnonzero(change), len(order))
-    phase, ctx, conc, purpose = ordered
-    out: dict[tuple[str, int, int, str], np.ndarray] = {}
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        key = (str(labels[0][phase[lo]]), int(ctx[lo]), int(conc[lo]),
-               str(labels[3][purpose[lo]]))
-        out[key] = order[lo:hi]
-    return out
-
-
 def _rows(table: pa.Table, idx: np.ndarray) -> pa.Table:
     """table.take(idx) for ascending idx; a contiguous range is a zero-copy slice."""
     if len(idx) and int(idx[-1]) - int(idx[0]) + 1 == len(idx):
         return table.slice(int(idx[0]), len(idx))
     return table.take(pa.array(idx, type=pa.int64()))
-
-
-def completed_mask(requests: pa.Table) -> np.ndarray:
-    """Requests that finished normally: a finish reason, no error, not cancelled."""
-    if not len(requests):
-        return np.zeros(0, dtype=bool)
-    finished = pc.is_valid(requests.column("finish_reason"))
-    no_error = pc.is_null(requests.column("error"))
-    not_cancelled = pc.invert(requests.column("cancelled"))
-    both = pc.and_(pc.and_(finished, no_error), not_cancelled)
-    return np.asarray(both.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _put_energy(cell: CellResult, fig: energy.CellEnergy | None) -> None:
@@ -298,18 +252,6 @@ def _put_energy(cell: CellResult, fig: energy.CellEnergy | None) -> None:
     cell.avg_w, cell.peak_w, cell.energy_j = fig.avg_w, fig.peak_w, fig.energy_j
     cell.energy_source, cell.j_per_token = fig.energy_source, fig.j_per_token
     cell.tok_s_per_kw, cell.throttle = fig.tok_s_per_kw, list(fig.throttle_flags)
-
-
-RECHECK = "the site builder's re-check of the raw data"
-
-
-def recheck_reason(stored: str, problems: list[str], reason: str | None) -> str:
-    """The reason of a cell the builder's re-check demoted: the checks that
-    refuse it first (the Error legend reads the causes from them), then that
-    the collector stored another status, and the collector's own reason."""
-    said = f"; collector's reason: {reason}" if reason else ""
-    label = words.status_label(stored)
-    return f"{'; '.join(problems)} (found by {RECHECK}, stored as {label} by the collector){said}"
 
 
 def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chunks: Chunks,
@@ -322,12 +264,8 @@ def _decode_cell(cell: CellResult, row: dict[str, Any], requests: pa.Table, chun
     cell.requests = len(requests)
     per_window: list[dict[str, float | None]] = []
     if cell.has_numbers:
-        m = decode_metrics(chunks, start, end, done)
+        m, problems = figure_problems(row, requests, chunks, done, max_tokens)  # as bench validate
         act = window_activity_from_gauge(chunks, waiting, start, end)
-        # The flag as stored: None (never recorded) is not False (decode_problems).
-        problems = decode_problems(chunks, start, end, m, client_bound=row.get("client_bound"))
-        problems = stored_problems(requests, chunks, done, row.get("token_counting"),
-                                   max_tokens) + problems
         if problems:
             # The raw data refutes the stored status (an older collector, a hand-made
             # run): publish what the collector now would, an Error naming the checks.
@@ -409,7 +347,7 @@ def _prefill_cell(cell: CellResult, requests: pa.Table, chunks: Chunks,
         cell.has_detail = True
 
 
-_LIST_COLUMNS = ("chunk_ns", "chunk_tokens")
+_LIST_COLUMNS = LIST_COLUMNS
 
 
 def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str, Any]]]:
@@ -420,7 +358,7 @@ def measured_cells(data: RunData) -> tuple[list[CellResult], dict[str, dict[str,
     views, not copies; only the small per-request columns are sliced out.
     """
     requests = data.requests
-    groups = _group_requests(requests)
+    groups = group_requests(requests)
     running = summed_gauge(data.server_metrics, contract.METRIC_RUNNING)
     waiting = summed_gauge(data.server_metrics, contract.METRIC_WAITING)
     chunks = Chunks.from_table(requests)
@@ -474,23 +412,13 @@ def _request_tier_cell(cell: CellResult, row: dict[str, Any], chunks: Chunks,
     cell.tails = {**tails.tail_columns(ttft, tails.TTFT), **tails.tail_columns(e2e, tails.E2E)}
 
 
-PEER_REQUEST_TIERS = (contract.IMPORT_TIER_CHUNK, contract.IMPORT_TIER_GAP, contract.IMPORT_TIER_REQUEST)
-
-
-def has_peer_requests(data: RunData) -> bool:
-    """Another tool's output kept per request: our figures are computed from its rows."""
-    peer = data.info.imported
-    return data.imported and peer is not None and peer.tool is not None \
-        and peer.tier in PEER_REQUEST_TIERS
-
-
 def aggregate_run(data: RunData, digest: str = "") -> RunAggregate:
     """Aggregate one validated run directory into its cell results.
 
     Imported runs carry their published aggregates, except another tool's output
     kept per request (issue 36): its figures are ours, over its steady window,
     computed by the same code as a measured run's."""
-    if data.imported and not has_peer_requests(data):
+    if data.imported and not data.peer_requests:
         return RunAggregate(data.info.run_id, data.info.source, digest, imported_cells(data.cells))
     cells, details = measured_cells(data)
     return RunAggregate(data.info.run_id, data.info.source, digest, cells, details,

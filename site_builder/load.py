@@ -14,6 +14,11 @@ the build allows edited runs (`build-site --allow-edited`), and then its page
 says it was edited after measurement. Loading cross-checks each measured
 decode cell's stored status against its own rows (rundir/crosscheck.py) and
 publishes the status the rows support, saying so in the cell's reason.
+
+The checks themselves live in rundir/ (runsearch.py: the search and the
+symlinks; validate.py: the manifest line, the contract read, secret-shaped
+text, the cross-check), shared with `bench validate`, so a run it refuses is
+refused here with the same line.
 """
 
 from __future__ import annotations
@@ -26,29 +31,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
-from rundir import contract, crosscheck, identity, manifest
+from rundir import contract, identity, manifest
 from rundir.contract import ContractError, RunInfo
-from rundir.io import RunData, read_run, read_run_info, read_table
-from site_builder.aggregate import (  # the builder's re-check: one wording
-    has_peer_requests,
-    recheck_reason,
+from rundir.io import RunData, read_run_info, read_table
+from rundir.runsearch import CHECKED_FILES, RUN_FILES, escaping_file, folder_problem, no_runs, search
+from rundir.validate import (
+    ALLOW_EDITED_FLAG,
+    checked_run,
+    edited_line,
+    one_line,
+    rechecked_cells,
+    survey,
 )
 
-RUN_FILES = (
-    contract.RUN_YAML,
-    contract.CELLS_FILE,
-    contract.REQUESTS_FILE,
-    contract.SERVER_METRICS_FILE,
-    contract.GPU_METRICS_FILE,  # optional; part of the digest, so new telemetry re-aggregates
-    contract.WINDOWS_FILE,  # optional (--repeats k > 1); absent: the digest is as before
-)
-# The files whose bytes key the cache and that are checked against the run's
-# manifest: those published (RUN_FILES), the clock offsets read_run validates,
-# and the manifest itself (a run's verdict changes with it).
-CHECKED_FILES = (*RUN_FILES, contract.CLOCK_OFFSETS_FILE, manifest.MANIFEST_FILE)
-ALLOW_EDITED_FLAG = "--allow-edited"
+# The checks are shared with `bench validate` (rundir/validate.py); their names
+# stay reachable here for the builder's modules and tests.
+__all__ = ["ALLOW_EDITED_FLAG", "CHECKED_FILES", "RUN_FILES", "edited_line", "escaping_file",
+           "one_line", "rechecked_cells", "search"]
 
 
 class LoadError(Exception):
@@ -75,78 +74,6 @@ def find_run_dirs(data_dir: Path, exclude: Path | None = None) -> list[Path]:
     return search(data_dir, exclude)[0]
 
 
-def search(data_dir: Path, exclude: Path | None = None,
-           ) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """(run directories under data_dir, [(symlink, one-line problem)]), each sorted.
-
-    A run directory's own subfolders are not searched, hidden folders are
-    skipped, and so is `exclude` (the output folder, which holds raw copies).
-    A symlinked folder is treated as a symlinked contract file is: followed
-    when its target lies inside the data folder (a folder the search reaches
-    anyway is not searched twice, so an alias publishes its run once, where
-    it lies), refused when it leads outside (a shared data folder must not
-    make the builder publish a folder from elsewhere) or nowhere. Refused
-    links are returned, never dropped without a word.
-    """
-    data_dir = Path(data_dir)
-    root = data_dir.resolve()
-    skip = exclude.resolve() if exclude is not None else None
-    found: list[Path] = []
-    refused: list[tuple[Path, str]] = []
-    seen: set[Path] = set()
-    starts = [data_dir]
-    while starts:
-        links: list[Path] = []
-        for start in starts:
-            for top, dirs, files in os.walk(start):
-                here = Path(top)
-                real = here.resolve()
-                if real in seen or _excluded(real, skip, root):
-                    dirs[:] = []
-                    continue
-                seen.add(real)
-                if contract.RUN_YAML in files:
-                    found.append(here)
-                    dirs[:] = []
-                    continue
-                names = sorted(d for d in dirs if not d.startswith("."))
-                links += [here / d for d in names if (here / d).is_symlink()]
-                dirs[:] = [d for d in names if not (here / d).is_symlink()]
-                refused += [(here / f, f"{here / f}: a symlink that leads nowhere")
-                            for f in sorted(files) if not f.startswith(".") and _dangling(here / f)]
-        starts = []
-        for link in links:
-            problem = _outside(link, root, "a symlinked folder")
-            if problem is None:
-                starts.append(link)
-            else:
-                refused.append((link, problem))
-    return sorted(found, key=lambda p: p.as_posix()), sorted(refused, key=lambda r: r[0].as_posix())
-
-
-def _excluded(real: Path, skip: Path | None, root: Path) -> bool:
-    """True for the excluded folder, and for a folder below it when it lies inside
-    the data folder (a link into it); --data may itself lie inside --out."""
-    if skip is None:
-        return False
-    return real == skip or (skip in real.parents and root in skip.parents)
-
-
-def _dangling(path: Path) -> bool:
-    return os.path.islink(path) and not os.path.exists(path)
-
-
-def _outside(path: Path, root: Path, what: str) -> str | None:
-    """One line when the symlink `path` leads nowhere or outside root, else None."""
-    try:
-        real = path.resolve(strict=True)
-    except (OSError, RuntimeError):
-        return f"{path}: a symlink that leads nowhere"
-    if real != root and root not in real.parents:
-        return f"{path}: {what} leading outside the data folder (to {real}); refused"
-    return None
-
-
 def content_digest(run_dir: Path, salt: str = "") -> str:
     """sha256 over the names and sha256 of the run's checked files (plus a salt)."""
     return _digest(manifest.hash_files(run_dir, CHECKED_FILES), salt)
@@ -164,17 +91,8 @@ def _digest(hashes: dict[str, manifest.Hash], salt: str) -> str:
 
 def _survey(run_dir: Path, salt: str) -> tuple[str, list[manifest.Edit]]:
     """(cache key, files that differ from the run's manifest), from one read of each."""
-    scope = [*CHECKED_FILES[:-1]]  # the manifest is not a file it lists
-    edits, hashes = manifest.survey(run_dir, CHECKED_FILES, scope)
+    edits, hashes = survey(run_dir)
     return _digest(hashes, salt), edits
-
-
-def edited_line(run_dir: Path, edits: tuple[manifest.Edit, ...] | list[manifest.Edit]) -> str:
-    """The one line refusing a run edited after measurement."""
-    more = f" (and {len(edits) - 1} more file{'s' if len(edits) > 2 else ''})" \
-        if len(edits) > 1 else ""
-    return (f"{edits[0].line(run_dir)}{more}; {ALLOW_EDITED_FLAG} publishes it marked "
-            "as edited after measurement")
 
 
 def file_signature(run_dir: Path, salt: str = "") -> list[Any]:
@@ -191,17 +109,6 @@ def file_signature(run_dir: Path, salt: str = "") -> list[Any]:
 
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
-
-
-def escaping_file(run_dir: Path, root: Path) -> str | None:
-    """A one-line problem when one of the run's contract files is a symlink whose
-    target lies outside the data folder (a shared data folder must not make the
-    builder read, and publish as raw download, a file from elsewhere)."""
-    for name in CHECKED_FILES:
-        path = Path(run_dir) / name
-        if path.is_symlink() and (problem := _outside(path, root, "a symlink")) is not None:
-            return problem
-    return None
 
 
 def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
@@ -222,15 +129,11 @@ def discover(data_dir: Path, *, salt: str = "", exclude: Path | None = None,
     --allow-edited), with `edited` set and published marked as edited.
     """
     data_dir = Path(data_dir)
-    if not data_dir.exists():
-        raise LoadError(f"{data_dir}: no such folder")
-    if not data_dir.is_dir():
-        raise LoadError(f"{data_dir}: not a folder")
+    if (problem := folder_problem(data_dir)) is not None:
+        raise LoadError(problem)
     dirs, refused = search(data_dir, exclude=exclude)
     if not dirs and not refused:
-        raise LoadError(
-            f"{data_dir}: no run directories found (a run directory holds a {contract.RUN_YAML})"
-        )
+        raise LoadError(no_runs(data_dir))
     root = data_dir.resolve()
     fresh: dict[str, Any] = {}
     out = [RunSource(link, "", problem) for link, problem in refused]
@@ -286,12 +189,13 @@ def load_run(source: RunSource) -> RunData:
     (rundir/crosscheck.py)."""
     if source.problem:
         raise ContractError(source.problem)
-    data = read_run(source.path)
+    data, secrets, found = checked_run(source.path)  # what `bench validate` checks
+    if secrets:
+        raise ContractError(secrets[0])
     edits = source.edited or tuple(manifest.check(source.path, CHECKED_FILES[:-1]))
     if edits:
         data.info = marked_edited(data.info, edits)
-    if not data.imported or has_peer_requests(data):
-        data.cells = rechecked_cells(data)
+    data.cells = rechecked_cells(data, found)
     return data
 
 
@@ -317,30 +221,6 @@ def marked_edited(info: RunInfo, edits: tuple[manifest.Edit, ...] | list[manifes
             f"published them only because it was asked to ({ALLOW_EDITED_FLAG}).")
     notes = f"{note}\n\n{info.notes}" if info.notes else note
     return dataclasses.replace(info, notes=notes)
-
-
-def rechecked_cells(data: RunData) -> pa.Table:
-    """cells.parquet with each measured decode cell whose rows contradict its stored
-    status given the status they support, the reason saying what the re-check
-    found and what the collector had stored (the Error legend reads the cause)."""
-    found = crosscheck.run_findings(data.cells, data.requests, data.server_metrics)
-    if not found:
-        return data.cells
-    rows = data.cells.to_pylist()
-    for row in rows:
-        hit = found.get((row["phase"], row["context"], row["concurrency"]))
-        if hit is not None:
-            row["reason"] = recheck_reason(row["status"], [hit.problem], row.get("reason"))
-            row["status"] = hit.status
-    return pa.Table.from_pylist(rows, schema=data.cells.schema)
-
-
-def one_line(exc: BaseException, where: Path) -> str:
-    """A single error line for a failed run: the contract's message, or where + what."""
-    text = " ".join(str(exc).split())
-    if isinstance(exc, ContractError) and text:
-        return text
-    return f"{where}: {type(exc).__name__}: {text}" if text else f"{where}: {type(exc).__name__}"
 
 
 def same_source(runs: list[tuple[Path, RunInfo, Any]]) -> dict[Path, Path]:

@@ -32,8 +32,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rundir.contract import RUN_YAML, ContractError
+from rundir.contract import ContractError
 from rundir.slugs import unique_slugs
+from rundir.validate import duplicate_id_line, same_source_line  # one wording with bench validate
 from site_builder import (
     buildstate,
     chartkit,
@@ -208,12 +209,10 @@ def _views(loaded: list[tuple[load.RunSource, Any, Any]], report: BuildReport) -
     twice = load.same_source([(src.path, info, agg) for src, info, agg in loaded])
     for src, info, agg in loaded:
         if src.path in twice:  # one measurement, imported twice: published once
-            report.warnings.append(f"skipped {src.path}: the same source as {twice[src.path]}"
-                                   " (the same published numbers), which is published")
+            report.warnings.append(same_source_line(src.path, twice[src.path]))
             continue
         if info.run_id in seen:
-            report.errors.append(f"{src.path / RUN_YAML}: field run_id: {info.run_id!r} is "
-                                 f"also used by {seen[info.run_id]}")
+            report.errors.append(duplicate_id_line(src.path, info.run_id, seen[info.run_id]))
             continue
         seen[info.run_id] = src.path
         kept.append((src, info, agg))

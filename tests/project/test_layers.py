@@ -17,7 +17,8 @@ PACKAGES = ("rundir", "importer", "bench", "site_builder")
 
 # The collector's wings, lowest first: a module imports from its own wing or one before it.
 WINGS = ("core", "server", "workload", "measure", "distributed", "run")
-TOP = {"bench", "bench.cli", "bench.options", "bench.params"}  # the command line, above every wing
+# the command line, above every wing
+TOP = {"bench", "bench.cli", "bench.options", "bench.params", "bench.validate_cmd"}
 
 # Which package may import which (the run-directory contract is everyone's).
 ALLOWED = {

@@ -21,7 +21,7 @@ from rundir import contract, decode_checks, words
 from rundir.contract import CELLS_FILE, REQUESTS_FILE, REQUESTS_SCHEMA
 from rundir.io import read_run, write_table
 from rundir.metrics import DecodeMetrics
-from site_builder.aggregate import RECHECK
+from rundir.validate import RECHECK
 from tests.conftest import run_cli
 from tests.support.chromium import parse_html
 from tests.support.synthetic_runs import MS, S, make_measured_run

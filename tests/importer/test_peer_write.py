@@ -35,8 +35,8 @@ from importer.peers.validate import validate
 from importer.peers.write import chunk_stamps, cumulative_tokens, write_peer_run
 from rundir import contract
 from rundir.io import read_run
+from rundir.validate import checked_run, rechecked_cells
 from site_builder.aggregate import aggregate_run
-from site_builder.load import rechecked_cells
 
 MS = 1_000_000
 BASE = 10**12  # a monotonic clock's stamp: 1,000 s after boot
@@ -73,8 +73,8 @@ def source(tmp_path: Path) -> Path:
 
 
 def _cell(out: Path, result) -> tuple:
-    data = read_run(result.path)
-    data.cells = rechecked_cells(data)
+    data, _, found = checked_run(result.path)  # as site_builder.load.load_run reads it
+    data.cells = rechecked_cells(data, found)
     agg = aggregate_run(data)
     (cell,) = agg.cells
     return data, cell

@@ -126,7 +126,8 @@ def test_request_tier_shows_no_itl_of_ours_and_guidellm_tpot_with_its_ttft(tmp_p
     assert _row(page, "TPOT (ms) p50").split()[-2:] == ["4.44", "4.44"]  # first and last are kept
     tpot = _row(page, "TPOT (with the TTFT) p50")
     assert tpot.startswith("7.00 7.00 4.44 4.44 Definition:") and "includes the TTFT" in tpot
-    assert _row(page, "ITL (per request) p50").startswith("4.44 4.44 — — Same definition")  # ours: none
+    assert _row(page, "ITL (per request) p50").startswith(  # ours: none at this tier
+        "4.44 4.44 — — Its rows give its figure under its own definition (per request (last token")
 
 
 def test_a_run_that_becomes_a_tools_run_re_renders_the_cached_run_page(

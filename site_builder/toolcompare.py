@@ -197,13 +197,21 @@ def tool_rank(got: tuple[np.ndarray, np.ndarray] | None, stat: str, ranking: str
     values, weights = values[keep], weights[keep]
     if not len(values) or weights.sum() <= 0:
         return None
+    q = float(stat[1:]) if stat != "mean" else 0.0
+    if ranking == tooldefs.FIRST_REACHING:
+        # guidellm's own arithmetic (0.8): equal values merged, each share normalised, then summed
+        # cumulatively; the float rounding of that sum decides ties at N%, so it is followed exactly.
+        uniq, inverse = np.unique(values, return_inverse=True)
+        merged = np.zeros(len(uniq))
+        np.add.at(merged, inverse, weights)
+        uniq, merged = uniq[merged > 0], merged[merged > 0]
+        share = merged / merged.sum()
+        if stat == "mean":
+            return float(np.sum(uniq * share))
+        cdf = np.cumsum(share)
+        return float(uniq[min(int(np.searchsorted(cdf, q / 100, side="left")), len(uniq) - 1)])
     if stat == "mean":
         return float(np.sum(values * weights) / weights.sum())
-    q = float(stat[1:])
-    if ranking == tooldefs.FIRST_REACHING:
-        order = np.argsort(values, kind="stable")
-        cdf = np.cumsum(weights[order]) / weights.sum()
-        return float(values[order][min(int(np.searchsorted(cdf, q / 100, side="left")), len(values) - 1)])
     return float(np.percentile(values, q))
 
 
@@ -355,7 +363,7 @@ def why(metric: str, tool: str, common: float | None, own: float | None,
     if own is not None and _agrees(own, published):
         if common is None:
             words = f" ({rule.words})" if rule is not None else ""
-            parts.append(f"Its rows give its figure under its own definition{words}; ours cannot be "
+            parts.append(f"Definition: its rows give its figure under its own definition{words}; ours cannot be "
                          f"computed from them.")
         elif rule is not None and rule.rule not in (tooldefs.TTFT, None) and not _agrees(common, published):
             parts.append(f"Definition: its rows give its figure under its own definition "

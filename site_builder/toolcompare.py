@@ -39,8 +39,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rundir import contract, tails
-from site_builder import tooldefs
 from rundir.metrics import first_content
+from site_builder import tooldefs
 
 OURS = "speed-matrix"
 STATS = ("p50", "p90", "p99")
@@ -363,8 +363,8 @@ def why(metric: str, tool: str, common: float | None, own: float | None,
     if own is not None and _agrees(own, published):
         if common is None:
             words = f" ({rule.words})" if rule is not None else ""
-            parts.append(f"Definition: its rows give its figure under its own definition{words}; ours cannot be "
-                         f"computed from them.")
+            parts.append(f"Definition: its rows give its figure under its own definition{words}; "
+                         f"ours cannot be computed from them.")
         elif rule is not None and rule.rule not in (tooldefs.TTFT, None) and not _agrees(common, published):
             parts.append(f"Definition: its rows give its figure under its own definition "
                          f"({rule.words}); under ours they read {_pct(relative(common, published))} "
@@ -406,7 +406,8 @@ def total_why(published: float | None, tokens: int, span_s: float | None,
             theirs = (f"over first send → last end ({span_s:.3f} s) they read "
                       f"{_pct(relative(ours, published))} from it." if span_s else
                       "its rows share no clock, so they have no span of ours.")
-            line = f"Span: its rows' {tokens} tokens over its own span ({own_span_s:g} s) give its figure; {theirs}"
+            line = (f"Span: its rows' {tokens} tokens over its own span ({own_span_s:g} s) give its "
+                    f"figure; {theirs}")
         else:
             special = tooldefs.TOTAL_DEFINITIONS.get(tool)
             line = (f"Not explained by its rows: over its own span ({own_span_s:g} s) they read "

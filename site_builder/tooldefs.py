@@ -87,7 +87,8 @@ _VLLM = {
 _SGLANG_DONE = ("its latency runs to the last SSE line read ([DONE] included), which the file does not "
                 "keep: its rows end at the last chunk")
 _SGLANG = {
-    "ttft_ms": ToolRule(TTFT, "first event with non-empty text − send", "first SSE event whose text is non-empty"),
+    "ttft_ms": ToolRule(TTFT, "first event with non-empty text − send",
+                        "first SSE event whose text is non-empty"),
     "itl_ms": ToolRule(PER_CHUNK, "one sample per chunk gap, pooled", "per chunk"),
     "tpot_ms": ToolRule(None, "per request (latency − TTFT) / (tokens − 1); " + _SGLANG_DONE,
                         "[DONE] included"),

@@ -399,6 +399,10 @@ def total_why(published: float | None, tokens: int, span_s: float | None,
     if published is None:
         return "The tool published no such figure."
     ours = tokens / span_s if span_s else None
+    recomputable, special = tooldefs.TOTAL_DEFINITIONS.get(tool, (True, ""))
+    if not recomputable:
+        return (f"Its definition cannot be recomputed from its rows: {special}."
+                + _window_line(relative(window, ours)))
     if own_span_s:
         own = tokens / own_span_s
         off = relative(own, published)
@@ -409,7 +413,6 @@ def total_why(published: float | None, tokens: int, span_s: float | None,
             line = (f"Span: its rows' {tokens} tokens over its own span ({own_span_s:g} s) give its "
                     f"figure; {theirs}")
         else:
-            special = tooldefs.TOTAL_DEFINITIONS.get(tool)
             line = (f"Not explained by its rows: over its own span ({own_span_s:g} s) they read "
                     f"{_pct(off)} from its figure" + (f". Its figure is {special}." if special
                                                       else " (counting of its own)."))

@@ -133,9 +133,12 @@ TOOL_DEFINITIONS: dict[tuple[str, str], ToolRule] = {
     for metric, rule in table.items()
 }
 
-# How each tool's total tok/s is made, where it is not "its output tokens / its duration_s".
-TOTAL_DEFINITIONS: dict[str, str] = {
-    "aiperf": "its output tokens over the profiling phase's span (start_time to end_time), not over "
-              "duration_s (benchmark_duration), and the phase span is not among its imported figures",
-    "inference-perf": "its re-tokenized output tokens over duration_s: its rows hold the server's count",
+# How each tool's total tok/s is made, where it is not "its output tokens / its duration_s":
+# (recomputable from its rows and duration_s where they hold its count, how it is made).
+TOTAL_DEFINITIONS: dict[str, tuple[bool, str]] = {
+    "aiperf": (False, "its output tokens over the profiling phase's span (start_time to end_time), "
+                      "not over duration_s (benchmark_duration), and that span is not among its "
+                      "imported figures"),
+    "inference-perf": (True, "its re-tokenized output tokens over duration_s: its rows hold the server's "
+                             "count"),
 }

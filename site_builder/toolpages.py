@@ -200,6 +200,8 @@ def _published_table(run: RunView, p: toolcompare.LoadPoint) -> dict[str, Any]:
     if "total_tok_s" in pub:
         span = pub.get("duration_s")  # its own span: its rows' tokens over it are its definition
         own = w.output_tokens / span if span else w.total_tok_s
+        if not tooldefs.TOTAL_DEFINITIONS.get(tool, (True, ""))[0]:
+            own = None  # made over a span its rows do not give
         rows.append({"name": TOTAL_LABELS["total_tok_s"], "published": _fmt(pub["total_tok_s"], "x"),
                      "own": _fmt(own, "x"), "common": _fmt(w.total_tok_s, "x"),
                      "window": _fmt(win.total_tok_s if win else None, "x"),

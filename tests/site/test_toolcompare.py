@@ -203,3 +203,12 @@ def test_queueing_is_named_only_when_the_scheduled_sends_give_its_ttft() -> None
     assert line.startswith("Queueing:") and "-44.4%" in line
     assert tc.why("ttft_ms", "aiperf", 22.5, 22.5, 22.5, queued=22.5).startswith("Same definition")
     assert tc.why("ttft_ms", "aiperf", 12.5, 12.5, 40.0, queued=22.5).startswith("Not explained")
+
+
+def test_total_why_names_a_span_its_rows_cannot_give() -> None:
+    line = tc.total_why(311.4, 384, 1.2166, 1.2165, None, "aiperf")
+    assert line.startswith("Its definition cannot be recomputed from its rows") and "profiling phase" in line
+    line = tc.total_why(2744.5, 576, 1.22, 1.22, None, "inference-perf")  # its re-tokenized count
+    assert line.startswith("Not explained") and "re-tokenized" in line
+    assert tc.total_why(200.0, 100, None, 0.5, None, "sglang-bench-serving").endswith(
+        "its rows share no clock, so they have no span of ours.")

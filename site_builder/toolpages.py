@@ -1,8 +1,14 @@
 """Comparison pages for one server measured by several tools (issue 36, item 3).
 
 "Same server" is the same setup (site_builder/setups.py: model, variant, GPU
-and count, engine) at the same load point (context, and requests at once or
-offered rate). A setup with such a load point measured by two tools or more
+and count, engine) at the same load point (requests at once, or offered
+rate). Not the context: a tool's configured input length is in its own
+tokenizer's count without the chat template, ours in the server's tokens, so
+the two never match; each column shows its input length instead (the cell's
+context and its requests' median prompt tokens) and the page says when they
+differ by more than a tenth. Where one run has several contexts at that
+load, the column is the one nearest the other tools' inputs.
+A setup with such a load point measured by two tools or more
 (ours counts as one, "speed-matrix") gets `tools/<slug>.html`, one section per
 shared load point; its runs' pages link to it and the compare page lists it.
 The figures come from site_builder/toolcompare.py; this module reads the runs'
@@ -15,16 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rundir import contract, io, slugs
-from site_builder import formats, toolcompare
+from site_builder import formats, toolcompare, tooldefs
 from site_builder.setups import order_runs, setup_key
 from site_builder.views import RunView
 
 FOLDER = "tools"
 LABELS = {"ttft_ms": "TTFT", "itl_ms": "ITL", "tpot_ms": "TPOT", "e2e_ms": "E2E",
           "per_request_tok_s": "Per request tok/s"}
-RULE_LABELS = {"per_chunk": "per chunk", "with_ttft": "with the TTFT", "to_end": "to the stream's end",
-               "first_to_last": "per request"}
+INPUT_SPREAD = 0.1  # inputs further apart than this share of the smaller are called out
 TOTAL_LABELS = {"total_tok_s": "Total tok/s", "completed": "Completed requests",
                 "output_tokens": "Output tokens", "duration_s": "Span (s)",
                 "request_rate": "Request rate (req/s)"}
@@ -94,9 +101,24 @@ def _fmt(value: float | None, metric: str) -> str:
     return f"{value:,.2f}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
-def _level_label(phase: str, context: int, level: float) -> str:
-    at = f"{level:g} req/s offered" if phase == contract.RATE else f"{level:g} requests at once"
-    return f"context {formats.count(context)} · {at}"
+def _level_label(phase: str, level: float) -> str:
+    return f"{level:g} req/s offered" if phase == contract.RATE else f"{level:g} requests at once"
+
+
+def input_length(p: toolcompare.LoadPoint) -> float:
+    """A load point's input: its requests' median prompt tokens, else its cell's context."""
+    return p.prompt_median if p.prompt_median is not None else float(p.context)
+
+
+def _input_label(p: toolcompare.LoadPoint) -> str:
+    median = formats.MISSING if p.prompt_median is None else formats.count(int(round(p.prompt_median)))
+    return f"{formats.count(p.context)} · {median}"
+
+
+def inputs_differ(points: list[toolcompare.LoadPoint]) -> bool:
+    """Whether the inputs differ by more than INPUT_SPREAD of the smaller."""
+    sizes = [input_length(p) for p in points]
+    return min(sizes) > 0 and max(sizes) > min(sizes) * (1 + INPUT_SPREAD)
 
 
 def _published(run: RunView) -> dict[str, float]:
@@ -104,10 +126,10 @@ def _published(run: RunView) -> dict[str, float]:
     return {p.name: p.value for p in (imp.published or [])} if imp else {}
 
 
-def section(key: tuple[str, int, float], members: list[tuple[RunView, toolcompare.LoadPoint]]
+def section(key: tuple[str, float], members: list[tuple[RunView, toolcompare.LoadPoint]]
             ) -> dict[str, Any]:
     """One shared load point: the one-definition table, and each tool's published table."""
-    phase, context, level = key
+    phase, level = key
     columns = [{"run": r, "tool": tool_of(r), "tier": _tier(r), "window": p.has_window} for r, p in members]
     rows = []
     for metric, label in toolcompare.METRICS:
@@ -127,9 +149,12 @@ def section(key: tuple[str, int, float], members: list[tuple[RunView, toolcompar
             cells += [_fmt(getattr(p.whole_totals, name), name), _fmt(win, name)]
         tot.append({"label": label, "cells": cells})
     published = [_published_table(r, p) for r, p in members if r.imported]
-    anchor = f"{phase}-{context}-{formats.plain_number(level)}".replace(".", "_")
-    return {"title": _level_label(phase, context, level), "anchor": anchor, "columns": columns,
-            "rows": rows, "totals": tot, "published": published}
+    anchor = f"{phase}-{formats.plain_number(level)}".replace(".", "_")
+    return {"title": _level_label(phase, level), "anchor": anchor, "columns": columns,
+            "rows": rows, "totals": tot, "published": published,
+            "inputs": [_input_label(p) for _, p in members],
+            "inputs_differ": inputs_differ([p for _, p in members]),
+            "no_clock": [tool_of(r) for r, p in members if not p.clock]}
 
 
 def _tier(r: RunView) -> str:
@@ -156,28 +181,32 @@ def _published_table(run: RunView, p: toolcompare.LoadPoint) -> dict[str, Any]:
             name = f"{metric}.{stat}"
             if name not in pub:
                 continue
-            rule = toolcompare.TOOL_DEFINITIONS.get((tool, metric), ("", ""))[0]
-            own_s = toolcompare.tool_samples(p.whole, tool, metric)  # None: needs gaps it lacks
-            own = None if own_s is None else toolcompare.rank(own_s, metric, stat, minimum=False)
+            rule = toolcompare.tool_rule(tool, metric)
+            own = toolcompare.tool_rank(toolcompare.tool_samples(p.whole, tool, metric, p.counting), stat,
+                                        rule.ranking if rule else tooldefs.LINEAR)
             common = None if (request_tier and metric == "itl_ms") else \
                 toolcompare.rank(toolcompare.samples(p.whole, metric), metric, stat, minimum=False)
             window = None if (request_tier and metric == "itl_ms") or not p.has_window else \
                 toolcompare.rank(toolcompare.samples(p.window, metric), metric, stat, minimum=False)
-            label = LABELS[metric] + (f" ({RULE_LABELS[rule]})" if rule else "") + f" {stat}"
+            rule_label = tooldefs.RULE_LABELS.get(rule.rule, "") if rule and rule.rule else ""
+            label = LABELS[metric] + (f" ({rule_label})" if rule_label else "") + f" {stat}"
             queued_s = toolcompare.queued_ttft(p.whole) if metric == "ttft_ms" else None
             queued = None if queued_s is None else toolcompare.rank(queued_s, metric, stat, minimum=False)
             rows.append({"name": label, "published": _fmt(pub[name], metric), "own": _fmt(own, metric),
                          "common": _fmt(common, metric), "window": _fmt(window, metric),
-                         "why": toolcompare.why(metric, tool, common, own, pub[name], window, queued)})
+                         "why": toolcompare.why(metric, tool, common, own, pub[name], window, queued,
+                                                p.counting)})
     w, win = p.whole_totals, p.window_totals
     if "total_tok_s" in pub:
         span = pub.get("duration_s")  # its own span: its rows' tokens over it are its definition
         own = w.output_tokens / span if span else w.total_tok_s
+        if not tooldefs.TOTAL_DEFINITIONS.get(tool, (True, ""))[0]:
+            own = None  # made over a span its rows do not give
         rows.append({"name": TOTAL_LABELS["total_tok_s"], "published": _fmt(pub["total_tok_s"], "x"),
                      "own": _fmt(own, "x"), "common": _fmt(w.total_tok_s, "x"),
                      "window": _fmt(win.total_tok_s if win else None, "x"),
                      "why": toolcompare.total_why(pub["total_tok_s"], w.output_tokens, w.span_s, span,
-                                                  win.total_tok_s if win else None)})
+                                                  win.total_tok_s if win else None, tool)})
     for name, counted in (("completed", w.completed), ("output_tokens", w.output_tokens)):
         if name in pub:
             rows.append({"name": TOTAL_LABELS[name], "published": _fmt(pub[name], name),
@@ -192,11 +221,27 @@ def _published_table(run: RunView, p: toolcompare.LoadPoint) -> dict[str, Any]:
 
 def sections(group: ToolGroup, read: Any = io.read_run) -> list[dict[str, Any]]:
     """The group's shared load points (two tools or more), each a section (reads each run's rows)."""
-    points: dict[tuple[str, int, float], list[tuple[RunView, toolcompare.LoadPoint]]] = {}
+    points: dict[tuple[str, float], list[tuple[RunView, toolcompare.LoadPoint]]] = {}
     for r in group.runs:
         data = read(Path(r.source_dir))
         tier = data.info.imported.tier if data.info.imported else None
         for p in toolcompare.load_points(data.cells, data.requests, tier, measured=not r.imported):
-            points.setdefault((p.phase, p.context, p.level), []).append((r, p))
-    return [section(k, m) for k, m in sorted(points.items())
+            points.setdefault((p.phase, p.level), []).append((r, p))
+    return [section(k, _one_per_run(m)) for k, m in sorted(points.items())
             if len({tool_of(r) for r, _ in m}) >= 2]
+
+
+def _one_per_run(members: list[tuple[RunView, toolcompare.LoadPoint]]
+                 ) -> list[tuple[RunView, toolcompare.LoadPoint]]:
+    """One column per run: of a run's several contexts at this load, the one whose input is
+    nearest the median input of the other runs' points (the smallest context on a tie)."""
+    out, runs = [], []
+    for r, _ in members:
+        if not any(r is seen for seen in runs):
+            runs.append(r)
+    for run in runs:
+        mine = sorted((p for r, p in members if r is run), key=lambda p: p.context)
+        others = [input_length(p) for r, p in members if r is not run]
+        target = float(np.median(others)) if others else input_length(mine[0])
+        out.append((run, min(mine, key=lambda p: abs(input_length(p) - target))))
+    return out

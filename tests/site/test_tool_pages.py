@@ -21,23 +21,23 @@ CTX, CONC = 1024, 2
 
 
 def _imported(path: Path, tool: str = "vllm-bench-serve", tier: str = "gap",
-              published: list[dict] | None = None) -> Path:
+              published: list[dict] | None = None, ctx: int = CTX, no_clock: bool = False) -> Path:
     """Ten requests on two streams, sent 100 ms apart: TTFT 30 ms, then four chunks of
     two tokens 10 ms apart (10 tokens), ended 1 ms after the last; window 100–400 ms.
     Tier "request": only the first (1 token) and last chunk (10) are kept."""
     rows = []
     for j in range(5):
         for s in range(2):
-            send = T0 + (j * 100 + s * 3) * MS
-            rows.append({"phase": contract.DECODE, "context": CTX, "concurrency": CONC,
+            send = 0 if no_clock else T0 + (j * 100 + s * 3) * MS
+            rows.append({"phase": contract.DECODE, "context": ctx, "concurrency": CONC,
                          "request_id": f"r{j}-{s}", "purpose": contract.PURPOSE_MEASURE,
                          "stream_index": s, "send_ns": send, "end_ns": send + 71 * MS,
-                         "prompt_tokens": CTX, "cancelled": False, "finish_reason": "length",
+                         "prompt_tokens": ctx, "cancelled": False, "finish_reason": "length",
                          "chunk_ns": [send + (30 + 10 * k) * MS for k in range(5)],
                          "chunk_tokens": [2 * (k + 1) for k in range(5)]})
             if tier == "request":
                 rows[-1] |= {"chunk_ns": [send + 30 * MS, send + 70 * MS], "chunk_tokens": [1, 10]}
-    cells = [{"phase": contract.DECODE, "context": CTX, "concurrency": CONC, "status": contract.VALID,
+    cells = [{"phase": contract.DECODE, "context": ctx, "concurrency": CONC, "status": contract.VALID,
               "window_start_ns": T0 + 100 * MS, "window_end_ns": T0 + 400 * MS,
               "token_counting": contract.COUNT_USAGE_CONTINUOUS, "client_bound": False}]
     published = published or [{"name": "itl_ms.p50", "value": 10.0}, {"name": "ttft_ms.p50", "value": 30.0},
@@ -45,7 +45,7 @@ def _imported(path: Path, tool: str = "vllm-bench-serve", tier: str = "gap",
                  {"name": "completed", "value": 10.0},
                  {"name": "output_tokens", "value": 101.0}]
     info = run_info("peer-vllm", source=contract.SOURCE_IMPORTED, info={
-        "parameters": {"contexts": [CTX], "concurrency": [CONC], "prefill_contexts": []},
+        "parameters": {"contexts": [ctx], "concurrency": [CONC], "prefill_contexts": []},
         "imported": {"source_file": "vllm.json", "format": "vllm-bench-serve", "tool": tool,
                      "tool_version": "0.32.0", "tier": tier, "published": published,
                      "definitions": [{"name": "itl_ms", "text": "every gap between chunks"}]}})
@@ -126,7 +126,8 @@ def test_request_tier_shows_no_itl_of_ours_and_guidellm_tpot_with_its_ttft(tmp_p
     assert _row(page, "TPOT (ms) p50").split()[-2:] == ["4.44", "4.44"]  # first and last are kept
     tpot = _row(page, "TPOT (with the TTFT) p50")
     assert tpot.startswith("7.00 7.00 4.44 4.44 Definition:") and "includes the TTFT" in tpot
-    assert _row(page, "ITL (per request) p50").startswith("4.44 4.44 — — Same definition")  # ours: none
+    assert _row(page, "ITL (per request) p50").startswith(  # ours: none at this tier
+        "4.44 4.44 — — Definition: its rows give its figure under its own definition (per request (last")
 
 
 def test_a_run_that_becomes_a_tools_run_re_renders_the_cached_run_page(
@@ -149,3 +150,43 @@ def test_a_run_that_becomes_a_tools_run_re_renders_the_cached_run_page(
     assert build_site(data, out, jobs=0).errors == []  # another setup: the group's rows not read again
     assert calls == []
     assert (out / "runs" / "other" / "index.html").exists()
+
+
+def test_runs_are_grouped_by_load_alone_and_show_their_inputs(tmp_path: Path) -> None:
+    """A tool's input length is in its own tokenizer's count: never our context. Ours has two
+    contexts at this load: the column is the one nearest the tool's input."""
+    data, out = tmp_path / "data", tmp_path / "site"
+    make_measured_run(data / "ours", run_id="ours", contexts=[256, CTX], concurrency=[CONC],
+                      prefill_contexts=[])
+    _imported(data / "peer", ctx=1300)
+    assert build_site(data, out, jobs=0).errors == []
+    (page_path,) = (out / "tools").glob("*.html")
+    page = page_path.read_text()
+    assert page.count('class="tool-point"') == 1 and "2 requests at once" in page
+    assert _row(page, "Input: context · median prompt tokens").split() == ["1,024", "·", "1,024", "1,300",
+                                                                           "·", "1,300"]
+    assert "The inputs differ by more than 10%" in page
+    shutil.rmtree(data / "peer")
+    _imported(data / "peer", ctx=1100)  # within 10%: nothing to call out
+    assert build_site(data, out, jobs=0).errors == []
+    assert "The inputs differ" not in (out / page_path.relative_to(out)).read_text()
+
+
+def test_rows_without_send_times_show_no_span_and_say_why(tmp_path: Path) -> None:
+    data, out = tmp_path / "data", tmp_path / "site"
+    make_measured_run(data / "ours", run_id="ours", contexts=[CTX], concurrency=[CONC],
+                      prefill_contexts=[])
+    _imported(data / "peer", tool="sglang-bench-serving", no_clock=True,
+              published=[{"name": "ttft_ms.p50", "value": 30.0}, {"name": "e2e_ms.p50", "value": 75.0},
+                         {"name": "total_tok_s", "value": 200.0}, {"name": "duration_s", "value": 0.5}])
+    assert build_site(data, out, jobs=0).errors == []
+    (page_path,) = (out / "tools").glob("*.html")
+    page = page_path.read_text()
+    assert _row(page, "Total tok/s").split()[-2:] == ["—", "—"]
+    assert _row(page, "TTFT (ms) p50").split()[-2:] == ["30.00", "—"]  # per request: its own send
+    assert "— in the totals of sglang-bench-serving: its file keeps no send times" in _text(page)
+    assert "Same definition" in _row(page, "TTFT p50")
+    assert _row(page, "E2E p50").split("— ")[-1].strip().startswith(
+        "Its definition cannot be recomputed from its rows: send to [DONE]")
+    rows = re.findall(r'<tr><th scope="row">Total tok/s</th>(.*?)</tr>', page)
+    assert "its rows share no clock" in _text(rows[-1])  # its own table: over its own span only

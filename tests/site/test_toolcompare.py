@@ -9,6 +9,7 @@ import pytest
 
 from rundir import contract
 from site_builder import toolcompare as tc
+from site_builder import tooldefs
 
 MS = 1_000_000
 
@@ -54,22 +55,72 @@ def test_common_definition_samples_exact() -> None:
     assert sorted(tc.samples(reqs, "itl_ms").tolist()) == [5.0, 5.0, 5.0, 10.0, 20.0]
 
 
+def _own(reqs: list, tool: str, metric: str, counting: str | None = None) -> list | None:
+    got = tc.tool_samples(reqs, tool, metric, counting)
+    return None if got is None else got[0].tolist()
+
+
 def test_request_tier_has_no_gaps_so_no_itl() -> None:
     reqs = tc.requests_of([_row(0, [(20, 1), (50, 4)], 55)], chunked=False)
     assert tc.samples(reqs, "itl_ms").size == 0
     assert tc.tool_samples(reqs, "vllm-bench-serve", "itl_ms") is None
-    assert tc.tool_samples(reqs, "guidellm", "itl_ms").tolist() == [10.0]  # first to last: kept
+    assert _own(reqs, "guidellm", "itl_ms") == [10.0]  # first to last: kept
     assert tc.samples(reqs, "tpot_ms").tolist() == [10.0]  # first and last are kept
 
 
 def test_tools_own_definitions_exact() -> None:
     reqs = tc.requests_of([A, B], chunked=True)
-    assert sorted(tc.tool_samples(reqs, "vllm-bench-serve", "itl_ms").tolist()) == [5, 10, 10, 20]
-    assert tc.tool_samples(reqs, "guidellm", "tpot_ms").tolist() == [12.5, 20 / 3]  # 50/4, 20/3
-    assert tc.tool_samples(reqs, "aiperf", "itl_ms").tolist() == pytest.approx([35 / 3, 8.0])
-    assert tc.tool_samples(reqs, "guidellm", "ttft_ms").tolist() == [20.0, 5.0]
-    assert tc.tool_samples(reqs, "guidellm", "itl_ms").tolist() == pytest.approx([10.0, 7.5])
+    # per chunk: every chunk gap from the first token's chunk, whatever its tokens
+    assert sorted(_own(reqs, "vllm-bench-serve", "itl_ms")) == [5, 10, 10, 20]
+    assert sorted(_own(reqs, "aiperf", "itl_ms")) == [5, 10, 10, 20]
+    assert sorted(_own(reqs, "sglang-bench-serving", "itl_ms")) == [5, 10, 10, 20]
+    assert _own(reqs, "guidellm", "tpot_ms") == [12.5, 20 / 3]  # 50/4, 20/3
+    assert _own(reqs, "aiperf", "tpot_ms") == pytest.approx([10.0, 7.5])  # to the last content chunk
+    assert _own(reqs, "aiperf", "e2e_ms") == [50.0, 20.0]  # to the last content chunk, not the end
+    assert _own(reqs, "guidellm", "e2e_ms") == [55.0, 21.0]  # to the response's end
+    assert _own(reqs, "aiperf", "per_request_tok_s") == pytest.approx([100.0, 1000 / 7.5])
+    assert _own(reqs, "guidellm", "ttft_ms") == [20.0, 5.0]
+    assert _own(reqs, "guidellm", "itl_ms") == pytest.approx([10.0, 7.5])
     assert tc.tool_samples(reqs, "guidellm", "per_request_tok_s") is None  # not known: not claimed
+    # SGLang's latency runs to [DONE], which its file does not keep
+    assert tc.tool_samples(reqs, "sglang-bench-serving", "tpot_ms") is None
+    assert tc.tool_samples(reqs, "sglang-bench-serving", "e2e_ms") is None
+    # inference-perf: per-token stamps (A: 1 token, then a 2-token chunk after 10 ms, one after 20)
+    assert _own(reqs, "inference-perf", "itl_ms") is None  # its own counts not in the rows
+    assert sorted(_own(reqs, "inference-perf", "itl_ms", contract.COUNT_PEER_CHUNKS)) == [0, 5, 10, 10, 20]
+    assert tc.tool_samples(reqs, "mlperf-endpoints", "tpot_ms") is None  # its tokenizer's count
+
+
+def test_last_chunk_without_tokens_still_ends_a_per_request_rule() -> None:
+    # the spread rule can leave the last chunk without a new token: the tool's latency still ends there
+    (q,) = tc.requests_of([_row(0, [(10, 1), (20, 2), (30, 2)], 30)], chunked=True)
+    assert q.last == 20 * MS and q.last_chunk == 30 * MS
+    assert _own([q], "vllm-bench-serve", "tpot_ms") == [20.0]  # (30 − 10) / (2 − 1)
+    assert tc.samples([q], "tpot_ms").tolist() == [10.0]  # ours: to the last token's chunk
+
+
+def test_tool_rank_weights_and_guidellms_percentile() -> None:
+    v, w = np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 1.0, 1.0, 7.0])
+    first = tooldefs.FIRST_REACHING
+    assert tc.tool_rank((v, w), "mean", first) == pytest.approx(3.4)  # (1 + 2 + 3 + 28) / 10
+    assert tc.tool_rank((v, w), "p50", first) == 4.0  # 0.1, 0.2, 0.3 < 0.5: the fourth
+    assert tc.tool_rank((v, w), "p50") == 2.5  # linear, weights not used by numpy
+    assert tc.tool_rank((v, np.ones(4)), "p50", first) == 2.0  # reaches 0.5 exactly at the second
+    assert tc.tool_rank((v, np.ones(4)), "p90") == pytest.approx(3.7)
+    assert tc.tool_rank(None, "p50") is None
+
+
+def test_rows_without_a_shared_clock_have_no_span() -> None:
+    rows = [_row(0, [(20, 1), (30, 2)], 30), _row(0, [(25, 1), (40, 3)], 40)]
+    assert not tc.shared_clock(rows) and tc.shared_clock(rows[:1]) and tc.shared_clock([A, B])
+    t = tc.totals_whole(tc.requests_of(rows, chunked=True), clock=False)
+    assert (t.completed, t.output_tokens, t.span_s, t.total_tok_s) == (2, 5, None, None)
+    key = {"phase": contract.DECODE, "context": 512, "concurrency": 2, "rate_target": None}
+    cells = pa.table({"phase": [contract.DECODE], "context": [512], "concurrency": [2],
+                      "window_start_ns": [0], "window_end_ns": [40 * MS],
+                      "rate_target": pa.array([None], pa.float64())})
+    (p,) = tc.load_points(cells, pa.Table.from_pylist([{**r, **key} for r in rows]), "gap", measured=False)
+    assert not p.clock and not p.has_window and p.window_totals is None and p.whole_totals.span_s is None
 
 
 def test_rank_uses_the_projects_percentile_and_minimum_counts() -> None:
@@ -107,12 +158,19 @@ def test_load_points_take_our_measure_rows_and_window() -> None:
 
 
 def test_why_names_the_definition_when_its_rows_give_its_figure() -> None:
-    line = tc.why("itl_ms", "vllm-bench-serve", common=5.0, own=15.0, published=15.1)
-    assert line.startswith("Definition:") and "per chunk" in line and "-66.9%" in line
+    line = tc.why("itl_ms", "vllm-bench-serve", common=5.0, own=15.0, published=15.01)
+    assert line.startswith("Definition:") and "per chunk" in line and "-66.7%" in line
+    # 0.7% off its figure is not its figure
+    assert tc.why("itl_ms", "vllm-bench-serve", 5.0, 15.0, 15.1).startswith("Not explained")
 
 
 def test_why_same_definition_and_unexplained_and_window() -> None:
-    assert tc.why("ttft_ms", "aiperf", 20.0, 20.0, 20.1).startswith("Same definition")
+    assert tc.why("ttft_ms", "aiperf", 20.0, 20.0, 20.01).startswith("Same definition")
+    assert "its own tokenizer's count" in tc.why("tpot_ms", "aiperf", 20.0, 20.0, 22.0)
+    line = tc.why("e2e_ms", "sglang-bench-serving", 20.0, None, 22.0)
+    assert line.startswith("Its definition cannot be recomputed from its rows: send to [DONE]")
+    line = tc.why("tpot_ms", "inference-perf", 20.0, None, 22.0, counting=contract.COUNT_PEER_SPREAD)
+    assert line.startswith("Counting: its definition (per request")
     line = tc.why("ttft_ms", "aiperf", 20.0, 20.0, 30.0)
     assert line.startswith("Not explained") and "-33.3%" in line
     line = tc.why("total_tok_s", "aiperf", 100.0, 100.0, 100.0, window=120.0)
@@ -145,3 +203,12 @@ def test_queueing_is_named_only_when_the_scheduled_sends_give_its_ttft() -> None
     assert line.startswith("Queueing:") and "-44.4%" in line
     assert tc.why("ttft_ms", "aiperf", 22.5, 22.5, 22.5, queued=22.5).startswith("Same definition")
     assert tc.why("ttft_ms", "aiperf", 12.5, 12.5, 40.0, queued=22.5).startswith("Not explained")
+
+
+def test_total_why_names_a_span_its_rows_cannot_give() -> None:
+    line = tc.total_why(311.4, 384, 1.2166, 1.2165, None, "aiperf")
+    assert line.startswith("Its definition cannot be recomputed from its rows") and "profiling phase" in line
+    line = tc.total_why(2744.5, 576, 1.22, 1.22, None, "inference-perf")  # its re-tokenized count
+    assert line.startswith("Not explained") and "re-tokenized" in line
+    assert tc.total_why(200.0, 100, None, 0.5, None, "sglang-bench-serving").endswith(
+        "its rows share no clock, so they have no span of ours.")

@@ -323,7 +323,9 @@ def rechecked_cells(data: RunData) -> pa.Table:
     """cells.parquet with each measured decode cell whose rows contradict its stored
     status given the status they support, the reason saying what the re-check
     found and what the collector had stored (the Error legend reads the cause)."""
-    found = crosscheck.run_findings(data.cells, data.requests, data.server_metrics)
+    imp = data.info.imported
+    peer = imp is not None and imp.tool is not None  # another tool's run: rundir/crosscheck.py
+    found = crosscheck.run_findings(data.cells, data.requests, data.server_metrics, peer)
     if not found:
         return data.cells
     rows = data.cells.to_pylist()

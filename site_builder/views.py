@@ -215,6 +215,13 @@ class RunView:
         return self.info.source == contract.SOURCE_IMPORTED
 
     @property
+    def not_checked(self) -> bool:
+        """Another tool's summary-only run: its cells hold the tool's figures, which nothing
+        checked, so the page labels them "Not checked", never as passed (issue 36)."""
+        imp = self.info.imported
+        return imp is not None and imp.tool is not None and imp.tier == contract.IMPORT_TIER_AGGREGATE
+
+    @property
     def throttling(self) -> throttle.ThrottleAnswer:
         """"Was it power-capped or throttled?", from its GPU telemetry (or why not known)."""
         peer = self.info.imported is not None and self.info.imported.tool is not None

@@ -94,7 +94,7 @@ def import_cmd(path: Path, out: Path, concurrency: int | None, rate: float | Non
         if path.is_dir():
             result = import_run_dir(path, out)
         elif sniffed is not None:  # another benchmark tool's output, told by its content
-            results = write_runs(runs_of(path, concurrency, rate), out, setup)
+            results = write_runs(runs_of(path, concurrency, rate, sniffed), out, setup)
             for extra in results[1:]:
                 click.echo(f"{extra.path}" + (f": {extra.message()}" if extra.message() else ""))
             result = results[0]

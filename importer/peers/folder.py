@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from importer.peers import read_all_for, sniff_format
+from importer.peers import Read, read_all_for, sniff_format
 from importer.peers.load import LoadError, resolve_load
 from importer.peers.model import TIERS, PeerFormatError, PeerRun
 from importer.peers.setup import DeclaredSetup
@@ -45,9 +45,11 @@ class Outcome:
         return f"skipped {self.path}: {self.skipped}"
 
 
-def runs_of(path: Path, concurrency: int | None = None, rate: float | None = None) -> list[PeerRun]:
-    """Every run a tool file holds, its load resolved; [] when no reader knows the file."""
-    sniffed = sniff_format(path)
+def runs_of(path: Path, concurrency: int | None = None, rate: float | None = None,
+            sniffed: tuple[str, Read] | None = None) -> list[PeerRun]:
+    """Every run a tool file holds, its load resolved; [] when no reader knows the file
+    (``sniffed``: the format already told, else the file is sniffed here)."""
+    sniffed = sniffed or sniff_format(path)
     if sniffed is None:
         return []
     name, read = sniffed

@@ -43,6 +43,8 @@ def _fail(message: str) -> None:
               help="A tool run's closed-loop concurrency, where its file does not say it.")
 @click.option("--rate", type=float, default=None,
               help="A tool run's offered request rate (req/s), where its file does not say it.")
+@click.option("--input-tokens", "input_tokens", type=int, default=None,
+              help="A tool run's prompt length, where neither its file nor its requests say it.")
 @click.option("--setup-from", "setup_from", type=click.Path(path_type=Path), default=None,
               help="One of our run directories of the same server: its hardware, engine and model "
                    "facts are recorded (as declared) in the imported tool run.")
@@ -52,7 +54,7 @@ def _fail(message: str) -> None:
 @click.option("--model", default=None,
               help="A tool run's model display name, declared (the tool's own name stays the served name).")
 def import_cmd(path: Path, out: Path, concurrency: int | None, rate: float | None,
-               setup_from: Path | None, hardware: str | None, gpu_count: int | None,
+               input_tokens: int | None, setup_from: Path | None, hardware: str | None, gpu_count: int | None,
                engine: str | None, model: str | None) -> None:
     """Import PATH as a run directory: another benchmark tool's output (AIPerf,
     vllm bench serve, SGLang, guidellm, inference-perf, MLPerf Endpoints: those
@@ -81,20 +83,22 @@ def import_cmd(path: Path, out: Path, concurrency: int | None, rate: float | Non
     except SetupError as exc:
         _fail(str(exc))
         return
-    tool_flags = setup is not None or concurrency is not None or rate is not None
-    if path.is_dir() and not (path / "run.yaml").is_file():
-        _import_folder(path, out, concurrency, rate, setup)
-        return
+    tool_flags = setup is not None or concurrency is not None or rate is not None \
+        or input_tokens is not None
+    if path.is_dir() and not (path / "run.yaml").is_file() \
+            and _import_folder(path, out, concurrency, rate, input_tokens, setup):
+        return  # else: no tool file in it, so it is read as a run directory (and refused as one)
     try:
         sniffed = None if path.is_dir() else sniff_format(path)
         if tool_flags and sniffed is None:
-            _fail(f"{path}: --concurrency, --rate and the setup flags are for another tool's files; "
+            _fail(f"{path}: --concurrency, --rate, --input-tokens and the setup flags are for another "
+                  "tool's files; "
                   "this is not one a tool reader recognises")
             return
         if path.is_dir():
             result = import_run_dir(path, out)
         elif sniffed is not None:  # another benchmark tool's output, told by its content
-            results = write_runs(runs_of(path, concurrency, rate, sniffed), out, setup)
+            results = write_runs(runs_of(path, concurrency, rate, sniffed, input_tokens), out, setup)
             for extra in results[1:]:
                 click.echo(f"{extra.path}" + (f": {extra.message()}" if extra.message() else ""))
             result = results[0]
@@ -130,11 +134,14 @@ def import_cmd(path: Path, out: Path, concurrency: int | None, rate: float | Non
 
 
 def _import_folder(folder: Path, out: Path, concurrency: int | None, rate: float | None,
-                   setup: DeclaredSetup | None) -> None:
+                   input_tokens: int | None, setup: DeclaredSetup | None) -> bool:
     """Every tool file under folder: one line per run and per file skipped; non-zero exit
-    when a recognised file did not read or did not write (nothing of it is written)."""
-    todo, skipped = plan(folder, concurrency, rate)
+    when a recognised file did not read or did not write (nothing of it is written).
+    False, printing nothing, when no file in it is a tool's."""
+    todo, skipped = plan(folder, concurrency, rate, input_tokens)
     failed = [s for s in skipped if s.error]
+    if not todo and not failed:
+        return False
     for runs in todo:
         try:
             for result in write_runs(runs, out, setup):
@@ -149,10 +156,9 @@ def _import_folder(folder: Path, out: Path, concurrency: int | None, rate: float
             click.echo(f"error: {redact(' '.join(outcome.error.split()))}", err=True)
         else:
             click.echo(outcome.line())
-    if not todo and not failed:
-        _fail(f"{folder}: no file a tool reader recognises (and no run.yaml: not a run directory)")
     if failed:
         raise SystemExit(EXIT_FAILED)
+    return True
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m importer.cli`

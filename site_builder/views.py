@@ -293,7 +293,7 @@ class RunView:
     @property
     def matrix_summary(self) -> str:
         ctx, lv = self.decode_contexts, self.levels
-        if not ctx:
+        if not ctx or not lv:  # a rate-only run (an imported tool's open loop) has no decode levels
             return ""
         ctx_range = formats.range_label([words.context_label(ctx[0]), words.context_label(ctx[-1])]
                                   if len(ctx) > 1 else [words.context_label(ctx[0])])

@@ -46,7 +46,7 @@ class Outcome:
 
 
 def runs_of(path: Path, concurrency: int | None = None, rate: float | None = None,
-            sniffed: tuple[str, Read] | None = None) -> list[PeerRun]:
+            sniffed: tuple[str, Read] | None = None, input_tokens: int | None = None) -> list[PeerRun]:
     """Every run a tool file holds, its load resolved; [] when no reader knows the file
     (``sniffed``: the format already told, else the file is sniffed here)."""
     sniffed = sniffed or sniff_format(path)
@@ -55,7 +55,7 @@ def runs_of(path: Path, concurrency: int | None = None, rate: float | None = Non
     name, read = sniffed
     many = read_all_for(name)
     runs = many(path) if many is not None else [read(path)]
-    return [resolve_load(r, concurrency, rate) for r in runs]
+    return [resolve_load(r, concurrency, rate, input_tokens) for r in runs]
 
 
 def write_runs(runs: list[PeerRun], out: Path, setup: DeclaredSetup | None) -> list[ImportResult]:
@@ -79,14 +79,14 @@ def _files(folder: Path) -> Iterator[Path]:
 
 
 def plan(folder: Path, concurrency: int | None = None, rate: float | None = None,
-         ) -> tuple[list[list[PeerRun]], list[Outcome]]:
+         input_tokens: int | None = None) -> tuple[list[list[PeerRun]], list[Outcome]]:
     """(the runs to write, file by file, and the files skipped with why); a recognised file
     that does not read is an Outcome with its error line, and the others go on."""
     found: list[tuple[Path, list[PeerRun]]] = []
     skipped: list[Outcome] = []
     for path in _files(folder):
         try:
-            runs = runs_of(path, concurrency, rate)
+            runs = runs_of(path, concurrency, rate, None, input_tokens)
         except PeerFormatError as exc:
             skipped.append(Outcome(path, error=exc.located(path)))
             continue
@@ -112,13 +112,14 @@ def plan(folder: Path, concurrency: int | None = None, rate: float | None = None
         for path, fmt in files:
             skipped.append(Outcome(path, skipped=f"part of the run imported from {chosen[key][0].name} "
                                    f"({fmt}: a poorer view of the same run)"))
-    companions = {f"{p.parent}/{r.extra['summary_file'].split(' ')[0]}": p
-                  for p, runs in chosen.values() for r in runs[:1] if r.extra.get("summary_file")}
+    companions = {f"{p.parent}/{r.extra[k].split(' ')[0]}": p  # files a reader read beside its own
+                  for p, runs in chosen.values() for r in runs[:1]
+                  for k in ("summary_file", "config_file") if r.extra.get(k)}
     for i, out in enumerate(skipped):
         owner = companions.get(str(out.path))
         if owner is not None and out.skipped and out.skipped.startswith("not recognised"):
             skipped[i] = Outcome(out.path, skipped=f"part of the run imported from {owner.name} "
-                                 "(its summary, read with it)")
+                                 "(read with it: its summary or configuration)")
     return [runs for _, runs in chosen.values()], skipped
 
 

@@ -56,8 +56,24 @@ def infer_concurrency(send_ns: list[int], end_ns: list[int | None]) -> int | Non
     return peak if area / (stop - start) >= HELD_SHARE * peak else None
 
 
-def resolve_load(run: PeerRun, concurrency: int | None = None, rate: float | None = None) -> PeerRun:
+def declare_input(run: PeerRun, input_tokens: int | None) -> PeerRun:
+    """``--input-tokens N``: the prompt length, where neither the file nor its requests say it
+    (the context the run is filed under); refused when the file has its own."""
+    if input_tokens is None:
+        return run
+    if input_tokens < 1:
+        raise LoadError(f"--input-tokens {input_tokens}: expected a whole number of at least 1")
+    if run.input_tokens is not None and run.input_tokens != input_tokens:
+        raise LoadError(f"{run.source_file}: --input-tokens {input_tokens} contradicts the file's own "
+                        f"input length {run.input_tokens}")
+    extra = {**run.extra, "input_length": f"{input_tokens} tokens declared at import (--input-tokens)"}
+    return dataclasses.replace(run, input_tokens=input_tokens, extra=extra)
+
+
+def resolve_load(run: PeerRun, concurrency: int | None = None, rate: float | None = None,
+                 input_tokens: int | None = None) -> PeerRun:
     """The run with its load set: the file's, the declared one, or the inferred one."""
+    run = declare_input(run, input_tokens)
     if concurrency is not None and concurrency < 1:
         raise LoadError(f"--concurrency {concurrency}: expected a whole number of at least 1")
     if rate is not None and not rate > 0:
@@ -94,4 +110,4 @@ def resolve_load(run: PeerRun, concurrency: int | None = None, rate: float | Non
     return dataclasses.replace(run, concurrency=found, extra=extra)
 
 
-__all__ = ["INFERRED", "LoadError", "infer_concurrency", "resolve_load"]
+__all__ = ["INFERRED", "LoadError", "declare_input", "infer_concurrency", "resolve_load"]

@@ -115,7 +115,7 @@ def _context(run: PeerRun) -> tuple[int, str]:
     if prompts:
         return max(1, int(np.median(prompts))), f"the median prompt tokens of its {len(prompts)} requests"
     raise PeerFormatError("neither a configured input length nor any request's prompt tokens: "
-                          "no context to file the run under", field="prompt_tokens")
+                          "no context to file the run under (pass --input-tokens N)", field="prompt_tokens")
 
 
 def _slots(sends: list[int], ends: list[int]) -> list[int]:

@@ -86,6 +86,8 @@ def status_note(status: str, reasons: list[str | None], on_pages: bool = True) -
 
 # An imported tool's summary-only run: its figures stand as the tool gave them, unchecked.
 NOT_CHECKED = "Not checked"
+NOT_CHECKED_NOTE = ("Not checked: these figures are the other tool's own summary, as it published "
+                    "them; none of our checks could run on them.")
 
 
 def status_label(status: str) -> str:

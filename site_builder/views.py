@@ -383,7 +383,10 @@ class RunView:
 
     def status_notes(self, cells: list[CellResult]) -> list[str]:
         """The notes explaining each status that appears in cells, in the seeds'
-        order; the Error note says what those cells' reasons say."""
+        order; the Error note says what those cells' reasons say. Another tool's
+        summary-only run has one note: its cells were not checked."""
+        if self.not_checked and cells:
+            return [words.NOT_CHECKED_NOTE]
         notes = []
         for status in words.STATUS_NOTES:
             these = [x for x in cells if x.status == status]

@@ -226,7 +226,7 @@ FIXTURES = [
 
 
 def test_every_fixture_file_imports_and_its_page_says_tool_tier_and_status(tmp_path: Path) -> None:
-    from rundir.words import NOT_CHECKED, status_label
+    from rundir.words import NOT_CHECKED, NOT_CHECKED_NOTE, status_label
     from site_builder.peerpage import TIER_TEXT
 
     data = tmp_path / "data"
@@ -252,6 +252,7 @@ def test_every_fixture_file_imports_and_its_page_says_tool_tier_and_status(tmp_p
         assert f">{label}<" in page or f">{label}</a>" in page, (rel, label)
         if status == "not_checked":
             assert f">{status_label('valid')}<" not in page
+            assert NOT_CHECKED_NOTE in page.replace("&#39;", "'")
 
 
 def test_inference_perf_config_beside_gives_the_load(tmp_path: Path) -> None:

@@ -27,8 +27,8 @@ from rundir.plateau import in_flight_steps
 # A closed loop keeps its streams busy: from the first time the in-flight count reaches
 # its peak to the last send, the time-weighted mean count stays near the peak (0.72 to 0.99
 # of it in the committed AIPerf, inference-perf and MLPerf fixtures, whose tools refill a
-# slot 0 to 60 ms late). An open loop's peak is a chance excursion: its mean sat at 0.16
-# to 0.39 of its peak in Poisson arrivals at 2 to 20 req/s (tests/importer/test_peer_load.py).
+# slot 0 to 60 ms late). An open loop's peak is a chance excursion: its mean sat at 0.12
+# to 0.39 of its peak in Poisson arrivals at 2 to 20 req/s (tests/importer/test_peer_import_cli.py).
 HELD_SHARE = 0.6
 INFERRED = "concurrency inferred from the requests' stamps: {n}"
 

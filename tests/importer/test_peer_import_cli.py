@@ -97,12 +97,29 @@ def test_bad_flags_one_line(tmp_path: Path, args: list[str], words: str) -> None
     assert not any(tmp_path.iterdir())
 
 
-def test_open_loop_is_not_inferred() -> None:
-    sends = [int(i * 1e9) for i in range(20)]  # one request a second, each 0.2 s: never overlap much
-    ends = [s + 200_000_000 for s in sends]
-    assert infer_concurrency(sends[:1] + sends, ends[:1] + ends) is None
-    closed = [0, 0, 0] + [int(1e8) * k for k in range(1, 30)]
-    assert infer_concurrency(closed[:3], [int(1e8)] * 3) == 3
+@pytest.mark.parametrize("rate", [2, 5, 10, 20])
+def test_open_loop_is_not_inferred(rate: int) -> None:
+    """Poisson arrivals (seeded), each request 0.1-0.3 s: the count swings, no load inferred."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    sends = np.cumsum(rng.exponential(1e9 / rate, 200)).astype(np.int64)
+    ends = sends + (rng.uniform(0.1, 0.3, 200) * 1e9).astype(np.int64)
+    assert infer_concurrency(sends.tolist(), ends.tolist()) is None
+
+
+@pytest.mark.parametrize("rel, expected", [
+    ("aiperf/refserver/profile_export_raw.jsonl", 3),
+    ("inference-perf/llama-c4.per_request_lifecycle_metrics.json", 4),
+    ("inference-perf/refserver-c4.per_request_lifecycle_metrics.json", 4),
+    ("mlperf-endpoints/handmade-events.jsonl", 3),
+])
+def test_closed_loop_fixtures_are_inferred(rel: str, expected: int) -> None:
+    from importer.peers import read_runs
+
+    _, (run,) = read_runs(DATA / rel)
+    reqs = run.requests
+    assert infer_concurrency([r.send_ns for r in reqs], [r.end_ns for r in reqs]) == expected
 
 
 def test_folder_groups_one_runs_exports(tmp_path: Path) -> None:
@@ -128,16 +145,12 @@ def test_folder_with_a_bad_file_exits_nonzero_and_writes_the_rest(tmp_path: Path
 
 
 def _setup(info: dict) -> tuple:
-    """site_builder.setups.setup_key's parts, from run.yaml as the builder reads it."""
+    """The site's own setup key (site_builder/setups.setup_key) of a run directory."""
     from rundir.io import read_run_info
-    from site_builder.families import family_of
-    from site_builder.views import hardware_label, model_name
+    from site_builder.setups import setup_key
+    from site_builder.views import RunView
 
-    ri = read_run_info(info["dir"])
-    name = model_name(ri)
-    return (name.lower(), family_of(name, ri.engine.quantization, ri.model.family)[1].lower(),
-            (ri.hardware.gpu_name or hardware_label(ri)).lower(), ri.hardware.gpu_count or 1,
-            (ri.engine.name or "").lower())
+    return setup_key(RunView(read_run_info(info["dir"]), None, "x"))  # type: ignore[arg-type]
 
 
 def test_setup_from_puts_the_run_in_our_setup(tmp_path: Path) -> None:
@@ -250,6 +263,8 @@ def test_every_fixture_file_imports_and_its_page_says_tool_tier_and_status(tmp_p
             assert version in page, rel
         label = NOT_CHECKED if status == "not_checked" else status_label(status)
         assert f">{label}<" in page or f">{label}</a>" in page, (rel, label)
+        if rel.startswith("mlperf"):  # no configuration beside it: the load was inferred
+            assert "concurrency inferred from the requests' stamps: 3" in page.replace("&#39;", "'")
         if status == "not_checked":
             assert f">{status_label('valid')}<" not in page
             assert NOT_CHECKED_NOTE in page.replace("&#39;", "'")

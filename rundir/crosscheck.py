@@ -103,12 +103,30 @@ def _stops(chunks: Chunks) -> np.ndarray:
                     np.maximum(last_chunk_ns(chunks), chunks.send_ns))
 
 
+def tool_in_flight(chunks: Chunks, start_ns: int, end_ns: int) -> float:
+    """Time-weighted mean over the window of requests sent and not yet ended (send to end)."""
+    if end_ns <= start_ns or not len(chunks.send_ns):
+        return 0.0
+    lo = np.maximum(chunks.send_ns, start_ns)
+    hi = np.minimum(_stops(chunks), end_ns)
+    return float(np.clip(hi - lo, 0, None).sum()) / float(end_ns - start_ns)
+
+
+PEER_QUEUE_UNSEEN = "the server's queue was not observed (no server waiting gauge)"
+
+
 def cell_finding(status: str, concurrency: int, requests: pa.Table, chunks: Chunks,
-                 start_ns: int, end_ns: int, waiting: Gauge) -> Finding | None:
+                 start_ns: int, end_ns: int, waiting: Gauge, peer: bool = False) -> Finding | None:
     """What the cell's measure requests say against its stored status, or None
     when they agree (see the module doc): `requests` holds their `error` and
     `stream_index` columns, `chunks` their chunks, `waiting` the server's
-    waiting gauge (rundir.activity.summed_gauge; None without one)."""
+    waiting gauge (rundir.activity.summed_gauge; None without one).
+
+    `peer`: a run imported from another tool. Without a waiting gauge its
+    queue cannot be seen, and counting a stream only from its first token
+    would call a short-request run queued that the server served at once; so
+    the queue check asks only whether the tool held its concurrency in flight
+    (send to end, time-weighted over the window, against 0.95 × C)."""
     if status not in CHECKED:
         return None
     if why := failed_problem(requests):
@@ -120,6 +138,12 @@ def cell_finding(status: str, concurrency: int, requests: pa.Table, chunks: Chun
     act = window_activity_from_gauge(chunks, waiting, start_ns, end_ns)
     if act.avg_active > concurrency + OVER_TOLERANCE:
         return Finding(ERROR, f"average active {act.avg_active:.2f} > {concurrency}: {TOO_MANY}")
+    if peer and act.max_waiting is None:
+        held = tool_in_flight(chunks, start_ns, end_ns)
+        if status == VALID and is_queued(concurrency, held, None):
+            return Finding(REQUESTS_QUEUED, f"the tool held {held:.2f} requests in flight on average "
+                           f"< 0.95 × {concurrency}; {PEER_QUEUE_UNSEEN}")
+        return None
     if status == VALID and is_queued(concurrency, act.avg_active, act.max_waiting):
         why = (f"server's waiting gauge reached {act.max_waiting:g}" if act.max_waiting
                else f"average active {act.avg_active:.2f} < 0.95 × {concurrency}")
@@ -128,7 +152,7 @@ def cell_finding(status: str, concurrency: int, requests: pa.Table, chunks: Chun
 
 
 def run_findings(cells: pa.Table, requests: pa.Table,
-                 server_metrics: pa.Table | None) -> dict[Key, Finding]:
+                 server_metrics: pa.Table | None, peer: bool = False) -> dict[Key, Finding]:
     """Every measured decode cell whose rows contradict its stored status, by key.
 
     Cheap next to aggregating: the request keys are grouped once, the chunks
@@ -152,7 +176,7 @@ def run_findings(cells: pa.Table, requests: pa.Table,
         rows = small.take(pa.array(idx, type=pa.int64()))
         sub = chunks.subset(idx) if chunks is not None else Chunks.from_table(requests)
         found = cell_finding(row["status"], key[2], rows, sub, int(row["window_start_ns"]),
-                             int(row["window_end_ns"]), waiting)
+                             int(row["window_end_ns"]), waiting, peer)
         if found is not None:
             out[key] = found
     return out

@@ -210,7 +210,8 @@ def checked_run(run_dir: Path) -> tuple[RunData, list[str], dict[crosscheck.Key,
     secrets = secret_problems(data)
     if secrets or (data.imported and not data.peer_requests):
         return data, secrets, {}
-    return data, secrets, crosscheck.run_findings(data.cells, data.requests, data.server_metrics)
+    peer = data.peer_requests  # another tool's run: its queue check (rundir/crosscheck.py)
+    return data, secrets, crosscheck.run_findings(data.cells, data.requests, data.server_metrics, peer)
 
 
 def rechecked_cells(data: RunData, found: dict[crosscheck.Key, crosscheck.Finding]) -> pa.Table:

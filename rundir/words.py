@@ -84,6 +84,12 @@ def status_note(status: str, reasons: list[str | None], on_pages: bool = True) -
     return STATUS_NOTES.get(status)
 
 
+# An imported tool's summary-only run: its figures stand as the tool gave them, unchecked.
+NOT_CHECKED = "Not checked"
+NOT_CHECKED_NOTE = ("Not checked: these figures are the other tool's own summary, as it published "
+                    "them; none of our checks could run on them.")
+
+
 def status_label(status: str) -> str:
     """The reader-facing word for a contract status (an unknown code as given)."""
     return STATUS_LABELS.get(status, status)

@@ -195,6 +195,7 @@ class Renderer:
             markdown=markdown,
         )
         self.env.globals.update(term=_term_link, TERMS=TERMS, MISSING=words.MISSING,
+                                NOT_CHECKED=words.NOT_CHECKED,
                                 FORMAT_RULES=formats.js_rules(), STATUS_RULES=statuses.js_rules(),
                                 METRIC_RULES=metrictable.js_rules(), PAGE_RULES=pagerules.js_rules(),
                                 index_record=runrows.index_record)

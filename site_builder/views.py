@@ -219,6 +219,13 @@ class RunView:
         return self.info.source == contract.SOURCE_IMPORTED
 
     @property
+    def not_checked(self) -> bool:
+        """Another tool's summary-only run: its cells hold the tool's figures, which nothing
+        checked, so the page labels them "Not checked", never as passed (issue 36)."""
+        imp = self.info.imported
+        return imp is not None and imp.tool is not None and imp.tier == contract.IMPORT_TIER_AGGREGATE
+
+    @property
     def throttling(self) -> throttle.ThrottleAnswer:
         """"Was it power-capped or throttled?", from its GPU telemetry (or why not known)."""
         peer = self.info.imported is not None and self.info.imported.tool is not None
@@ -290,7 +297,7 @@ class RunView:
     @property
     def matrix_summary(self) -> str:
         ctx, lv = self.decode_contexts, self.levels
-        if not ctx:
+        if not ctx or not lv:  # a rate-only run (an imported tool's open loop) has no decode levels
             return ""
         ctx_range = formats.range_label([words.context_label(ctx[0]), words.context_label(ctx[-1])]
                                   if len(ctx) > 1 else [words.context_label(ctx[0])])
@@ -381,7 +388,10 @@ class RunView:
 
     def status_notes(self, cells: list[CellResult]) -> list[str]:
         """The notes explaining each status that appears in cells, in the seeds'
-        order; the Error note says what those cells' reasons say."""
+        order; the Error note says what those cells' reasons say. Another tool's
+        summary-only run has one note: its cells were not checked."""
+        if self.not_checked and cells:
+            return [words.NOT_CHECKED_NOTE]
         notes = []
         for status in words.STATUS_NOTES:
             these = [x for x in cells if x.status == status]

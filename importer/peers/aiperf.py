@@ -12,6 +12,7 @@ source (aiperf/metrics/types, aiperf/common/models/record_models.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from datetime import UTC, datetime
@@ -268,16 +269,16 @@ def read_raw(path: Path) -> PeerRun:
         starts.append(number(meta, "request_start_ns", line, required=False))
     if not requests:
         raise PeerFormatError("no profiling records (expected one JSON object per request)")
-    lost = ["the configured concurrency or rate (the raw export has no run configuration)"]
+    lost = []
     if any(r.chunk_tokens is None for r in requests if r.chunk_ns):
         lost.append("tokens per chunk (the server's usage was not on every chunk: "
                     "run with --per-chunk-usage)")
-    return PeerRun(
+    return with_summary(PeerRun(
         tool=TOOL, tool_version=version, format=RAW_FORMAT, tier=TIER_CHUNK, source_file=Path(path),
         clock=PERF_CLOCK, requests=tuple(requests), published={}, definitions={}, lost=tuple(lost),
         output_tokens=_one(max_tokens), model=_one(models),
         measured_at=_iso_utc(min((s for s in starts if s is not None), default=None)),
-        extra={"version_from": "the User-Agent header AIPerf sent"} if version else {})
+        extra={"version_from": "the User-Agent header AIPerf sent"} if version else {}))
 
 
 # ---- profile_export.jsonl: the gap tier ---------------------------------------------
@@ -337,14 +338,63 @@ def read_records(path: Path) -> PeerRun:
             requests.append(_records_request(obj, line))
     if not requests:
         raise PeerFormatError("no profiling records (expected one JSON object per request)")
-    return PeerRun(
+    return with_summary(PeerRun(
         tool=TOOL, tool_version=None, format=RECORDS_FORMAT, tier=TIER_GAP, source_file=Path(path),
         clock=WALL_CLOCK, requests=tuple(requests), published={}, definitions={},
         lost=("chunk stamps: rebuilt as request start + TTFT + the running sum of inter_chunk_latency",
               "tokens per chunk", "the tool version (the records export does not say it)",
-              "a failed request's chunks (AIPerf keeps only its error, no metrics, in this export)",
-              "the configured concurrency or rate"),
-        measured_at=_iso_utc(min(r.send_ns for r in requests)))
+              "a failed request's chunks (AIPerf keeps only its error, no metrics, in this export)"),
+        measured_at=_iso_utc(min(r.send_ns for r in requests))))
+
+
+# ---- the summary beside a raw or records export -------------------------------------
+
+
+def summary_beside(path: Path) -> Path | None:
+    """The summary AIPerf wrote in the same folder as this export, if it is there.
+
+    AIPerf names its exports from one stem: ``<stem>.jsonl`` (records),
+    ``<stem>_raw.jsonl`` and ``<stem>_aiperf.json`` (``profile_export`` by default)."""
+    name = Path(path).name
+    stem = name[: -len("_raw.jsonl")] if name.endswith("_raw.jsonl") else name.removesuffix(".jsonl")
+    for candidate in (Path(path).with_name(f"{stem}_aiperf.json"),
+                      Path(path).with_name("profile_export_aiperf.json")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def with_summary(run: PeerRun) -> PeerRun:
+    """A per-request export with the configuration and the published figures of the
+    summary beside it, when that summary is of the same run (its request count is the
+    export's count of requests without error); what was not found is said in ``lost``."""
+    found = summary_beside(run.source_file)
+    lost = list(run.lost)
+    if found is None:
+        lost.append("the configured concurrency or rate, lengths and AIPerf's own figures "
+                    "(no profile_export_aiperf.json beside this file)")
+        return dataclasses.replace(run, lost=tuple(lost))
+    try:
+        with open(found, "rb") as fh:
+            ok = sniff_summary(fh.read(64 * 1024))
+        summary = read_summary(found) if ok else None
+    except (PeerFormatError, OSError) as exc:
+        lost.append(f"the configuration and AIPerf's own figures ({found.name} beside it did not read: "
+                    f"{exc})")
+        return dataclasses.replace(run, lost=tuple(lost))
+    done = sum(1 for r in run.requests if r.error is None)
+    count = summary.published.get("completed") if summary else None
+    if summary is None or (count is not None and int(count) != done):
+        why = "not an AIPerf summary" if summary is None else (
+            f"it counts {int(count)} requests, this file {done}: another run")
+        lost.append(f"the configuration and AIPerf's own figures ({found.name} beside it is {why})")
+        return dataclasses.replace(run, lost=tuple(lost))
+    extra = {**run.extra, "summary_file": f"{found.name} (configuration and AIPerf's own figures)"}
+    return dataclasses.replace(
+        run, tool_version=run.tool_version or summary.tool_version, published=dict(summary.published),
+        definitions=dict(summary.definitions), concurrency=summary.concurrency, rate=summary.rate,
+        input_tokens=summary.input_tokens, output_tokens=run.output_tokens or summary.output_tokens,
+        model=run.model or summary.model, lost=tuple(lost), extra=extra)
 
 
 # ---- profile_export_aiperf.json: the aggregate tier ---------------------------------

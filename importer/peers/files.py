@@ -51,6 +51,20 @@ def load_json(path: Path) -> Any:
     return _loads(data, None)
 
 
+def load_yaml(path: Path) -> Any:
+    """A tool's YAML configuration (safe loader: plain data only), under the JSON size cap."""
+    import yaml
+
+    size = Path(path).stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise PeerFormatError(f"{size / 2**20:,.0f} MiB is larger than the "
+                              f"{MAX_JSON_BYTES // 2**20} MiB a configuration file may be")
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise PeerFormatError(f"not readable YAML ({' '.join(str(exc).split())[:120]})") from None
+
+
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(1-based line number, object) for each non-blank line, streamed.
 

@@ -232,3 +232,4 @@ def _float_or_none(value: Any) -> float | None:
 
 
 FORMATS = ((FORMAT, sniff, read),)
+READ_ALL = {FORMAT: read_all}

@@ -9,7 +9,10 @@ agrees with the server's.
 
 The file holds no summary; inference-perf writes its own figures beside it in
 ``summary_lifecycle_metrics.json`` (same folder, same optional prefix), read
-here when present. The file names no schema version and no tool version.
+here when present, and the configuration it ran in ``config.yaml`` (same
+folder, same prefix; the tool's Config dumped as YAML), read for the load,
+the model and fixed lengths when present. The file names no schema version
+and no tool version.
 See docs/import-inference-perf.md.
 """
 
@@ -20,13 +23,14 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from importer.peers.files import load_json, number, numbers
+from importer.peers.files import load_json, load_yaml, number, numbers
 from importer.peers.model import TIER_CHUNK, PeerFormatError, PeerRequest, PeerRun, published_key
 
 FORMAT = "inference-perf/per_request_lifecycle_metrics.json"
 CLOCK = "time.perf_counter() (CLOCK_MONOTONIC), float seconds, rounded to ns"
 PER_REQUEST = "per_request_lifecycle_metrics.json"
 SUMMARY = "summary_lifecycle_metrics.json"
+CONFIG = "config.yaml"
 # its records open with start_time, end_time, then request/response (default on) or info
 _HEAD = re.compile(rb'^\s*\[\s*\{\s*"start_time"\s*:\s*[-+0-9.eE]+\s*,\s*"end_time"\s*:\s*[-+0-9.eE]+\s*,'
                    rb'\s*"(?:request|response|info)"\s*:')
@@ -87,6 +91,7 @@ def read(path: Path) -> PeerRun:
         extra["summary_file"] = summary_path.name
     else:
         extra["summary_file"] = "none beside it: no published figures"
+    config = _config(path, extra)
     mismatched = sum(1 for r in rows if r.error is None and r.chunk_tokens is None)
     if mismatched:
         extra["tokens_per_chunk"] = (f"{mismatched} request(s): the tool's per-chunk token count disagreed "
@@ -94,7 +99,55 @@ def read(path: Path) -> PeerRun:
     return PeerRun(
         tool="inference-perf", tool_version=None, format=FORMAT, tier=TIER_CHUNK, source_file=path,
         clock=CLOCK, requests=tuple(rows), published=published, definitions=dict(DEFINITIONS),
-        lost=LOST, extra=extra)
+        lost=LOST if not config else LOST[:-1] + ("the tool version (not in its files)",),
+        extra=extra, **config)
+
+
+def _config(path: Path, extra: dict[str, str]) -> dict[str, Any]:
+    """PeerRun fields from the config.yaml inference-perf wrote beside the file, if there:
+    the load of a one-stage run (a concurrent stage's concurrency_level, a constant or
+    poisson stage's rate), server.model_name, and lengths where the distribution is fixed."""
+    where = path.with_name(path.name[: -len(PER_REQUEST)] + CONFIG) if path.name.endswith(PER_REQUEST) \
+        else None
+    if where is None or not where.is_file():
+        extra["config_file"] = "none beside it: load, model and lengths not from the tool"
+        return {}
+    try:
+        doc = load_yaml(where)
+    except PeerFormatError as exc:
+        raise PeerFormatError(f"{where.name} beside it: {exc.message}", field="config") from None
+    if not isinstance(doc, dict):
+        raise PeerFormatError(f"{where.name} beside it: expected a mapping", field="config")
+    out: dict[str, Any] = {}
+    load = doc.get("load") if isinstance(doc.get("load"), dict) else {}
+    stages = load.get("stages") if isinstance(load.get("stages"), list) else []
+    kind = load.get("type")
+    said = [f"{where.name} (the tool's configuration)"]
+    if len(stages) == 1 and isinstance(stages[0], dict):
+        stage = stages[0]
+        level, rate = stage.get("concurrency_level"), stage.get("rate")
+        if kind == "concurrent" and isinstance(level, int) and level > 0:
+            out["concurrency"] = level
+        elif kind in ("constant", "poisson") and isinstance(rate, int | float) and rate > 0:
+            out["rate"] = float(rate)
+            said.append(f"arrivals: {kind}")
+        else:
+            said.append(f"load type {kind!r}: no single concurrency or rate read")
+    else:
+        said.append(f"{len(stages)} load stages: the per-request file mixes them, no one load read")
+    server = doc.get("server") if isinstance(doc.get("server"), dict) else {}
+    if isinstance(server.get("model_name"), str) and server["model_name"]:
+        out["model"] = server["model_name"]
+    data = doc.get("data") if isinstance(doc.get("data"), dict) else {}
+    for key, field_name in (("input_distribution", "input_tokens"), ("output_distribution", "output_tokens")):
+        dist = data.get(key) if isinstance(data.get(key), dict) else {}
+        lo, hi = dist.get("min"), dist.get("max")
+        if field_name == "output_tokens" and isinstance(hi, int):
+            out[field_name] = hi  # the cap on each request's output
+        elif isinstance(lo, int) and lo == hi:
+            out[field_name] = lo
+    extra["config_file"] = "; ".join(said)
+    return out
 
 
 def _summary_path(path: Path) -> Path | None:

@@ -13,13 +13,14 @@ source, are in docs/import-mlperf-endpoints.md.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from importer.peers.files import iter_jsonl, number
-from importer.peers.model import TIER_CHUNK, PeerFormatError, PeerRequest, PeerRun
+from importer.peers.files import iter_jsonl, load_json, load_yaml, number
+from importer.peers.model import TIER_CHUNK, PeerFormatError, PeerRequest, PeerRun, published_key
 
 FORMAT = "mlperf-endpoints/events.jsonl"
 CLOCK = "time.monotonic_ns in the tool's main process (CLOCK_MONOTONIC)"
@@ -188,9 +189,88 @@ def read(path: Path) -> PeerRun:
     if not requests:
         raise PeerFormatError("no tracked sample.issued events: nothing was measured")
     extra = {"untracked_samples": str(untracked)} if untracked else {}
-    return PeerRun(tool="mlperf-endpoints", tool_version=None, format=FORMAT, tier=TIER_CHUNK,
-                   source_file=Path(path), clock=CLOCK, requests=tuple(requests), published={},
-                   definitions=dict(DEFINITIONS), lost=LOST, extra=extra)
+    run = PeerRun(tool="mlperf-endpoints", tool_version=None, format=FORMAT, tier=TIER_CHUNK,
+                  source_file=Path(path), clock=CLOCK, requests=tuple(requests), published={},
+                  definitions=dict(DEFINITIONS), lost=LOST, extra=extra)
+    return with_companions(run)
+
+
+# ---- config.yaml and performance/result_summary.json beside the events ---------------
+# Read as the tool's own submission CLI reads them (endpoints-submission-cli 1.5.3.0:
+# submissions/builder.py, runs/formatters.py; the summary's fields from the checker's
+# models/file/point_summary.py, which follows the tool's Report struct): the concurrency
+# is config.yaml's settings.load_pattern.target_concurrency, the model model_params.name;
+# the summary keeps ns timings as {total: sum over samples, percentiles: {"50": ...}}.
+_SUMMARY_SERIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("latency", "e2e_ms"))
+_LOST_CONFIG = LOST[3]
+_LOST_SUMMARY = LOST[2]
+
+
+def _summary_path(path: Path) -> Path | None:
+    for candidate in (path.with_name("performance") / "result_summary.json",
+                      path.with_name("result_summary.json")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _summary_figures(doc: Any, name: str) -> dict[str, float]:
+    if not isinstance(doc, dict):
+        raise PeerFormatError(f"{name} beside it: expected a JSON object", field="result_summary")
+    done = number(doc, "n_samples_completed", None, minimum=0)
+    span = number(doc, "duration_ns", None, minimum=0)
+    out: dict[str, float] = {"completed": float(done), "duration_s": span / 1e9}
+    for key, metric in _SUMMARY_SERIES:
+        series = doc.get(key)
+        if not isinstance(series, dict):
+            continue
+        pct = series.get("percentiles") if isinstance(series.get("percentiles"), dict) else {}
+        for stat in ("50", "90", "99"):
+            value = pct.get(stat, pct.get(f"{stat}.0"))
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[published_key(metric, f"p{stat}")] = value / 1e6
+        total = series.get("total")
+        if isinstance(total, int | float) and not isinstance(total, bool) and done:
+            out[published_key(metric, "mean")] = total / done / 1e6
+    osl = doc.get("output_sequence_lengths")
+    if isinstance(osl, dict) and isinstance(osl.get("total"), int | float):
+        out["output_tokens"] = float(osl["total"])
+        if span:
+            out["total_tok_s"] = osl["total"] / (span / 1e9)
+    return out
+
+
+def with_companions(run: PeerRun) -> PeerRun:
+    """The run with config.yaml's load and model and the summary's figures, where those
+    files lie beside the events; ``lost`` keeps saying what was not found."""
+    path = Path(run.source_file)
+    lost, extra, changes = list(run.lost), dict(run.extra), {}
+    config = path.with_name("config.yaml")
+    if config.is_file():
+        try:
+            doc = load_yaml(config)
+        except PeerFormatError as exc:
+            raise PeerFormatError(f"config.yaml beside it: {exc.message}", field="config") from None
+        doc = doc if isinstance(doc, dict) else {}
+        pattern = ((doc.get("settings") or {}).get("load_pattern") or {}) if isinstance(
+            doc.get("settings"), dict) else {}
+        target = pattern.get("target_concurrency") if isinstance(pattern, dict) else None
+        if isinstance(target, int) and not isinstance(target, bool) and target > 0:
+            changes["concurrency"] = target
+        name = (doc.get("model_params") or {}).get("name") if isinstance(doc.get("model_params"), dict) \
+            else None
+        if isinstance(name, str) and name:
+            changes["model"] = name
+        lost.remove(_LOST_CONFIG)
+        if "concurrency" not in changes:
+            lost.append("the load: config.yaml beside it names no settings.load_pattern.target_concurrency")
+        extra["config_file"] = "config.yaml (the tool's configuration)"
+    summary = _summary_path(path)
+    if summary is not None:
+        changes["published"] = _summary_figures(load_json(summary), summary.name)
+        lost.remove(_LOST_SUMMARY)
+        extra["summary_file"] = f"{summary.relative_to(path.parent)} (the tool's own figures)"
+    return dataclasses.replace(run, lost=tuple(lost), extra=extra, **changes)
 
 
 FORMATS = ((FORMAT, sniff, read),)

@@ -45,6 +45,7 @@ from importer.peers.model import (
     PeerRequest,
     PeerRun,
 )
+from importer.peers.setup import DeclaredSetup
 from importer.peers.validate import validate
 from importer.write import ImportResult, write_run_dir
 from rundir import contract, crosscheck
@@ -56,6 +57,7 @@ from rundir.contract import (
     SOURCE_IMPORTED,
     Definition,
     Engine,
+    Hardware,
     Imported,
     Model,
     Parameters,
@@ -113,7 +115,7 @@ def _context(run: PeerRun) -> tuple[int, str]:
     if prompts:
         return max(1, int(np.median(prompts))), f"the median prompt tokens of its {len(prompts)} requests"
     raise PeerFormatError("neither a configured input length nor any request's prompt tokens: "
-                          "no context to file the run under", field="prompt_tokens")
+                          "no context to file the run under (pass --input-tokens N)", field="prompt_tokens")
 
 
 def _slots(sends: list[int], ends: list[int]) -> list[int]:
@@ -248,8 +250,28 @@ def _notes(run: PeerRun, context_from: str, counting: str, window: Plateau | Non
     return "\n\n".join(line for line in lines if line)
 
 
+def _setup_facts(run: PeerRun, setup: DeclaredSetup | None) -> tuple[Hardware, Engine, Model, str]:
+    """run.yaml's hardware, engine and model, and the notes line saying what was declared."""
+    if setup is None:
+        return Hardware(), Engine(name=run.engine), Model(name=run.model), ""
+    hw = setup.hardware or Hardware()
+    engine = setup.engine or Engine(name=run.engine)
+    if setup.model is not None:  # our display name; the name the tool sent stays the served name
+        model = Model(name=setup.model.name, served_name=run.model,
+                      repository_id=setup.model.repository_id, revision=setup.model.revision,
+                      family=setup.model.family)
+    else:
+        model = Model(name=run.model)
+    what = [w for w, got in (("hardware", setup.hardware), ("engine", setup.engine),
+                              ("model", setup.model)) if got is not None]
+    line = (f"Setup declared at import, not measured by the tool: {', '.join(what)} from "
+            f"{setup.source}." + (f" The tool sent the model name {run.model!r}." if run.model
+                                  and setup.model is not None else ""))
+    return hw, engine, model, line
+
+
 def run_info(run: PeerRun, run_id: str, sha256: str, phase: str, context: int, context_from: str,
-             counting: str, window: Plateau | None) -> RunInfo:
+             counting: str, window: Plateau | None, setup: DeclaredSetup | None = None) -> RunInfo:
     params = Parameters(contexts=[context], max_output_tokens=run.output_tokens,
                         tool_name=run.tool, tool_version=run.tool_version)
     if phase == contract.DECODE:
@@ -257,10 +279,12 @@ def run_info(run: PeerRun, run_id: str, sha256: str, phase: str, context: int, c
     else:
         params.rate = [float(run.rate or 0.0)]
         params.concurrency = [int(run.concurrency)] if run.concurrency else []
+    hardware, engine, model, declared = _setup_facts(run, setup)
+    notes = _notes(run, context_from, counting, window)
     return RunInfo(
         schema_version=SCHEMA_VERSION, run_id=run_id, source=SOURCE_IMPORTED,
-        measured_at=run.measured_at, engine=Engine(name=run.engine), model=Model(name=run.model),
-        parameters=params, notes=_notes(run, context_from, counting, window),
+        measured_at=run.measured_at, hardware=hardware, engine=engine, model=model,
+        parameters=params, notes=f"{notes}\n\n{declared}" if declared else notes,
         imported=Imported(
             source_file=redact(Path(run.source_file).name), source_sha256=sha256, format=run.format,
             tool=run.tool, tool_version=run.tool_version, tier=run.tier, clock=run.clock,
@@ -277,10 +301,12 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_peer_run(run: PeerRun, out: Path, sha256: str | None = None) -> ImportResult:
+def write_peer_run(run: PeerRun, out: Path, sha256: str | None = None,
+                   setup: DeclaredSetup | None = None) -> ImportResult:
     """Validate the run, then write ``out/<run_id>/`` whole or not at all.
 
-    ``sha256``: of the source file's bytes (read from ``run.source_file`` when not given)."""
+    ``sha256``: of the source file's bytes (read from ``run.source_file`` when not given);
+    ``setup``: hardware, engine and model declared at import (importer/peers/setup.py)."""
     validate(run)
     run = redact_tree(run)
     sha = sha256 or file_sha256(run.source_file)
@@ -306,10 +332,10 @@ def write_peer_run(run: PeerRun, out: Path, sha256: str | None = None) -> Import
                          run.rate)
         status, reason = _status(table, window, counting, phase)
         tables[REQUESTS_FILE] = table
-    info = run_info(run, run_id, sha, phase, context, context_from, counting, window)
+    info = run_info(run, run_id, sha, phase, context, context_from, counting, window, setup)
     cells = cells_table(run, key, status, reason, window, counting)
     if REQUESTS_FILE in tables:  # the rows' own cross-checks (a failed request, slots, queueing)
-        found = crosscheck.run_findings(cells, tables[REQUESTS_FILE], None)
+        found = crosscheck.run_findings(cells, tables[REQUESTS_FILE], None, peer=True)
         for hit in found.values():
             cells = cells_table(run, key, hit.status, hit.problem, window, counting)
     return write_run_dir(out, run_id, info, cells, tables=tables)

@@ -63,6 +63,9 @@ YAML
   "$IP" --config_file "$WORK/$3.yml" > "$WORK/$3.log" 2>&1 || { tail -n 30 "$WORK/$3.log" >&2; exit 1; }
   cp "$WORK/$3/per_request_lifecycle_metrics.json" "$OUT/$3.per_request_lifecycle_metrics.json"
   cp "$WORK/$3/summary_lifecycle_metrics.json" "$OUT/$3.summary_lifecycle_metrics.json"
+  # its configuration dump, beside the reference run only (the llama run is kept without one,
+  # to test the path where the load is inferred from the stamps)
+  [ "$3" != refserver-c4 ] || cp "$WORK/$3/config.yaml" "$OUT/$3.config.yaml"
 }
 
 # (a) the reference server, its truth log beside the tool's files

@@ -45,7 +45,11 @@ def test_chunk_tier_page_shows_the_tool_its_figures_and_ours(site) -> None:
     assert "What the format does not keep the server's finish reasons" in text
     assert "our figures, computed from the tool's per-request rows over the run's steady span" in text
     assert "The tool's own figures, as it published them (whole run)" in text
-    assert "itl_ms.p50 10 mean gap between chunks of a request" in text
+    # one row per metric: its mean, p50, p90, p99 in columns and the tool's definition once
+    assert "Figure mean p50 p90 p99 The tool's definition" in text
+    assert "itl_ms — 10 — — mean gap between chunks of a request" in text
+    assert text.count("mean gap between chunks of a request") == 1
+    assert "The tool's own totals (whole run) Total Value The tool's definition completed 8" in text
     assert "a published page" not in text  # not the page-import notice
     assert "204.3" not in text and "200.9" in text  # our total tok/s over the window (231 / 1.15)
 

@@ -143,3 +143,13 @@ def _kind(value: Any) -> str:
         return repr(value)  # nan, inf
     kinds = {str: "a string", list: "a list", dict: "an object", bool: "true/false"}
     return kinds.get(type(value), type(value).__name__)
+
+
+def number_at(obj: dict[str, Any], key: str, where: str) -> float:
+    """A required finite non-negative number, the error naming its full path (``where.key``)."""
+    try:
+        value = number(obj, key, minimum=0)
+    except PeerFormatError as exc:
+        raise PeerFormatError(exc.message, field=f"{where}.{key}") from None
+    assert value is not None
+    return value

@@ -19,7 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from importer.peers.files import load_json, number
+from importer.peers.files import load_json, number, number_at
 from importer.peers.model import TIER_REQUEST, PeerFormatError, PeerRequest, PeerRun, published_key
 
 FORMAT = "guidellm/benchmarks.json"
@@ -113,7 +113,7 @@ def _run(path: Path, bench: Any, index: int, total: int, tool_version: Any,
     for key in ("warmup_duration", "cooldown_duration"):
         if bench.get(key):
             extra[key] = f"{bench[key]:g} s"
-    start = _num(bench, "start_time", where)
+    start = number_at(bench, "start_time", where)
     return PeerRun(
         tool="guidellm", tool_version=str(tool_version) if tool_version is not None else None,
         format=FORMAT, tier=TIER_REQUEST, source_file=path, clock=CLOCK, requests=tuple(rows),
@@ -168,29 +168,21 @@ def _published(bench: dict[str, Any], where: str) -> dict[str, float]:
             continue
         mw = f"{where}.metrics.{name}.successful"
         pct = _obj(dist, "percentiles", mw)
-        out[published_key(metric, "mean")] = _num(dist, "mean", mw) * scale
+        out[published_key(metric, "mean")] = number_at(dist, "mean", mw) * scale
         for stat in ("p50", "p90", "p99"):
-            out[published_key(metric, stat)] = _num(pct, stat, f"{mw}.percentiles") * scale
+            out[published_key(metric, stat)] = number_at(pct, stat, f"{mw}.percentiles") * scale
     totals = _obj(metrics, "request_totals", f"{where}.metrics")
-    out["completed"] = _num(totals, "successful", f"{where}.metrics.request_totals")
-    out["duration_s"] = _num(bench, "duration", where)
+    out["completed"] = number_at(totals, "successful", f"{where}.metrics.request_totals")
+    out["duration_s"] = number_at(bench, "duration", where)
     for key, name, stat in (("request_rate", "requests_per_second", "mean"),
                             ("total_tok_s", "output_tokens_per_second", "mean"),
                             ("output_tokens", "output_token_count", "total_sum")):
         dist = (metrics.get(name) or {}).get("successful")
         if isinstance(dist, dict):
-            out[key] = _num(dist, stat, f"{where}.metrics.{name}.successful")
+            out[key] = number_at(dist, stat, f"{where}.metrics.{name}.successful")
     return out
 
 
-def _num(obj: dict[str, Any], key: str, where: str) -> float:
-    """A required finite non-negative number, the error naming its full path."""
-    try:
-        value = number(obj, key, minimum=0)
-    except PeerFormatError as exc:
-        raise PeerFormatError(exc.message, field=f"{where}.{key}") from None
-    assert value is not None
-    return value
 
 
 def _obj(parent: dict[str, Any], key: str, where: str, *, required: bool = True) -> dict[str, Any]:

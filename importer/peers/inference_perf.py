@@ -23,7 +23,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from importer.peers.files import load_json, load_yaml, number, numbers
+from importer.peers.files import load_json, load_yaml, number, number_at, numbers
 from importer.peers.model import TIER_CHUNK, PeerFormatError, PeerRequest, PeerRun, published_key
 
 FORMAT = "inference-perf/per_request_lifecycle_metrics.json"
@@ -235,15 +235,15 @@ def _published(doc: Any, name: str) -> dict[str, float]:
             continue  # None where no request streamed
         dw = f"{name}.successes.latency.{key}"
         for stat, field in (("mean", "mean"), ("p50", "median"), ("p90", "p90"), ("p99", "p99")):
-            out[published_key(metric, stat)] = _num(dist, field, dw) * 1000.0
+            out[published_key(metric, stat)] = number_at(dist, field, dw) * 1000.0
     throughput = _obj(successes, "throughput", f"{name}.successes")
-    out["total_tok_s"] = _num(throughput, "output_tokens_per_sec", f"{name}.successes.throughput")
-    out["request_rate"] = _num(throughput, "requests_per_sec", f"{name}.successes.throughput")
-    out["duration_s"] = _num(doc, "benchmark_time_seconds", name)
-    out["completed"] = _num(successes, "count", f"{name}.successes")
+    out["total_tok_s"] = number_at(throughput, "output_tokens_per_sec", f"{name}.successes.throughput")
+    out["request_rate"] = number_at(throughput, "requests_per_sec", f"{name}.successes.throughput")
+    out["duration_s"] = number_at(doc, "benchmark_time_seconds", name)
+    out["completed"] = number_at(successes, "count", f"{name}.successes")
     tokens = successes.get("output_tokens")
     if isinstance(tokens, dict) and tokens.get("total") is not None:
-        out["output_tokens"] = _num(tokens, "total", f"{name}.successes.output_tokens")
+        out["output_tokens"] = number_at(tokens, "total", f"{name}.successes.output_tokens")
     return out
 
 
@@ -254,13 +254,6 @@ def _obj(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     return value
 
 
-def _num(obj: dict[str, Any], key: str, where: str) -> float:
-    try:
-        value = number(obj, key, minimum=0)
-    except PeerFormatError as exc:
-        raise PeerFormatError(exc.message, field=f"{where}.{key}") from None
-    assert value is not None
-    return value
 
 
 def _ns(seconds: float) -> int:
@@ -268,7 +261,7 @@ def _ns(seconds: float) -> int:
 
 
 def _stamp(obj: dict[str, Any], key: str, where: str) -> int:
-    return _ns(_num(obj, key, where))
+    return _ns(number_at(obj, key, where))
 
 
 def _stamps(obj: dict[str, Any], key: str, where: str) -> list[int]:

@@ -101,8 +101,9 @@ def run_figure_problems(data: RunData, cells: pa.Table) -> dict[Key, list[str]]:
     for row in cells.to_pylist():
         start, end = row.get("window_start_ns"), row.get("window_end_ns")
         if (row["phase"] != contract.DECODE or row["status"] not in NUMBER_STATUSES
-                or start is None or end is None or end <= start):
-            continue
+                or start is None or end is None or end <= start
+                or row.get("token_counting") == contract.COUNT_PEER_REQUEST):
+            continue  # tier request: two stamps a request, no chunks to judge (as the builder)
         key = (row["phase"], int(row["context"]), int(row["concurrency"]))
         idx = groups.get((*key, contract.PURPOSE_MEASURE), empty)
         rows = small.take(pa.array(idx, type=pa.int64()))

@@ -35,7 +35,7 @@ from importer.peers.validate import validate
 from importer.peers.write import chunk_stamps, cumulative_tokens, write_peer_run
 from rundir import contract
 from rundir.io import read_run
-from rundir.validate import checked_run, rechecked_cells
+from rundir.validate import checked_run, rechecked_cells, validate_run
 from site_builder.aggregate import aggregate_run
 
 MS = 1_000_000
@@ -325,3 +325,24 @@ def test_bench_import_peer_error_is_one_line_and_writes_nothing(source: Path, tm
     assert res.exit_code != 0 and len(res.output.strip().splitlines()) == 1
     assert res.output.startswith(f"error: {source}:2: end_ns: request 2 (line 2)")
     assert not out.exists()
+
+
+def test_request_tier_gap_is_no_stall_for_validate_or_the_builder(source: Path, tmp_path: Path) -> None:
+    """At tier request a row holds the first and the last token only: the time between
+    them is not a silence. `bench validate` must not call it a stall when the builder
+    publishes the cell as stored (found on a real guidellm file: a 5.4 s "stall")."""
+    reqs = []
+    for k in range(3):  # stream k: 3 requests of 3.0 / 3.2 / 3.4 s, first token 10 ms after the send
+        send, length = BASE + k * MS, (3_000 + 200 * k) * MS
+        for _ in range(3):
+            reqs.append(PeerRequest(send_ns=send, end_ns=send + length,
+                                    chunk_ns=(send + 10 * MS, send + length), chunk_tokens=None,
+                                    prompt_tokens=64, output_tokens=2, line=len(reqs) + 1))
+            send += length
+    reqs = tuple(reqs)  # ~3 s between a request's first and last token: no stamp, not a silence
+    run = dataclasses.replace(chunk_run(source), tier=TIER_REQUEST, requests=reqs, concurrency=3)
+    result = write_peer_run(run, tmp_path / "data")
+    data, cell = _cell(tmp_path / "data", result)
+    assert cell.status == contract.VALID
+    report = validate_run(result.path)
+    assert [p.line for p in report.problems] == []

@@ -70,6 +70,11 @@ from rundir.plateau import Plateau, plateau
 from rundir.redact import redact, redact_tree
 from rundir.slugs import slugify
 
+# Every request sent at one stamp: the format keeps each request's stamps relative to its
+# own send (SGLang's bench_serving), so no in-flight count, window, slot or rate exists.
+NO_SHARED_CLOCK = ("no window: the file's stamps share no clock (each request's are relative to its "
+                   "own send), so in-flight counts, the steady window and rates cannot be computed; "
+                   "its per-request figures are on the comparison page")
 # The held share under which the notes say the plateau dipped.
 HELD_NOTE_SHARE = 0.9
 _COUNT_RANK = (contract.COUNT_PEER_CHUNKS, contract.COUNT_PEER_CHUNKS_TOTAL,
@@ -328,13 +333,14 @@ def write_peer_run(run: PeerRun, out: Path, sha256: str | None = None,
         table, counting = requests_table(run, key, phase)
         sends = table.column("send_ns").to_pylist()
         ends = table.column("end_ns").to_pylist()
-        window = plateau(sends, ends, run.concurrency if phase == contract.DECODE else None,
-                         run.rate)
+        shared = len(set(sends)) > 1 or len(sends) < 2
+        window = (plateau(sends, ends, run.concurrency if phase == contract.DECODE else None, run.rate)
+                  if shared else Plateau(None, None, None, None, 0, NO_SHARED_CLOCK))
         status, reason = _status(table, window, counting, phase)
         tables[REQUESTS_FILE] = table
     info = run_info(run, run_id, sha, phase, context, context_from, counting, window, setup)
     cells = cells_table(run, key, status, reason, window, counting)
-    if REQUESTS_FILE in tables:  # the rows' own cross-checks (a failed request, slots, queueing)
+    if REQUESTS_FILE in tables and window is not None and window.found:  # the rows' cross-checks
         found = crosscheck.run_findings(cells, tables[REQUESTS_FILE], None, peer=True)
         for hit in found.values():
             cells = cells_table(run, key, hit.status, hit.problem, window, counting)

@@ -346,3 +346,16 @@ def test_request_tier_gap_is_no_stall_for_validate_or_the_builder(source: Path, 
     assert cell.status == contract.VALID
     report = validate_run(result.path)
     assert [p.line for p in report.problems] == []
+
+
+def test_rows_without_a_shared_clock_get_no_window(source: Path, tmp_path: Path) -> None:
+    """SGLang keeps each request's stamps relative to its own send (every send_ns 0):
+    no in-flight count, window or slot exists, and the cell says so instead of
+    measuring a 'plateau' of every request at once."""
+    reqs = tuple(dataclasses.replace(r, send_ns=0, end_ns=r.end_ns - r.send_ns,
+                                     chunk_ns=tuple(c - r.send_ns for c in r.chunk_ns))
+                 for r in chunk_run(source).requests)
+    result = write_peer_run(dataclasses.replace(chunk_run(source), requests=reqs), tmp_path / "data")
+    row = read_run(result.path).cells.to_pylist()[0]
+    assert row["window_start_ns"] is None and row["status"] == contract.ERROR
+    assert row["reason"].startswith("no window: the file's stamps share no clock")

@@ -133,7 +133,8 @@ def test_pages_hand_the_scripts_the_status_rules() -> None:
                                                       "compare_js", "site_js", "slo_js", "address_js",
                                                       "rules_js")},
                            "version": "0", "nav": "", "cache_note": "", "medians_note": ""})
-    for template, context in (("compare.html", {"groups": [], "pick": ("", ""), "metrics": []}),
+    for template, context in (("compare.html", {"groups": [], "pick": ("", ""), "metrics": [],
+                                               "tool_groups": []}),
                               ("explore.html", {"families": [], "view_text": "", "chart_title": "",
                                                 "chart_caption": "", "fallback_svg": "",
                                                 "cost_note": "", "slo_spec": "", "filters": [],

@@ -188,3 +188,11 @@ def test_the_push_job_uploads_builds_and_publishes(scratch, tmp_path: Path) -> N
     assert (tmp_path / "www" / "index.html").read_bytes() == (work / "site" / "index.html").read_bytes()
     again = _run(steps["Publish the changed files"], work, **env)
     assert again.returncode == 0 and ": 0 uploaded," in again.stderr, again.stderr
+
+
+def test_a_base_git_cannot_compare_is_one_line(scratch) -> None:
+    repo, _ = scratch
+    res = _run(_steps("check")["Find the runs this pull request adds"], repo, BASE_SHA="f" * 40)
+    assert res.returncode == 2
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"error: --base {'f' * 40}: git cannot compare it with HEAD")

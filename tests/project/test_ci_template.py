@@ -2,7 +2,7 @@
 here as the workflow runs them (bash -eo pipefail, the job's environment), against a
 scratch git repository and file:// URLs.
 
-The GitHub-specific actions (checkout, setup-python, upload-artifact) and the Install
+The GitHub-specific actions (checkout, setup-python, cache, upload-artifact) and the Install
 step are left out: the repository is the scratch one and the package is this checkout.
 `bench validate` and `bench upload`/`build-site --data URL` come from the other parts
 of issue 37; the steps that call them run once those commands exist and are skipped,
@@ -26,7 +26,8 @@ from tests.conftest import REPO
 from tests.support.synthetic_runs import make_measured_run
 
 WORKFLOW = REPO / ".github" / "workflows" / "contribute.yml"
-GITHUB_ACTIONS = {"actions/checkout", "actions/setup-python", "actions/upload-artifact"}
+GITHUB_ACTIONS = {"actions/checkout", "actions/setup-python", "actions/upload-artifact",
+                  "actions/cache"}
 SKIPPED_STEPS = {"Install"}
 SCRIPT = Path("scripts") / "ci" / "changed_runs.py"
 

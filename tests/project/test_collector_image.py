@@ -47,9 +47,18 @@ def _requirements() -> list[str]:
 
 
 def test_the_image_installs_pyprojects_dependencies_less_the_builders() -> None:
+    """The list is pyproject's dependencies less the builder's, in order, then any
+    optional ones the image adds (e.g. the fsspec stack for `bench upload s3://...`),
+    each written as pyproject.toml's extras write it."""
     deps = PYPROJECT["project"]["dependencies"]
     assert BUILDER_ONLY <= {_name(d) for d in deps}  # the list names real dependencies
-    assert _requirements() == [d for d in deps if _name(d) not in BUILDER_ONLY]
+    base = [d for d in deps if _name(d) not in BUILDER_ONLY]
+    listed = _requirements()
+    assert listed[: len(base)] == base
+    extras = {r for group in PYPROJECT["project"].get("optional-dependencies", {}).values()
+              for r in group}
+    assert set(listed[len(base):]) <= extras, set(listed[len(base):]) - extras
+    assert not {_name(r) for r in listed} & BUILDER_ONLY
 
 
 def _third_party_imports() -> dict[str, str]:

@@ -187,6 +187,10 @@ class Parameters:
     decode_test: str | None = None
     tool_name: str | None = None
     tool_version: str | None = None
+    # The collector image the run was measured from, by digest (`IMAGE@sha256:HEX` or
+    # `sha256:HEX`), when the runner passed BENCH_IMAGE_DIGEST (docs/collector-image.md);
+    # written only then, so a run measured outside an image is what it was before.
+    collector_image: str | None = None
     # Windows per decode cell (`--repeats k`); written only when k > 1, so a k = 1 run's
     # run.yaml is what it was before the field existed. Absent: 1.
     repeats: int | None = None
@@ -233,6 +237,10 @@ class Parameters:
 TRAFFIC_PARAMETERS = ("prefix_reuse", "turns", "traffic_concurrency", "rate", "arrivals",
                       "arrival_seed", "rate_cap", "rate_output_tokens", "rate_reuse")
 PROMPT_PARAMETERS = ("prompt_source", "prompt_seed", "prompt_file_sha256")
+# Written only when set (the run came from a collector image that was told its digest).
+PROVENANCE_PARAMETERS = ("collector_image",)
+# `sha256:HEX` or `NAME@sha256:HEX`: a digest names the image's content; a tag does not.
+IMAGE_DIGEST = re.compile(r"(?:[^\s@]+@)?sha256:[0-9a-f]{64}")
 LENGTH_PARAMETERS = ("output_lengths", "input_lengths", "length_seed", "honor_eos", "temperature", "top_p")
 
 
@@ -326,7 +334,8 @@ class RunInfo:
             del data["model"]["family"]
         if data["parameters"].get("repeats") in (None, 1):
             del data["parameters"]["repeats"]
-        for name in TRAFFIC_PARAMETERS + PROMPT_PARAMETERS:  # a seed of 0 is a seed: only absent or empty go
+        # a seed of 0 is a seed: only absent or empty go
+        for name in TRAFFIC_PARAMETERS + PROMPT_PARAMETERS + PROVENANCE_PARAMETERS:
             if data["parameters"].get(name) in (None, []):
                 del data["parameters"][name]
         for name in LENGTH_PARAMETERS:  # a temperature of 0 is a setting: only absent or false go
@@ -360,6 +369,12 @@ class RunInfo:
             )
         if not run.run_id:
             raise ContractError(f"{where}: field run_id: must not be empty")
+        image = run.parameters.collector_image
+        if image is not None and not IMAGE_DIGEST.fullmatch(image):
+            raise ContractError(
+                f"{where}: field parameters.collector_image: expected IMAGE@sha256:<64 hex> or "
+                f"sha256:<64 hex>, got {_show(image)}"
+            )
         if run.measured_at is not None and not _is_iso_datetime(run.measured_at):
             raise ContractError(
                 f"{where}: field measured_at: expected an ISO 8601 date-time with a time zone "

@@ -4,6 +4,7 @@
                [--slo ttft_p99=2000,tbt_p99=50] [--allow-edited]
     build-site [--out site] serve [--port 8000]
     build-site serve [--out site] [--port 8000]
+    build-site publish URL [--out site] [--dry-run]
 
 Exit status: 0 when every run was published (or bad ones were skipped with
 --skip-invalid), 1 when a run was invalid (failed to load or to render),
@@ -22,7 +23,7 @@ import click
 from click.core import ParameterSource
 
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
-from site_builder import load, prices, publish, slo
+from site_builder import load, prices, publish, slo, sync
 from site_builder import serve as serve_mod
 from site_builder.sitewriter import SiteError
 
@@ -119,6 +120,22 @@ def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
         ctx.exit(1)
 
 
+def _site_dir(ctx: click.Context, out_dir: Path | None, command: str) -> Path:
+    """The built site's folder: --out given before or after the subcommand, not both."""
+    parent = ctx.parent
+    outer: Path = parent.params["out_dir"] if parent else Path("site")
+    outer_given = parent is not None and \
+        parent.get_parameter_source("out_dir") is ParameterSource.COMMANDLINE
+    if out_dir is not None and outer_given and out_dir != outer:
+        fail(f"--out: given twice ({outer} before {command}, {out_dir} after it); give one",
+             EXIT_USAGE)
+    directory = out_dir if out_dir is not None else outer
+    if not directory.is_dir():
+        fail(f"--out: {directory}: no such folder; build the site first "
+             f"(build-site --out {directory})", EXIT_USAGE)
+    return directory
+
+
 @main.command()
 @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
               help="The built site (as `build-site --out DIR serve`) [default: site].")
@@ -130,21 +147,35 @@ def serve(ctx: click.Context, out_dir: Path | None, port: int) -> None:
 
     --out goes before or after `serve`: `build-site serve --out site` and
     `build-site --out site serve` are the same."""
-    parent = ctx.parent
-    outer: Path = parent.params["out_dir"] if parent else Path("site")
-    outer_given = parent is not None and \
-        parent.get_parameter_source("out_dir") is ParameterSource.COMMANDLINE
-    if out_dir is not None and outer_given and out_dir != outer:
-        fail(f"--out: given twice ({outer} before serve, {out_dir} after it); give one",
-             EXIT_USAGE)
-    directory = out_dir if out_dir is not None else outer
-    if not directory.is_dir():
-        fail(f"--out: {directory}: no such folder; build the site first "
-             f"(build-site --out {directory})", EXIT_USAGE)
+    directory = _site_dir(ctx, out_dir, "serve")
     try:
         serve_mod.serve(directory, port)
     except OSError as exc:
         fail(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}", EXIT_FAILED)
+
+
+@main.command("publish")
+@click.argument("url")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="The built site (as `build-site --out DIR publish URL`) [default: site].")
+@click.option("--dry-run", is_flag=True, help="Print what would be uploaded and removed; change nothing.")
+@click.option("--quiet", "-q", is_flag=True, help="No summary.")
+@click.pass_context
+def publish_cmd(ctx: click.Context, url: str, out_dir: Path | None, dry_run: bool, quiet: bool) -> None:
+    """Upload the built site to URL (any fsspec URL: file://, s3://, gs://), changed files only.
+
+    Content types by extension; static/ (content-named) cached a year as immutable,
+    everything else `no-cache`; files the last publish had and the site no longer has
+    are removed. The manifest of what was published is kept at URL (docs/site.md)."""
+    directory = _site_dir(ctx, out_dir, "publish")
+    try:
+        report = sync.publish_site(directory, url, dry_run=dry_run, say=click.echo)
+    except sync.SyncError as exc:
+        fail(" ".join(str(exc).split()), EXIT_FAILED)
+    if not quiet:
+        verb = "Would publish" if dry_run else "Published"
+        click.echo(f"{verb} {directory} to {url}: {len(report.uploaded)} uploaded, "
+                   f"{report.unchanged} unchanged, {len(report.removed)} removed", err=True)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 import psutil
 
-from rundir.contract import Hardware
+from rundir.contract import IMAGE_DIGEST, Hardware
 from rundir.redact import redact
 
 GIB = 1 << 30
@@ -149,3 +149,27 @@ def local_launch_command(base_url: str, secrets: Iterable[str] = ()) -> str | No
             except psutil.Error:
                 return None
     return None
+
+
+# The runner of the collector image tells it its own digest: an image cannot know
+# the digest it will have (the digest is of the finished image), and Kubernetes'
+# downward API passes a pod's image name but not its digest (docs/collector-image.md).
+IMAGE_DIGEST_ENV = "BENCH_IMAGE_DIGEST"
+
+
+class ImageDigestError(ValueError):
+    """BENCH_IMAGE_DIGEST is set to something that is not an image digest."""
+
+
+def collector_image(environ: Mapping[str, str]) -> str | None:
+    """The image this collector runs from, by digest, as the runner passed it in
+    BENCH_IMAGE_DIGEST; None when unset or empty (a collector outside an image, or a
+    runner that did not say). A tag (`:latest`) is refused: it does not name content."""
+    value = environ.get(IMAGE_DIGEST_ENV, "").strip()
+    if not value:
+        return None
+    if not IMAGE_DIGEST.fullmatch(value):
+        raise ImageDigestError(
+            f"{IMAGE_DIGEST_ENV}: expected IMAGE@sha256:<64 hex> or sha256:<64 hex> "
+            f"(e.g. podman image inspect --format '{{{{.Digest}}}}' IMAGE), got {value[:80]!r}")
+    return value

@@ -1,0 +1,199 @@
+""".github/workflows/contribute.yml: its `run:` steps are plain commands of ours, run
+here as the workflow runs them (bash -eo pipefail, the job's environment), against a
+scratch git repository and file:// URLs.
+
+The GitHub-specific actions (checkout, setup-python, cache, upload-artifact) and the Install
+step are left out: the repository is the scratch one and the package is this checkout.
+`bench validate` and `bench upload`/`build-site --data URL` come from the other parts
+of issue 37; the steps that call them run once those commands exist and are skipped,
+saying so, before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.cli import main as bench_main
+from tests.conftest import REPO
+from tests.support.synthetic_runs import make_measured_run
+
+WORKFLOW = REPO / ".github" / "workflows" / "contribute.yml"
+GITHUB_ACTIONS = {"actions/checkout", "actions/setup-python", "actions/upload-artifact",
+                  "actions/cache"}
+SKIPPED_STEPS = {"Install"}
+SCRIPT = Path("scripts") / "ci" / "changed_runs.py"
+
+
+def _workflow() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def _job(name: str) -> dict:
+    return _workflow()["jobs"][name]
+
+
+def _steps(job: str) -> dict[str, str]:
+    """The job's `run:` steps by name, in order."""
+    return {s["name"]: s["run"] for s in _job(job)["steps"] if "run" in s}
+
+
+def _has_bench(command: str) -> bool:
+    return command in bench_main.commands
+
+
+def test_the_workflow_runs_on_pull_requests_and_pushes_to_main_touching_data() -> None:
+    flow = _workflow()
+    on = flow.get("on", flow.get(True))  # YAML 1.1 reads a bare `on` as true
+    assert on["pull_request"]["paths"] == ["data/**"]
+    assert on["push"] == {"branches": ["main"], "paths": ["data/**"]}
+    assert flow["permissions"] == {"contents": "read"}
+
+
+@pytest.mark.parametrize("job", ["check", "publish"])
+def test_every_step_is_a_known_action_or_a_plain_command(job: str) -> None:
+    env = set(_job(job).get("env", {}))
+    for step in _job(job)["steps"]:
+        if "uses" in step:
+            assert step["uses"].split("@")[0] in GITHUB_ACTIONS, step["uses"]
+            continue
+        command = step["run"]
+        assert "${{" not in command, f"{step['name']}: an expression in run: cannot run outside GitHub"
+        used = set(re.findall(r"\$\{?([A-Z_][A-Z0-9_]*)", command))
+        assert used <= env, f"{step['name']}: {used - env} not in the job's env"
+        first = command.split()[0]
+        assert first in {"python", "xargs", "bench", "build-site"}, command
+    secrets = {k for k, v in _job(job).get("env", {}).items() if "secrets." in str(v)}
+    for step in _job(job)["steps"]:  # a secret reaches only the environment, never a command line
+        assert not any(name in step.get("run", "") for name in secrets)
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _commit(repo: Path, message: str) -> str:
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", message)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A repository with our script, one run at BASE and a second added after it."""
+    repo = tmp_path_factory.mktemp("contrib") / "repo"
+    (repo / SCRIPT.parent).mkdir(parents=True)
+    shutil.copy(REPO / SCRIPT, repo / SCRIPT)
+    make_measured_run(repo / "data" / "old-run", run_id="old-run", contexts=[1024],
+                      concurrency=[1, 2], duration_s=0.6, seed=3)
+    _git(repo, "init", "-q", "-b", "main")
+    base = _commit(repo, "base")
+    make_measured_run(repo / "data" / "team" / "new-run", run_id="new-run", contexts=[1024, 4096],
+                      concurrency=[1, 2], duration_s=0.6, seed=4)
+    _commit(repo, "a contribution")
+    return repo, base
+
+
+def _run(command: str, repo: Path, **env: str) -> subprocess.CompletedProcess:
+    full = dict(os.environ)
+    full["PYTHONPATH"] = str(REPO) + os.pathsep + full.get("PYTHONPATH", "")
+    full.update(env)
+    return subprocess.run(["bash", "-eo", "pipefail", "-c", command], cwd=repo, env=full,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_pull_request_job_finds_validates_and_builds_the_preview(scratch) -> None:
+    repo, base = scratch
+    steps = _steps("check")
+    env = {"BASE_SHA": base}
+    assert set(steps) - SKIPPED_STEPS == {"Find the runs this pull request adds", "Validate them",
+                                          "Build the preview site"}
+    found = _run(steps["Find the runs this pull request adds"], repo, **env)
+    assert found.returncode == 0, found.stderr
+    assert (repo / "runs.txt").read_text() == "data/team/new-run\n"  # not the run at BASE
+    if _has_bench("validate"):
+        checked = _run(steps["Validate them"], repo, **env)
+        assert checked.returncode == 0, checked.stderr
+        json.loads((repo / "validate.json").read_text())
+    built = _run(steps["Build the preview site"], repo, **env)
+    assert built.returncode == 0, built.stderr
+    assert (repo / "preview-site" / "index.html").is_file()
+    assert (repo / "preview-site" / "runs").is_dir()
+
+
+@pytest.mark.parametrize(("command", "part"), [("validate", "1: the Validate step"),
+                                               ("upload", "2: the Upload and bucket build steps")])
+def test_the_steps_of_the_other_parts_ran(command: str, part: str) -> None:
+    """Says, as a skip, which steps the tests above could not run on this branch."""
+    if not _has_bench(command):
+        pytest.skip(f"bench {command} is not on this branch; not run: issue 37, part {part}")
+
+
+def test_a_broken_run_fails_the_validate_step(scratch, tmp_path: Path) -> None:
+    if not _has_bench("validate"):
+        pytest.skip("bench validate is not on this branch (issue 37, part 1)")
+    repo, base = scratch
+    broken = tmp_path / "repo"
+    shutil.copytree(repo, broken)
+    run_yaml = broken / "data" / "team" / "new-run" / "run.yaml"
+    run_yaml.write_text(run_yaml.read_text().replace("schema_version:", "schema_version: 99\nx:", 1))
+    steps = _steps("check")
+    assert _run(steps["Find the runs this pull request adds"], broken, BASE_SHA=base).returncode == 0
+    res = _run(steps["Validate them"], broken, BASE_SHA=base)
+    assert res.returncode != 0
+    assert "run.yaml" in res.stdout + res.stderr
+
+
+def test_a_file_outside_any_run_directory_fails_the_find_step(scratch, tmp_path: Path) -> None:
+    repo, base = scratch
+    stray = tmp_path / "repo"
+    shutil.copytree(repo, stray)
+    (stray / "data" / "team" / "new-run" / "run.yaml").unlink()  # the run lost its run.yaml
+    _commit(stray, "no run.yaml")
+    res = _run(_steps("check")["Find the runs this pull request adds"], stray, BASE_SHA=base)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [
+        "error: data/team/new-run/cells.parquet: not in a run directory "
+        "(no run.yaml in a folder above it under data/)"]
+
+
+def test_the_push_job_uploads_builds_and_publishes(scratch, tmp_path: Path) -> None:
+    repo, base = scratch
+    steps = _steps("publish")
+    env = {"BEFORE_SHA": "0" * 40,  # a first push: every run
+           "RUNS_URL": (tmp_path / "bucket" / "runs").as_uri(),
+           "SITE_URL": (tmp_path / "www").as_uri()}
+    work = tmp_path / "repo"
+    shutil.copytree(repo, work)
+    found = _run(steps["Find the runs this push adds"], work, **env)
+    assert found.returncode == 0, found.stderr
+    assert (work / "runs.txt").read_text() == "data/old-run\ndata/team/new-run\n"
+    storage = _has_bench("upload")
+    if storage:
+        for name in ("Upload them", "Build the site from the bucket"):
+            res = _run(steps[name], work, **env)
+            assert res.returncode == 0, (name, res.stderr)
+    else:  # the site as the bucket would give it: the same runs, from the folder
+        res = _run("build-site --data data --out site --quiet", work)
+        assert res.returncode == 0, res.stderr
+    published = _run(steps["Publish the changed files"], work, **env)
+    assert published.returncode == 0, published.stderr
+    assert (tmp_path / "www" / "index.html").read_bytes() == (work / "site" / "index.html").read_bytes()
+    again = _run(steps["Publish the changed files"], work, **env)
+    assert again.returncode == 0 and ": 0 uploaded," in again.stderr, again.stderr
+
+
+def test_a_base_git_cannot_compare_is_one_line(scratch) -> None:
+    repo, _ = scratch
+    res = _run(_steps("check")["Find the runs this pull request adds"], repo, BASE_SHA="f" * 40)
+    assert res.returncode == 2
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"error: --base {'f' * 40}: git cannot compare it with HEAD")

@@ -28,7 +28,7 @@ from rundir import upload
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
 from rundir.contract import ContractError
 from rundir.redact import redact
-from rundir.storage import StorageError
+from rundir.storage import StorageError, secrets
 
 EXIT_STOPPED = EXIT_FAILED  # the run stopped early, or could not start
 EXIT_ERROR_CELLS = 3  # the run finished, and some cells ended Error
@@ -124,9 +124,9 @@ def upload_cmd(run_dir: Path, url: str) -> None:
     try:
         out = upload.upload(run_dir, url)
     except StorageError as exc:
-        fail(redact(str(exc), upload.secrets(url)), EXIT_FAILED)
+        fail(redact(str(exc), secrets(url)), EXIT_FAILED)
     except OSError as exc:  # reading the run directory
-        fail(redact(f"{exc.filename or run_dir}: {exc.strerror or exc}", upload.secrets(url)),
+        fail(redact(f"{exc.filename or run_dir}: {exc.strerror or exc}", secrets(url)),
              EXIT_FAILED)
     if out.state == upload.ALREADY:
         click.echo(f"{out.run_id}: already at {out.where} (the same run); nothing written")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -31,7 +32,7 @@ import pyarrow.parquet as pq
 from rundir.contract import CELLS_FILE, GPU_METRICS_FILE, SOURCE_IMPORTED, RunInfo
 from rundir.identity import source_key
 from rundir.manifest import MANIFEST_FILE, file_hash, sealed_names
-from rundir.redact import redact_tree, redact_url
+from rundir.redact import redact_tree, redact_url, url_secrets
 from rundir.slugs import slugify
 
 UPLOAD_MANIFEST = "upload-manifest.json"
@@ -40,6 +41,10 @@ KIND = "speed-matrix run upload"
 # The backend package fsspec needs for a protocol (the ones a maintainer is likely to use).
 BACKENDS = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs",
             "abfs": "adlfs", "abfss": "adlfs", "http": "aiohttp", "https": "aiohttp"}
+# Credentials the storage libraries read from the environment: never in a message.
+SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
+                    "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_KEY",
+                    "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_SAS_TOKEN")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _BLOCK = 1 << 20
 
@@ -51,6 +56,13 @@ class StorageError(Exception):
 def is_url(text: str) -> bool:
     """Whether --data/URL names object storage (has a scheme) rather than a local folder."""
     return bool(_SCHEME.match(str(text)))
+
+
+def secrets(url: str) -> list[str]:
+    """What a message about storage must never show: the URL's own and the environment's."""
+    found = url_secrets(url)
+    found += [v for name in SECRET_VARIABLES if (v := os.environ.get(name))]
+    return found
 
 
 def run_key(run_id: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 from rundir import io
 from rundir import manifest as run_manifest
 from rundir.contract import ContractError, RunInfo
-from rundir.redact import redact, redact_url, url_secrets
+from rundir.redact import redact, redact_url
 from rundir.storage import (
     UPLOAD_MANIFEST,
     StorageError,
@@ -34,15 +34,12 @@ from rundir.storage import (
     parse_manifest,
     remote_sha256,
     run_key,
+    secrets,
     upload_names,
 )
 
 ALREADY = "already there"
 UPLOADED = "uploaded"
-# Credentials the storage libraries read from the environment: never in a message.
-SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
-                    "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_KEY",
-                    "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_SAS_TOKEN")
 
 
 class UploadRefused(StorageError):
@@ -56,13 +53,6 @@ class Outcome:
     state: str  # UPLOADED or ALREADY
     sent: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # already stored with the same sha256
-
-
-def secrets(url: str) -> list[str]:
-    """What a message about this upload must never show: the URL's own and the environment's."""
-    found = url_secrets(url)
-    found += [v for name in SECRET_VARIABLES if (v := os.environ.get(name))]
-    return found
 
 
 def _validate(run_dir: Path) -> RunInfo:

@@ -92,6 +92,8 @@ def main(ctx: click.Context, data_arg: str, out_dir: Path, skip_invalid: bool,
     except prices.PriceError as exc:
         fail(f"--prices: {exc}", EXIT_USAGE)
     data_dir = Path(data_arg)
+    if not storage.is_url(data_arg) and data_dir.is_file():  # as click.Path words it
+        fail(f"--data: Directory '{data_arg}' is a file.", EXIT_USAGE)
     if storage.is_url(data_arg):
         cache_dir = cache_dir if cache_dir is not None else default_cache_dir(out_dir)
         try:

@@ -14,7 +14,8 @@ Incremental, in three steps:
    not read at all; otherwise its manifest is fetched, and if its sha256 is
    the one recorded, nothing else is;
 3. a new or changed run's files are fetched when the mirror's copy differs
-   from the manifest's sha256, each checked against it (a file that does not
+   from the manifest's sha256, all runs' in one batch (s3fs sends them
+   concurrently), each checked against it (a file that does not
    match is refused in one line naming it), and the mirror's manifest copy is
    written last. Runs no longer listed are removed from the mirror.
 The state (mirror.json: each run's manifest stamp and sha256) lives in the
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rundir.io import atomic_write, atomic_write_bytes
+from rundir.io import atomic_write_bytes
 from rundir.manifest import file_hash
 from rundir.redact import redact, redact_url
 from rundir.storage import UPLOAD_MANIFEST, StorageError, open_url, parse_manifest, secrets
@@ -105,29 +106,22 @@ def mirror(url: str, cache_dir: Path, fs: Any = None, root: str | None = None) -
                            f"{UPLOAD_MANIFEST}, written by bench upload)")
     out = Mirrored(folder)
     fresh: dict[str, Any] = {}
+    changed = []
     for key in sorted(stored):
-        stamp = _stamp(stored[key])
         old = state.get(key) or {}
-        local = folder / key / UPLOAD_MANIFEST
-        if old.get("stamp") == stamp and local.is_file():
+        if old.get("stamp") == _stamp(stored[key]) and (folder / key / UPLOAD_MANIFEST).is_file():
             fresh[key] = old
             out.unchanged.append(key)
-            continue
-        raw = fs.cat_file(f"{root}/{key}/{UPLOAD_MANIFEST}")
-        sha = hashlib.sha256(raw).hexdigest()
-        if old.get("sha256") == sha and local.is_file() and local.read_bytes() == raw:
-            out.unchanged.append(key)
         else:
-            try:
-                out.files += _fetch_run(fs, f"{root}/{key}", folder / key, raw, f"{shown}/{key}")
-            except StorageError:
-                raise
-            except Exception as exc:  # a cut connection: what was fetched is kept (by sha256)
-                raise StorageError(redact(
-                    f"{shown}/{key}: download stopped ({type(exc).__name__}: "
-                    f"{' '.join(str(exc).split())}); run the build again", secrets(url))) from None
-            out.fetched.append(key)
-        fresh[key] = {"stamp": stamp, "sha256": sha}
+            changed.append(key)
+    try:
+        _update(fs, root, folder, changed, stored, state, fresh, out, shown)
+    except StorageError:
+        raise
+    except Exception as exc:  # a cut connection: what was fetched is kept (checked by sha256)
+        raise StorageError(redact(
+            f"{shown}: download stopped ({type(exc).__name__}: {' '.join(str(exc).split())}); "
+            "run the build again", secrets(url))) from None
     for gone in sorted(set(state) | _mirrored(folder)):
         if gone not in stored:
             shutil.rmtree(folder / gone, ignore_errors=True)
@@ -137,32 +131,65 @@ def mirror(url: str, cache_dir: Path, fs: Any = None, root: str | None = None) -
     return out
 
 
+def _update(fs: Any, root: str, folder: Path, changed: list[str], stored: dict[str, Any],
+            state: dict[str, Any], fresh: dict[str, Any], out: Mirrored, shown: str) -> None:
+    """Read the changed runs' manifests, then fetch every file that differs in one batch
+    (an object store's client runs the requests concurrently: a runner that starts empty
+    fetches thousands of files), check each against its sha256, and write each run's
+    manifest copy last."""
+    paths = [f"{root}/{key}/{UPLOAD_MANIFEST}" for key in changed]
+    raws = fs.cat(paths) if paths else {}
+    raws = {fs._strip_protocol(p): v for p, v in raws.items()}
+    todo: list[tuple[str, bytes, dict[str, Any]]] = []
+    remote_paths, tmp_paths, checks = [], [], []
+    for key, path in zip(changed, paths, strict=True):
+        raw = raws[fs._strip_protocol(path)]
+        sha = hashlib.sha256(raw).hexdigest()
+        fresh[key] = {"stamp": _stamp(stored[key]), "sha256": sha}
+        local = folder / key
+        if (state.get(key) or {}).get("sha256") == sha and (local / UPLOAD_MANIFEST).is_file() \
+                and (local / UPLOAD_MANIFEST).read_bytes() == raw:
+            out.unchanged.append(key)
+            continue
+        manifest = parse_manifest(raw, f"{shown}/{key}/{UPLOAD_MANIFEST}")
+        (local / UPLOAD_MANIFEST).unlink(missing_ok=True)  # while it changes, it is not whole
+        for name, entry in manifest["files"].items():
+            want = (entry["sha256"], entry["bytes"])
+            if (local / name).is_file() and file_hash(local / name) == want:
+                continue
+            tmp = local / f"{name}.{os.getpid()}.mirror-tmp"
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            remote_paths.append(f"{root}/{key}/{name}")
+            tmp_paths.append(str(tmp))
+            checks.append((tmp, local / name, want, f"{shown}/{key}/{name}"))
+        todo.append((key, raw, manifest))
+    try:
+        if remote_paths:
+            fs.get(remote_paths, tmp_paths)
+        for tmp, final, want, where in checks:
+            if file_hash(tmp) != want:
+                raise StorageError(f"{where}: sha256 differs from its {UPLOAD_MANIFEST}; "
+                                   "upload the run again")
+            os.replace(tmp, final)
+    finally:
+        for tmp, *_ in checks:
+            Path(tmp).unlink(missing_ok=True)
+    out.files += len(checks)
+    for key, raw, manifest in todo:
+        _prune(folder / key, set(manifest["files"]) | {UPLOAD_MANIFEST})
+        atomic_write_bytes(folder / key / UPLOAD_MANIFEST, raw)
+        out.fetched.append(key)
+
+
 def _mirrored(folder: Path) -> set[str]:
     return {p.name for p in folder.iterdir() if p.is_dir()} if folder.is_dir() else set()
 
 
-def _fetch_run(fs: Any, remote: str, local: Path, raw: bytes, shown: str) -> int:
-    """Make local hold the run the manifest `raw` describes; the number of files fetched."""
-    manifest = parse_manifest(raw, f"{shown}/{UPLOAD_MANIFEST}")
-    (local / UPLOAD_MANIFEST).unlink(missing_ok=True)  # while it changes, it is not whole
-    fetched = 0
-    for name, entry in manifest["files"].items():
-        path = local / name
-        want = (entry["sha256"], entry["bytes"])
-        if path.is_file() and file_hash(path) == want:
-            continue
-        atomic_write(path, lambda tmp, n=name: fs.get_file(f"{remote}/{n}", str(tmp)))
-        if file_hash(path) != want:
-            path.unlink()
-            raise StorageError(f"{shown}/{name}: sha256 differs from its {UPLOAD_MANIFEST}; "
-                               "upload the run again")
-        fetched += 1
-    listed = set(manifest["files"]) | {UPLOAD_MANIFEST}
-    for path in sorted(local.rglob("*"), reverse=True):  # files the run no longer has
+def _prune(local: Path, listed: set[str]) -> None:
+    """Remove the files (and emptied folders) a run's mirror holds that it no longer lists."""
+    for path in sorted(local.rglob("*"), reverse=True):
         rel = path.relative_to(local).as_posix()
         if path.is_file() and rel not in listed:
             path.unlink()
         elif path.is_dir() and not any(path.iterdir()):
             os.rmdir(path)
-    atomic_write_bytes(local / UPLOAD_MANIFEST, raw)
-    return fetched

@@ -35,13 +35,13 @@ class Counting:
     def __init__(self, fs: Any) -> None:
         self.fs, self.cats, self.gets = fs, 0, []
 
-    def cat_file(self, *args: Any, **kw: Any) -> bytes:
-        self.cats += 1
-        return self.fs.cat_file(*args, **kw)
+    def cat(self, paths: list[str], *args: Any, **kw: Any) -> dict[str, bytes]:
+        self.cats += len(paths)
+        return self.fs.cat(paths, *args, **kw)
 
-    def get_file(self, remote_path: str, *args: Any, **kw: Any) -> None:
-        self.gets.append(remote_path)
-        self.fs.get_file(remote_path, *args, **kw)
+    def get(self, remote_paths: list[str], *args: Any, **kw: Any) -> None:
+        self.gets += remote_paths
+        self.fs.get(remote_paths, *args, **kw)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.fs, name)

@@ -12,6 +12,7 @@ to moto's S3 server (tests/support/s3server.py; in memory: 10,000 runs hold
 - local:  --data FOLDER: cold, no-op, add-one (one more run moved in);
 - s3:     --data s3://...: cold (the mirror fills), no-op (one listing),
           add-one (one more run uploaded), all with the cache kept;
+  each step by local then by s3, alternated; the no-op three times (best kept);
 - empty:  --data s3://... with an empty cache and an empty --out after the
           add-one: what a CI runner without a cache step pays.
 
@@ -87,17 +88,22 @@ def main() -> None:
         for run in sorted(data.iterdir()):
             upload.upload(run, "s3://runs")
         print(f"uploaded {n} runs in {time.perf_counter() - t:.1f} s", flush=True)
-        for kind, src in (("local", str(data)), ("s3", "s3://runs")):
-            base = work / kind
-            for step in ("cold", "no-op", "add-one"):
-                if step == "add-one":
-                    if kind == "local":
-                        shutil.move(extra, data / extra.name)
-                    else:
-                        upload.upload(data / extra.name, "s3://runs")
-                secs, rss, line = build(src, base / "site", base / "cache", env)
-                rows[kind][step] = (secs, rss)
-                print(f"{kind:6s} {step:8s} {secs:7.1f} s  {rss:7.0f} MB  {line}", flush=True)
+        sources = (("local", str(data)), ("s3", "s3://runs"))
+        # Alternated step by step (local, then s3), so both meet the same load on a
+        # shared machine; the no-op (which changes nothing) is repeated, best kept.
+        for step, repeats in (("cold", 1), ("no-op", 3), ("add-one", 1)):
+            for _ in range(repeats):
+                for kind, src in sources:
+                    if step == "add-one":
+                        if kind == "local":
+                            shutil.move(extra, data / extra.name)
+                        else:
+                            upload.upload(data / extra.name, "s3://runs")
+                    base = work / kind
+                    secs, rss, line = build(src, base / "site", base / "cache", env)
+                    best = rows[kind].get(step)
+                    rows[kind][step] = (secs, rss) if best is None or secs < best[0] else best
+                    print(f"{kind:6s} {step:8s} {secs:7.1f} s  {rss:7.0f} MB  {line}", flush=True)
         shutil.move(data / extra.name, extra)
         secs, rss, line = build("s3://runs", work / "empty" / "site", work / "empty" / "cache", env)
         print(f"empty  add-one  {secs:7.1f} s  {rss:7.0f} MB  {line}", flush=True)

@@ -134,18 +134,22 @@ def build_manifest(run_dir: Path, info: RunInfo, names: Iterable[str] | None = N
         files[name] = {"sha256": sha, "bytes": size}
     declared = {k: v for k, v in asdict(info.hardware).items() if v not in (None, "")}
     p = info.parameters
-    data = {
-        "format": FORMAT, "kind": KIND, "run_id": info.run_id, "key": run_key(info.run_id),
-        "source": info.source, "measured_at": info.measured_at,
+    # run.yaml's words were redacted by their writer; again here, as for anything that leaves
+    # the machine. Not the whole manifest: `source_key` is named like a secret, and is not one.
+    described = redact_tree({
         "collector": {"name": p.tool_name, "version": p.tool_version,
                       # run.yaml records no source revision of the collector yet
                       "revision": None},
         "hardware": {"declared": declared, "measured": _measured_hardware(run_dir)},
-        "files": files,
+    })
+    data = {
+        "format": FORMAT, "kind": KIND, "run_id": info.run_id, "key": run_key(info.run_id),
+        "source": info.source, "measured_at": info.measured_at,
+        **described, "files": files,
     }
     if info.source == SOURCE_IMPORTED and (run_dir / CELLS_FILE).is_file():
         data["source_key"] = source_key(info, pq.read_table(run_dir / CELLS_FILE))
-    return redact_tree(data)
+    return data
 
 
 def manifest_bytes(data: dict[str, Any]) -> bytes:

@@ -118,7 +118,7 @@ def mirror(url: str, cache_dir: Path, fs: Any = None, root: str | None = None) -
         _update(fs, root, folder, changed, stored, state, fresh, out, shown)
     except StorageError:
         raise
-    except Exception as exc:  # a cut connection: what was fetched is kept (checked by sha256)
+    except Exception as exc:  # a cut connection: the next build fetches what is still missing
         raise StorageError(redact(
             f"{shown}: download stopped ({type(exc).__name__}: {' '.join(str(exc).split())}); "
             "run the build again", secrets(url))) from None

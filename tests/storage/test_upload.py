@@ -201,3 +201,19 @@ def test_the_collector_imports_no_storage_library() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_an_imported_run_carries_its_source_key(tmp_path: Path) -> None:
+    from rundir.identity import source_key
+    from rundir.io import read_run
+    from tests.support.synthetic_runs import make_imported_run
+
+    run = make_imported_run(tmp_path / "imp", run_id="imp", cells=[
+        {"phase": "decode", "context": 1024, "concurrency": 1, "status": "valid",
+         "total_tok_s": 50.0}])
+    out = upload.upload(run, f"file://{tmp_path / 'bucket'}")
+    assert out.state == upload.UPLOADED
+    manifest = json.loads((tmp_path / "bucket" / "imp" / "upload-manifest.json").read_text())
+    data = read_run(run)
+    assert manifest["source"] == "imported"
+    assert manifest["source_key"] == source_key(data.info, data.cells) is not None

@@ -14,7 +14,10 @@ to moto's S3 server (tests/support/s3server.py; in memory: 10,000 runs hold
           add-one (one more run uploaded), all with the cache kept;
   each step by local then by s3, alternated; the no-op three times (best kept);
 - empty:  --data s3://... with an empty cache and an empty --out after the
-          add-one: what a CI runner without a cache step pays.
+          add-one: what a CI runner without a cache step pays;
+- restored: the s3 add-one again on copies of --cache and --out taken just
+          before it (new inodes, same paths and mtimes): a CI runner whose
+          cache step restored both folders.
 
 Printed: the seconds, peak RSS (the child's ru_maxrss) and each s3 figure's
 ratio to the local one. Goals (issue 37): s3 add-one <= 2x local add-one,
@@ -75,7 +78,7 @@ def main() -> None:
     if (data / extra.name).exists():
         shutil.move(data / extra.name, extra)
     print(f"{n} runs ready in {time.perf_counter() - t:.1f} s", flush=True)
-    for name in ("local", "s3", "empty"):
+    for name in ("local", "s3", "empty", "restored"):
         shutil.rmtree(work / name, ignore_errors=True)
         (work / name).mkdir()
     rows: dict[str, dict[str, tuple[float, float]]] = {"local": {}, "s3": {}}
@@ -99,6 +102,11 @@ def main() -> None:
                             shutil.move(extra, data / extra.name)
                         else:
                             upload.upload(data / extra.name, "s3://runs")
+                            # what a CI cache step restores: both folders copied (new
+                            # inodes and ctimes, the same mtimes and paths)
+                            for name in ("site", "cache"):
+                                shutil.copytree(work / "s3" / name, work / "restored" / name,
+                                                symlinks=True)
                     base = work / kind
                     secs, rss, line = build(src, base / "site", base / "cache", env)
                     best = rows[kind].get(step)
@@ -107,12 +115,19 @@ def main() -> None:
         shutil.move(data / extra.name, extra)
         secs, rss, line = build("s3://runs", work / "empty" / "site", work / "empty" / "cache", env)
         print(f"empty  add-one  {secs:7.1f} s  {rss:7.0f} MB  {line}", flush=True)
+        for name in ("site", "cache"):  # the restored copies take the s3 build's paths
+            shutil.rmtree(work / "s3" / name)
+            shutil.move(work / "restored" / name, work / "s3" / name)
+        r_secs, r_rss, line = build("s3://runs", work / "s3" / "site", work / "s3" / "cache", env)
+        print(f"restored add-one {r_secs:5.1f} s  {r_rss:7.0f} MB  {line}", flush=True)
     print(f"\n{n} runs          local s    s3 s   s3/local   peak MB (local, s3)")
     for step in ("cold", "no-op", "add-one"):
         (ls, lm), (ss, sm) = rows["local"][step], rows["s3"][step]
         print(f"{step:12s} {ls:10.1f} {ss:7.1f} {ss / ls:10.2f}   {lm:.0f}, {sm:.0f}")
     print(f"{'empty runner':12s} {'':10s} {secs:7.1f} {secs / rows['local']['add-one'][0]:10.2f}"
           f"   -, {rss:.0f}   (add-one from an empty cache and --out, vs local add-one)")
+    print(f"{'restored':12s} {'':10s} {r_secs:7.1f} {r_secs / rows['local']['add-one'][0]:10.2f}"
+          f"   -, {r_rss:.0f}   (add-one with --cache and --out copied in, as a CI cache step does)")
 
 
 if __name__ == "__main__":

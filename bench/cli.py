@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -24,9 +25,11 @@ from bench.run.progress import Progress
 from bench.run.runner import FlagError, RunError, RunOptions, run_benchmark, secrets_of
 from bench.validate_cmd import validate_cmd
 from importer.cli import import_cmd
+from rundir import upload
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
 from rundir.contract import ContractError
 from rundir.redact import redact
+from rundir.storage import StorageError, secrets
 
 EXIT_STOPPED = EXIT_FAILED  # the run stopped early, or could not start
 EXIT_ERROR_CELLS = 3  # the run finished, and some cells ended Error
@@ -97,6 +100,41 @@ def run_cmd(**kw: Any) -> None:
 
 main.add_command(import_cmd)
 main.add_command(validate_cmd)
+
+UPLOAD_HELP = """Validate a run directory and store it under URL/<run id>/ (docs/publishing.md).
+
+\b
+URL is any fsspec URL: s3://bucket/prefix, gs://bucket/prefix, file:///srv/runs.
+Credentials come from the usual variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+AWS_ENDPOINT_URL for an S3-compatible server ...), never from the command line.
+The files go first and upload-manifest.json last; a cut upload is completed by
+running the same command again; a different run stored under the same id is
+never overwritten.
+
+\b
+Exit status:
+  0  uploaded, or already there (the same run: nothing written)
+  1  the run is invalid, the bucket holds a different run with its id, or
+     the upload stopped (run it again)
+"""
+
+
+@main.command("upload", help=UPLOAD_HELP)
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("url")
+def upload_cmd(run_dir: Path, url: str) -> None:
+    try:
+        out = upload.upload(run_dir, url)
+    except StorageError as exc:
+        fail(redact(str(exc), secrets(url)), EXIT_FAILED)
+    except OSError as exc:  # reading the run directory
+        fail(redact(f"{exc.filename or run_dir}: {exc.strerror or exc}", secrets(url)),
+             EXIT_FAILED)
+    if out.state == upload.ALREADY:
+        click.echo(f"{out.run_id}: already at {out.where} (the same run); nothing written")
+    else:
+        click.echo(f"{out.run_id}: uploaded to {out.where} ({len(out.sent)} file(s) sent, "
+                   f"{len(out.skipped)} already there)")
 
 if __name__ == "__main__":
     main()

@@ -1,6 +1,6 @@
 """`build-site`: build the static site from run directories, or preview it.
 
-    build-site --data data --out site [--skip-invalid] [--cache DIR] [--prices prices.yaml]
+    build-site --data data|URL --out site [--skip-invalid] [--cache DIR] [--prices prices.yaml]
                [--slo ttft_p99=2000,tbt_p99=50] [--allow-edited]
     build-site [--out site] serve [--port 8000]
     build-site serve [--out site] [--port 8000]
@@ -22,10 +22,12 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from rundir import storage
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
-from site_builder import load, prices, publish, slo, sync
+from rundir.redact import redact, redact_url
+from site_builder import load, prices, publish, remote, slo, sync
 from site_builder import serve as serve_mod
-from site_builder.sitewriter import SiteError
+from site_builder.sitewriter import SiteError, default_cache_dir
 
 
 class SloLimits(click.ParamType):
@@ -50,9 +52,10 @@ def _err(message: str) -> None:
 
 @click.group(cls=OneLineGroup, invoke_without_command=True,
              context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--data", "data_dir", default="data", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path),
-              help="Folder searched (recursively) for run directories.")
+@click.option("--data", "data_arg", default="data", show_default=True,
+              help="Folder searched (recursively) for run directories, or a storage URL "
+                   "(s3://bucket/prefix, gs://..., file:///...) runs were uploaded to with "
+                   "bench upload: mirrored into the build cache first (docs/publishing.md).")
 @click.option("--out", "out_dir", default="site", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="Where the site is written.")
 @click.option("--skip-invalid", is_flag=True,
@@ -79,7 +82,7 @@ def _err(message: str) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress display and no summary.")
 @click.version_option(publish.version(), prog_name="build-site")
 @click.pass_context
-def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
+def main(ctx: click.Context, data_arg: str, out_dir: Path, skip_invalid: bool,
          methodology: Path | None, cache_dir: Path | None, prices_file: Path | None,
          limits: slo.Slo | None, allow_edited: bool, quiet: bool) -> None:
     """Build the Speed test matrix site from the run directories under --data."""
@@ -89,6 +92,21 @@ def main(ctx: click.Context, data_dir: Path, out_dir: Path, skip_invalid: bool,
         table = prices.load_prices(prices_file) if prices_file is not None else None
     except prices.PriceError as exc:
         fail(f"--prices: {exc}", EXIT_USAGE)
+    data_dir = Path(data_arg)
+    if not storage.is_url(data_arg) and data_dir.is_file():  # as click.Path words it
+        fail(f"--data: Directory '{data_arg}' is a file.", EXIT_USAGE)
+    if storage.is_url(data_arg):
+        cache_dir = cache_dir if cache_dir is not None else default_cache_dir(out_dir)
+        try:
+            got = remote.mirror(data_arg, cache_dir)
+        except storage.StorageError as exc:
+            _err(redact(" ".join(str(exc).split()), storage.secrets(data_arg)))
+            ctx.exit(1)
+        data_dir = got.folder
+        if not quiet:
+            click.echo(f"Mirrored {redact_url(data_arg)}: {len(got.fetched)} run(s) fetched "
+                       f"({got.files} files), {len(got.unchanged)} unchanged, "
+                       f"{len(got.removed)} removed", err=True)
     try:
         report = publish.build_site(data_dir, out_dir, methodology=methodology,
                                     progress=not quiet and sys.stderr.isatty(),

@@ -48,7 +48,8 @@ def test_all_measurements_columns_are_the_tables() -> None:
                            "energy_metrics": metrictable.ENERGY, "headers": [],
                            "energy_headers": [], "phase_labels": glossary.PHASE_LABELS,
                            "tail_levels": None})  # the published layout: no percentile data
-    run = type("Run", (), {"measurement_rows": [DECODE_CELL], "agg": type("A", (), {"telemetry": False})})
+    run = type("Run", (), {"measurement_rows": [DECODE_CELL], "not_checked": False,
+                           "agg": type("A", (), {"telemetry": False})})
     html = r.env.get_template("_partials/measurements.html").render(run=run, root="", links=False)
     cells = [td.text() for td in parse_html(html).find("tbody").find_all("td")]
     assert len(cells) == len(glossary.MEASUREMENT_HEADERS)
@@ -114,7 +115,7 @@ def test_compare_choices_and_script_rules_come_from_the_table() -> None:
                                                       "rules_js")},
                            "version": "0", "nav": "", "cache_note": ""})
     doc = parse_html(r.render("compare.html", depth=0, groups=[], pick=("", ""),
-                              metrics=pages.COMPARE_METRICS))
+                              metrics=pages.COMPARE_METRICS, tool_groups=[]))
     assert json.loads(doc.find("script", id="metric-rules").text()) == rules
 
 

@@ -153,3 +153,17 @@ def number_at(obj: dict[str, Any], key: str, where: str) -> float:
         raise PeerFormatError(exc.message, field=f"{where}.{key}") from None
     assert value is not None
     return value
+
+
+def count_at(obj: dict[str, Any], key: str, where: str) -> int | None:
+    """An optional token or request count: a whole number >= 0 (a fraction is not a count
+    and is refused, never truncated), the error naming its full path (``where.key``)."""
+    try:
+        value = number(obj, key, required=False, minimum=0)
+    except PeerFormatError as exc:
+        raise PeerFormatError(exc.message, field=f"{where}.{key}") from None
+    if value is None:
+        return None
+    if value != int(value):
+        raise PeerFormatError(f"expected a whole number, found {value:g}", field=f"{where}.{key}")
+    return int(value)

@@ -19,7 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from importer.peers.files import load_json, number, number_at
+from importer.peers.files import count_at, load_json, number, number_at
 from importer.peers.model import TIER_REQUEST, PeerFormatError, PeerRequest, PeerRun, published_key
 
 FORMAT = "guidellm/benchmarks.json"
@@ -155,8 +155,8 @@ def _request(item: Any, where: str, status: str) -> PeerRequest:
         error = text if isinstance(text, str) and text else f"{status} ({info.get('status')})"
     return PeerRequest(
         send_ns=start, end_ns=end, chunk_ns=chunks, chunk_tokens=None,
-        prompt_tokens=_count(item, "prompt_tokens", where),
-        output_tokens=_count(item, "output_tokens", where), error=error)
+        prompt_tokens=count_at(item, "prompt_tokens", where),
+        output_tokens=count_at(item, "output_tokens", where), error=error)
 
 
 def _published(bench: dict[str, Any], where: str) -> dict[str, float]:
@@ -202,13 +202,6 @@ def _stamp(timings: dict[str, Any], key: str, where: str, *, required: bool = Fa
     # exact: float seconds since 1970 times 1e9 in floats would lose ~256 ns
     return None if value is None else round(Fraction(value) * 1_000_000_000)
 
-
-def _count(item: dict[str, Any], key: str, where: str) -> int | None:
-    try:
-        value = number(item, key, required=False, minimum=0)
-    except PeerFormatError as exc:
-        raise PeerFormatError(exc.message, field=f"{where}.{key}") from None
-    return None if value is None else int(value)
 
 
 def _int_or_none(value: Any) -> int | None:

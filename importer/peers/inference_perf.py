@@ -23,7 +23,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from importer.peers.files import load_json, load_yaml, number, number_at, numbers
+from importer.peers.files import count_at, load_json, load_yaml, number_at, numbers
 from importer.peers.model import TIER_CHUNK, PeerFormatError, PeerRequest, PeerRun, published_key
 
 FORMAT = "inference-perf/per_request_lifecycle_metrics.json"
@@ -176,13 +176,13 @@ def _request(entry: Any, where: str) -> PeerRequest:
     if chunks and chunks[0] < start:
         raise PeerFormatError("item 0: before the request's start", field=f"{rw}.chunk_times")
     usage = rm.get("server_usage") if isinstance(rm.get("server_usage"), dict) else {}
-    server_out = _count(usage, "completion_tokens", f"{rw}.server_usage")
-    client_out = _count(rm, "output_tokens", rw)
+    server_out = count_at(usage, "completion_tokens", f"{rw}.server_usage")
+    client_out = count_at(rm, "output_tokens", rw)
     req_metrics = info.get("request_metrics")
     text = req_metrics.get("text") if isinstance(req_metrics, dict) else None
-    prompt = _count(usage, "prompt_tokens", f"{rw}.server_usage")
+    prompt = count_at(usage, "prompt_tokens", f"{rw}.server_usage")
     if prompt is None and isinstance(text, dict):
-        prompt = _count(text, "input_tokens", f"{where}.info.request_metrics.text")
+        prompt = count_at(text, "input_tokens", f"{where}.info.request_metrics.text")
     error = entry.get("error")
     error_text = None
     if error is not None:
@@ -271,13 +271,6 @@ def _stamps(obj: dict[str, Any], key: str, where: str) -> list[int]:
         raise PeerFormatError(exc.message, field=f"{where}.{key}") from None
     return [_ns(v) for v in values]
 
-
-def _count(obj: dict[str, Any], key: str, where: str) -> int | None:
-    try:
-        value = number(obj, key, required=False, minimum=0)
-    except PeerFormatError as exc:
-        raise PeerFormatError(exc.message, field=f"{where}.{key}") from None
-    return None if value is None else int(value)
 
 
 FORMATS = ((FORMAT, sniff, read),)

@@ -230,3 +230,15 @@ def test_a_line_that_is_not_an_object(tmp_path, line, kind):
     with pytest.raises(PeerFormatError) as exc:
         read_events(p)
     assert exc.value.line == 2
+
+
+def test_a_fractional_count_is_refused_not_truncated() -> None:
+    """A token count of 31.7 is no count: truncating it to 31 would publish a number the
+    file never held."""
+    from importer.peers.files import count_at
+
+    assert count_at({"output_tokens": 32.0}, "output_tokens", "[0]") == 32
+    assert count_at({}, "output_tokens", "[0]") is None
+    with pytest.raises(PeerFormatError, match="expected a whole number, found 31.7") as exc:
+        count_at({"output_tokens": 31.7}, "output_tokens", "[0]")
+    assert exc.value.field == "[0].output_tokens"

@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ def s3_server(timeout: float = 60.0) -> Iterator[S3Server]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     port: list[str] = []
     seen: list[str] = []
+    settled = threading.Event()  # the port is known, or the server's output ended
 
     def read() -> None:  # keeps draining its output so the server never blocks on a full pipe
         assert proc.stdout is not None
@@ -56,11 +56,11 @@ def s3_server(timeout: float = 60.0) -> Iterator[S3Server]:
             seen.append(line)
             if not port and (m := _READY.search(line)):
                 port.append(m.group(1))
+                settled.set()
+        settled.set()  # the server exited before saying its port
 
     threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + timeout
-    while not port and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    settled.wait(timeout)
     try:
         if not port:
             raise RuntimeError(f"moto_server did not start: {''.join(seen)[-2000:]}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import re
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -94,6 +95,23 @@ def open_url(url: str, **options: Any) -> tuple[Any, str]:
     except ValueError as exc:  # an unknown protocol
         raise StorageError(f"{shown}: {redact_url(str(exc).splitlines()[0])}") from None
     return fs, root.rstrip("/")
+
+
+def is_local(fs: Any) -> bool:
+    """Whether an fsspec filesystem is the local disk (file://, a plain path)."""
+    protocol = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    return "file" in protocol or "local" in protocol
+
+
+def write_whole(fs: Any, path: str, data: bytes) -> None:
+    """One file written so a reader never sees part of it: an object store's put is
+    atomic; on a local disk it is written beside and renamed."""
+    if is_local(fs):
+        tmp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{os.getpid()}.tmp")
+        fs.pipe_file(tmp, data)
+        fs.mv(tmp, path)
+    else:
+        fs.pipe_file(path, data)
 
 
 def upload_names(run_dir: Path) -> list[str]:

@@ -15,7 +15,6 @@ one whose manifest lands last wins, and the other's next upload is refused.
 
 from __future__ import annotations
 
-import os
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from rundir.storage import (
     UPLOAD_MANIFEST,
     StorageError,
     build_manifest,
+    is_local,
     manifest_bytes,
     open_url,
     parse_manifest,
@@ -35,6 +35,7 @@ from rundir.storage import (
     run_key,
     secrets,
     upload_names,
+    write_whole,
 )
 
 ALREADY = "already there"
@@ -67,11 +68,6 @@ def _validate(run_dir: Path) -> RunInfo:
     return io.read_run_info(run_dir)
 
 
-def _is_local(fs: Any) -> bool:
-    protocol = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
-    return "file" in protocol or "local" in protocol
-
-
 def _stored_sizes(fs: Any, dest: str) -> dict[str, int]:
     """{path relative to dest: size} of what is stored under dest (empty when nothing)."""
     try:
@@ -81,17 +77,6 @@ def _stored_sizes(fs: Any, dest: str) -> dict[str, int]:
     prefix = fs._strip_protocol(dest).rstrip("/") + "/"
     return {str(p)[len(prefix):]: int(d.get("size") or 0) for p, d in found.items()
             if str(p).startswith(prefix)}
-
-
-def _write_manifest(fs: Any, path: str, data: bytes) -> None:
-    """The manifest as one write: an object store's put is atomic; on a local disk it is
-    written beside and renamed, so a reader never sees half a manifest."""
-    if _is_local(fs):
-        tmp = posixpath.join(posixpath.dirname(path), f".{UPLOAD_MANIFEST}.{os.getpid()}.tmp")
-        fs.pipe_file(tmp, data)
-        fs.mv(tmp, path)
-    else:
-        fs.pipe_file(path, data)
 
 
 def upload(run_dir: Path, url: str, fs: Any = None, root: str | None = None) -> Outcome:
@@ -141,14 +126,14 @@ def _transfer(fs: Any, run_dir: Path, names: list[str], data: dict, mine: bytes,
                 equal or remote_sha256(fs, remote) == data["files"][name]["sha256"]):
             out.skipped.append(name)  # the manifest vouches for it, or its sha256 matches
             continue
-        if _is_local(fs):
+        if is_local(fs):
             fs.makedirs(posixpath.dirname(remote), exist_ok=True)
         fs.put_file(str(run_dir / name), remote)
         out.sent.append(name)
     if equal and not out.sent:
         out.state = ALREADY
         return out
-    _write_manifest(fs, mpath, mine)
+    write_whole(fs, mpath, mine)
     return out
 
 

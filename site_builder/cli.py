@@ -5,6 +5,7 @@
     build-site [--out site] serve [--port 8000]
     build-site serve [--out site] [--port 8000]
     build-site publish URL [--out site] [--dry-run]
+    build-site cache pull|push URL [--out site] [--cache DIR]
 
 Exit status: 0 when every run was published (or bad ones were skipped with
 --skip-invalid), 1 when a run was invalid (failed to load or to render),
@@ -25,7 +26,7 @@ from click.core import ParameterSource
 from rundir import storage
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
 from rundir.redact import redact, redact_url
-from site_builder import load, prices, publish, remote, slo, sync
+from site_builder import cachesync, load, prices, publish, remote, slo, sync
 from site_builder import serve as serve_mod
 from site_builder.sitewriter import SiteError, default_cache_dir
 
@@ -194,6 +195,43 @@ def publish_cmd(ctx: click.Context, url: str, out_dir: Path | None, dry_run: boo
         verb = "Would publish" if dry_run else "Published"
         click.echo(f"{verb} {directory} to {url}: {len(report.uploaded)} uploaded, "
                    f"{report.unchanged} unchanged, {len(report.removed)} removed", err=True)
+
+
+@main.group("cache")
+def cache_group() -> None:
+    """Keep the build cache and the built site in object storage, for a CI runner that
+    starts empty: `pull` before the build, `push` after it (docs/publishing.md)."""
+
+
+def _cache_command(verb: str, run: Any, text: str) -> None:
+    @cache_group.command(verb, help=text)
+    @click.argument("url")
+    @click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+                  help="The built site, as for the build (or before `cache`) [default: site].")
+    @click.option("--cache", "cache_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+                  help="The build cache, as for the build [default: .OUT-build-cache beside --out].")
+    @click.option("--quiet", "-q", is_flag=True, help="No summary.")
+    @click.pass_context
+    def command(ctx: click.Context, url: str, out_dir: Path | None, cache_dir: Path | None,
+                quiet: bool) -> None:
+        root = ctx.find_root()
+        out = out_dir if out_dir is not None else root.params["out_dir"]
+        cache = cache_dir or root.params["cache_dir"] or default_cache_dir(out)
+        try:
+            result = run(url, cache, out)
+        except storage.StorageError as exc:
+            fail(redact(" ".join(str(exc).split()), storage.secrets(url)), EXIT_FAILED)
+        if not quiet:
+            click.echo(cachesync.describe(result, verb), err=True)
+
+
+
+_cache_command("pull", cachesync.pull,
+               "Restore --cache and --out from URL (the files missing or different here), each "
+               "checked against its sha256. Nothing stored there yet is not an error.")
+_cache_command("push", cachesync.push,
+               "Store --cache and --out under URL after a build: the changed packs only, the "
+               "index written last.")
 
 
 if __name__ == "__main__":

@@ -191,6 +191,11 @@ class Parameters:
     # `sha256:HEX`), when the runner passed BENCH_IMAGE_DIGEST (docs/collector-image.md);
     # written only then, so a run measured outside an image is what it was before.
     collector_image: str | None = None
+    # The collector's source revision (a git commit id, `-dirty` when its checkout had
+    # uncommitted changes to tracked files), when it could tell (bench/server/provenance.py:
+    # BENCH_SOURCE_REVISION, pip's direct_url.json, or its own git checkout); written only
+    # then, so a run without it is what it was before the field existed.
+    collector_revision: str | None = None
     # Windows per decode cell (`--repeats k`); written only when k > 1, so a k = 1 run's
     # run.yaml is what it was before the field existed. Absent: 1.
     repeats: int | None = None
@@ -237,10 +242,15 @@ class Parameters:
 TRAFFIC_PARAMETERS = ("prefix_reuse", "turns", "traffic_concurrency", "rate", "arrivals",
                       "arrival_seed", "rate_cap", "rate_output_tokens", "rate_reuse")
 PROMPT_PARAMETERS = ("prompt_source", "prompt_seed", "prompt_file_sha256")
-# Written only when set (the run came from a collector image that was told its digest).
-PROVENANCE_PARAMETERS = ("collector_image",)
+# Written only when set (the run came from a collector image that was told its digest;
+# the collector knew its own source revision).
+PROVENANCE_PARAMETERS = ("collector_image", "collector_revision")
 # `sha256:HEX` or `NAME@sha256:HEX`: a digest names the image's content; a tag does not.
 IMAGE_DIGEST = re.compile(r"(?:[^\s@]+@)?sha256:[0-9a-f]{64}")
+# A full git commit id (SHA-1: 40 hex, SHA-256 repositories: 64 hex), `-dirty` when the
+# checkout it was built from had uncommitted changes: an abbreviation or a branch name
+# could later name another commit.
+SOURCE_REVISION = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64})(?:-dirty)?")
 LENGTH_PARAMETERS = ("output_lengths", "input_lengths", "length_seed", "honor_eos", "temperature", "top_p")
 
 
@@ -374,6 +384,12 @@ class RunInfo:
             raise ContractError(
                 f"{where}: field parameters.collector_image: expected IMAGE@sha256:<64 hex> or "
                 f"sha256:<64 hex>, got {_show(image)}"
+            )
+        revision = run.parameters.collector_revision
+        if revision is not None and not SOURCE_REVISION.fullmatch(revision):
+            raise ContractError(
+                f"{where}: field parameters.collector_revision: expected a full git commit id "
+                f"(40 or 64 lowercase hex), optionally followed by -dirty, got {_show(revision)}"
             )
         if run.measured_at is not None and not _is_iso_datetime(run.measured_at):
             raise ContractError(

@@ -156,8 +156,9 @@ def build_manifest(run_dir: Path, info: RunInfo, names: Iterable[str] | None = N
     # the machine. Not the whole manifest: `source_key` is named like a secret, and is not one.
     described = redact_tree({
         "collector": {"name": p.tool_name, "version": p.tool_version,
-                      # run.yaml records no source revision of the collector yet
-                      "revision": None},
+                      # a git commit id (`-dirty`: uncommitted changes) when the collector
+                      # knew it (bench/server/provenance.py); imported runs never have one
+                      "revision": p.collector_revision},
         "hardware": {"declared": declared, "measured": _measured_hardware(run_dir)},
     })
     data = {

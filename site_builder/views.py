@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from markupsafe import Markup
+
 from rundir import contract, slugs, tails, words
 from rundir.contract import RunInfo
 from site_builder import formats, metrictable, throttle
@@ -354,6 +356,7 @@ class RunView:
             ("Served model", m.served_name),
             ("Revision", m.revision),
             ("Benchmark tool", tool),
+            ("Tool revision", revision_label(p.collector_revision)),  # absent: such pages as they were
             ("Decode test", humanize(p.decode_test)),
             ("Prefill mode", humanize(p.prefill_mode)),
             ("Time per measurement", formats.param_seconds(p.duration_s) if p.duration_s else None),
@@ -542,3 +545,12 @@ def prompt_source_label(p: contract.Parameters) -> str | None:
     seed = f", seed {p.prompt_seed}" if p.prompt_seed is not None else ""
     return f"{what}{seed}; cut or padded to each cell's context"
 
+
+
+def revision_label(revision: str | None) -> Markup | None:
+    """The collector's source revision as the run page says it: the commit's first 12 hex
+    (what `git log` users read), `-dirty` kept, the whole id in the title to copy."""
+    if not revision:
+        return None
+    commit, dirty, _ = revision.partition("-dirty")
+    return Markup('<span title="{}">{}</span>').format(revision, commit[:12] + dirty)

@@ -40,7 +40,14 @@ from bench.run.traffic_options import (
     traffic_parameters,
 )
 from bench.server.engines import ServerError, ServerInfo, ServerNotReady, probe_server
-from bench.server.provenance import ImageDigestError, collector_image, detect_hardware, local_launch_command
+from bench.server.provenance import (
+    ImageDigestError,
+    SourceRevisionError,
+    collector_image,
+    collector_revision,
+    detect_hardware,
+    local_launch_command,
+)
 from bench.workload.prompt_files import PromptFile
 from rundir.contract import (
     DECODE,
@@ -246,7 +253,8 @@ def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_
               or local_launch_command(info.base_url, secrets))
     try:
         image = collector_image(os.environ)
-    except ImageDigestError as exc:
+        revision = collector_revision(os.environ)
+    except (ImageDigestError, SourceRevisionError) as exc:
         raise RunError(str(exc)) from None
     run = RunInfo(
         schema_version=SCHEMA_VERSION, run_id=run_id, measured_at=now.isoformat(timespec="seconds"),
@@ -257,6 +265,7 @@ def _new_run_info(opts: RunOptions, info: ServerInfo, plan: Plan, kv_budget, kv_
             max_output_tokens=s.max_output, prefill_mode="Cold requests, unique prefixes",
             prefill_repeats=s.prefill_repeats, decode_test="Fixed duration",
             tool_name=TOOL_NAME, tool_version=__version__, collector_image=image,
+            collector_revision=revision,
             repeats=s.repeats if s.repeats > 1 else None,
             **traffic_parameters(opts, run_id),
             **prompt_parameters(opts, run_id),

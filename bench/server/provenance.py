@@ -1,4 +1,5 @@
-"""Where a run was measured: GPUs, CPU, OS and the server's launch command.
+"""Where a run was measured: GPUs, CPU, OS and the server's launch command;
+and what measured it: the collector image's digest and the collector's source revision.
 
 GPU facts come from NVML (nvidia-ml-py) or `nvidia-smi`; the launch
 command from the local process table when the server listens on this
@@ -7,17 +8,21 @@ host. Every string passes through the redactor before it is kept.
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import platform
 import re
 import shlex
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import psutil
 
-from rundir.contract import IMAGE_DIGEST, Hardware
+from rundir.contract import IMAGE_DIGEST, SOURCE_REVISION, Hardware
 from rundir.redact import redact
 
 GIB = 1 << 30
@@ -173,3 +178,88 @@ def collector_image(environ: Mapping[str, str]) -> str | None:
             f"{IMAGE_DIGEST_ENV}: expected IMAGE@sha256:<64 hex> or sha256:<64 hex> "
             f"(e.g. podman image inspect --format '{{{{.Digest}}}}' IMAGE), got {value[:80]!r}")
     return value
+
+
+# The collector's source revision (parameters.collector_revision), from the first of:
+# the image build's BENCH_SOURCE_REVISION (an image keeps no .git); pip's record of a
+# `pip install git+URL` (PEP 610 direct_url.json); the git checkout the package runs from.
+SOURCE_REVISION_ENV = "BENCH_SOURCE_REVISION"
+DISTRIBUTION = "speed-matrix"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the `bench` package that is running
+GIT_TIMEOUT_S = 5.0
+# Variables that would point git at another repository than the package's.
+_GIT_REPO_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY")
+
+
+class SourceRevisionError(ValueError):
+    """BENCH_SOURCE_REVISION is set to something that is not a full commit id."""
+
+
+def collector_revision(environ: Mapping[str, str], *, package_dir: Path = PACKAGE_DIR,
+                       distribution: Callable[[str], Any] | None = None,
+                       git: str = "git") -> str | None:
+    """The source revision of the collector that is running, or None when nothing says.
+
+    An image build's BENCH_SOURCE_REVISION wins (a malformed one refuses the run: the
+    builder asked for it); pip's direct_url.json and the git checkout are read quietly,
+    and what they cannot tell is unknown, never a failed run."""
+    return (env_revision(environ) or installed_revision(package_dir, distribution)
+            or checkout_revision(package_dir, environ, git))
+
+
+def env_revision(environ: Mapping[str, str]) -> str | None:
+    """BENCH_SOURCE_REVISION; None when unset or empty (an image built without the arg)."""
+    value = environ.get(SOURCE_REVISION_ENV, "").strip()
+    if not value:
+        return None
+    if not SOURCE_REVISION.fullmatch(value):
+        raise SourceRevisionError(
+            f"{SOURCE_REVISION_ENV}: expected a full git commit id (40 or 64 lowercase hex, "
+            f"optionally followed by -dirty; e.g. --build-arg SOURCE_REVISION=$(git rev-parse HEAD)), "
+            f"got {value[:80]!r}")
+    return value
+
+
+def installed_revision(package_dir: Path, distribution: Callable[[str], Any] | None = None) -> str | None:
+    """The commit pip installed from (`pip install git+URL`: direct_url.json's
+    vcs_info.commit_id), when that installation is the package running: a checkout on
+    PYTHONPATH in front of an installed copy is another revision. `distribution`:
+    importlib.metadata.distribution unless given."""
+    try:
+        dist = (distribution or importlib.metadata.distribution)(DISTRIBUTION)
+        text = dist.read_text("direct_url.json")
+        if not text or Path(dist.locate_file(package_dir.name)).resolve() != package_dir.resolve():
+            return None
+        vcs = json.loads(text).get("vcs_info") or {}
+    except (importlib.metadata.PackageNotFoundError, OSError, ValueError, AttributeError, TypeError):
+        return None
+    commit = vcs.get("commit_id") if isinstance(vcs, dict) and vcs.get("vcs") == "git" else None
+    return commit if isinstance(commit, str) and SOURCE_REVISION.fullmatch(commit) else None
+
+
+def checkout_revision(package_dir: Path, environ: Mapping[str, str], git: str = "git") -> str | None:
+    """HEAD of the git work tree the package is tracked in, `-dirty` when a tracked file
+    there has uncommitted changes (untracked files do not count: they are not the source
+    git names). No git, no repository, a package git does not track (a venv inside some
+    other repository) or git too slow: None."""
+    exe = shutil.which(git)
+    if exe is None:
+        return None
+    env = {k: v for k, v in environ.items() if k not in _GIT_REPO_ENV}
+    base = [exe, "--no-optional-locks", "-C", str(package_dir)]  # never write the index
+    try:
+        tracked = subprocess.run([*base, "ls-files", "--error-unmatch", "--", "__init__.py"],
+                                 capture_output=True, text=True, timeout=GIT_TIMEOUT_S, env=env)
+        if tracked.returncode != 0:
+            return None
+        status = subprocess.run([*base, "status", "--porcelain=v2", "--branch", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=GIT_TIMEOUT_S, env=env)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if status.returncode != 0:
+        return None
+    lines = status.stdout.splitlines()
+    head = next((ln.split()[2] for ln in lines if ln.startswith("# branch.oid ")), "")
+    if not SOURCE_REVISION.fullmatch(head):  # "(initial)": nothing committed yet
+        return None
+    return head + "-dirty" if any(not ln.startswith("#") for ln in lines) else head

@@ -22,7 +22,7 @@ import tomllib
 import pytest
 import yaml
 
-from bench.server.provenance import IMAGE_DIGEST_ENV
+from bench.server.provenance import IMAGE_DIGEST_ENV, SOURCE_REVISION_ENV
 from tests.conftest import REPO
 
 CONTAINERFILE = REPO / "deploy" / "Containerfile"
@@ -124,6 +124,16 @@ def test_the_last_stage_runs_bench_as_a_non_root_user() -> None:
             for src in sources:
                 assert (REPO / src).exists(), f"COPY {src}: no such path"
                 assert not _ignored(src, patterns), f"COPY {src}: left out by .dockerignore"
+
+
+def test_the_last_stage_passes_its_source_revision_to_every_run() -> None:
+    """`--build-arg SOURCE_REVISION=...` (docs/collector-image.md) reaches `bench run` as
+    BENCH_SOURCE_REVISION: an image keeps no .git for the collector to ask."""
+    steps = _instructions()
+    final = steps[max(i for i, (op, _) in enumerate(steps) if op == "FROM"):]
+    assert ("ARG", "SOURCE_REVISION=") in final
+    assert ("ENV", f"{SOURCE_REVISION_ENV}=${{SOURCE_REVISION}}") in final
+    assert "--build-arg SOURCE_REVISION=" in (REPO / "docs" / "collector-image.md").read_text()
 
 
 def test_the_manifest_names_this_image_at_the_projects_version() -> None:

@@ -218,3 +218,15 @@ def test_an_imported_run_carries_its_source_key(tmp_path: Path) -> None:
     data = read_run(run)
     assert manifest["source"] == "imported"
     assert manifest["source_key"] == source_key(data.info, data.cells) is not None
+
+
+def test_the_manifest_carries_the_collectors_source_revision(tmp_path: Path) -> None:
+    revision = "0123456789abcdef" * 2 + "01234567-dirty"
+    run = tmp_path / "run-r"
+    make_measured_run(run, run_id="run-r", contexts=[1024], concurrency=[1], duration_s=0.6,
+                      info={"parameters": {"collector_revision": revision}})
+    seal(run)
+    out = upload.upload(run, f"file://{tmp_path / 'bucket'}")
+    assert out.state == upload.UPLOADED
+    manifest = json.loads((tmp_path / "bucket" / "run-r" / "upload-manifest.json").read_text())
+    assert manifest["collector"]["revision"] == revision

@@ -2,7 +2,7 @@
 here as the workflow runs them (bash -eo pipefail, the job's environment), against a
 scratch git repository and file:// URLs.
 
-The GitHub-specific actions (checkout, setup-python, cache, upload-artifact) and the Install
+The GitHub-specific actions (checkout, setup-python, upload-artifact) and the Install
 step are left out: the repository is the scratch one and the package is this checkout.
 `bench validate` and `bench upload`/`build-site --data URL` come from the other parts
 of issue 37; the steps that call them run once those commands exist and are skipped,
@@ -26,8 +26,7 @@ from tests.conftest import REPO
 from tests.support.synthetic_runs import make_measured_run
 
 WORKFLOW = REPO / ".github" / "workflows" / "contribute.yml"
-GITHUB_ACTIONS = {"actions/checkout", "actions/setup-python", "actions/upload-artifact",
-                  "actions/cache"}
+GITHUB_ACTIONS = {"actions/checkout", "actions/setup-python", "actions/upload-artifact"}
 SKIPPED_STEPS = {"Install"}
 SCRIPT = Path("scripts") / "ci" / "changed_runs.py"
 
@@ -176,19 +175,40 @@ def test_the_push_job_uploads_builds_and_publishes(scratch, tmp_path: Path) -> N
     found = _run(steps["Find the runs this push adds"], work, **env)
     assert found.returncode == 0, found.stderr
     assert (work / "runs.txt").read_text() == "data/old-run\ndata/team/new-run\n"
-    storage = _has_bench("upload")
-    if storage:
-        for name in ("Upload them", "Build the site from the bucket"):
-            res = _run(steps[name], work, **env)
-            assert res.returncode == 0, (name, res.stderr)
-    else:  # the site as the bucket would give it: the same runs, from the folder
-        res = _run("build-site --data data --out site --quiet", work)
-        assert res.returncode == 0, res.stderr
+    for name in ("Restore the last build from the bucket", "Upload them",
+                 "Build the site from the bucket"):
+        res = _run(steps[name], work, **env)
+        assert res.returncode == 0, (name, res.stderr)
     published = _run(steps["Publish the changed files"], work, **env)
     assert published.returncode == 0, published.stderr
     assert (tmp_path / "www" / "index.html").read_bytes() == (work / "site" / "index.html").read_bytes()
     again = _run(steps["Publish the changed files"], work, **env)
     assert again.returncode == 0 and ": 0 uploaded," in again.stderr, again.stderr
+    kept = _run(steps["Keep this build in the bucket for the next runner"], work, **env)
+    assert kept.returncode == 0 and "Pushed to " in kept.stderr, kept.stderr
+
+    # The next push, on a runner that starts empty: one more run
+    nxt = tmp_path / "next-runner"
+    shutil.move(work, tmp_path / "gone")
+    shutil.copytree(repo, work)
+    shutil.move(work, nxt)
+    before = _git(nxt, "rev-parse", "HEAD")
+    make_measured_run(nxt / "data" / "third-run", run_id="third-run", contexts=[1024],
+                      concurrency=[1, 2], duration_s=0.6, seed=5)
+    _commit(nxt, "a third run")
+    env["BEFORE_SHA"] = before
+    pulled = _run(steps["Restore the last build from the bucket"], nxt, **env)
+    assert pulled.returncode == 0 and "Pulled from " in pulled.stderr, pulled.stderr
+    for name in ("Find the runs this push adds", "Upload them"):
+        assert _run(steps[name], nxt, **env).returncode == 0, name
+    assert (nxt / "runs.txt").read_text() == "data/third-run\n"
+    build = steps["Build the site from the bucket"].replace(" --quiet", "")
+    res = _run(build, nxt, **env)
+    assert res.returncode == 0, res.stderr
+    assert "(1 aggregated, 2 from cache;" in res.stderr, res.stderr  # only the new run read
+    published = _run(steps["Publish the changed files"], nxt, **env)
+    assert published.returncode == 0, published.stderr
+    assert (tmp_path / "www" / "runs" / "third-run" / "index.html").is_file()
 
 
 def test_a_base_git_cannot_compare_is_one_line(scratch) -> None:

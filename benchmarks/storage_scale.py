@@ -17,7 +17,11 @@ to moto's S3 server (tests/support/s3server.py; in memory: 10,000 runs hold
           add-one: what a CI runner without a cache step pays;
 - restored: the s3 add-one again on copies of --cache and --out taken just
           before it (new inodes, same paths and mtimes): a CI runner whose
-          cache step restored both folders.
+          cache step restored both folders;
+- pulled: `build-site cache push` of both folders just before the add-one
+          (timed), then, at the end, a runner that starts empty at the same
+          paths: `build-site cache pull` then the add-one build, each timed;
+          what the CI template's publish job does.
 
 Printed: the seconds, peak RSS (the child's ru_maxrss) and each s3 figure's
 ratio to the local one. Goals (issue 37): s3 add-one <= 2x local add-one,
@@ -44,12 +48,17 @@ from rundir.storage import open_url  # noqa: E402
 from tests.support.many_runs import make_many_runs  # noqa: E402
 from tests.support.s3server import s3_server  # noqa: E402
 
+CACHE_URL = "s3://runs/.site-build-cache"
 
-def build(data: str, out: Path, cache: Path, env: dict[str, str]) -> tuple[float, float, str]:
-    """(seconds, peak RSS in MB, last line of stderr) of one `build-site` in a fresh process."""
+
+def build(data: str, out: Path, cache: Path, env: dict[str, str],
+          command: tuple[str, ...] = ()) -> tuple[float, float, str]:
+    """(seconds, peak RSS in MB, last line of stderr) of one `build-site` in a fresh
+    process (`command`: a subcommand such as ("cache", "pull", URL) instead of a build)."""
     code = "import sys; from site_builder.cli import main; sys.exit(main())"
-    args = [sys.executable, "-c", code, "--data", data, "--out", str(out), "--cache", str(cache)]
-    log = out.parent / f"{out.name}.log"
+    where = ("--data", data) if not command else ()
+    args = [sys.executable, "-c", code, *where, "--out", str(out), "--cache", str(cache), *command]
+    log = out.parent / f"{out.name}.{command[1] if command else 'build'}.log"
     t = time.perf_counter()
     with open(log, "w") as err:
         child = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
@@ -78,7 +87,7 @@ def main() -> None:
     if (data / extra.name).exists():
         shutil.move(data / extra.name, extra)
     print(f"{n} runs ready in {time.perf_counter() - t:.1f} s", flush=True)
-    for name in ("local", "s3", "empty", "restored"):
+    for name in ("local", "s3", "empty", "restored", "pushed"):
         shutil.rmtree(work / name, ignore_errors=True)
         (work / name).mkdir()
     rows: dict[str, dict[str, tuple[float, float]]] = {"local": {}, "s3": {}}
@@ -107,6 +116,11 @@ def main() -> None:
                             for name in ("site", "cache"):
                                 shutil.copytree(work / "s3" / name, work / "restored" / name,
                                                 symlinks=True)
+                            p_secs, p_rss, p_line = build("", work / "s3" / "site",
+                                                          work / "s3" / "cache", env,
+                                                          ("cache", "push", CACHE_URL))
+                            print(f"s3     push     {p_secs:7.1f} s  {p_rss:7.0f} MB  {p_line}",
+                                  flush=True)
                     base = work / kind
                     secs, rss, line = build(src, base / "site", base / "cache", env)
                     best = rows[kind].get(step)
@@ -120,6 +134,14 @@ def main() -> None:
             shutil.move(work / "restored" / name, work / "s3" / name)
         r_secs, r_rss, line = build("s3://runs", work / "s3" / "site", work / "s3" / "cache", env)
         print(f"restored add-one {r_secs:5.1f} s  {r_rss:7.0f} MB  {line}", flush=True)
+        # A runner that starts empty at the same paths: pull what was pushed, then build.
+        for name in ("site", "cache"):
+            shutil.move(work / "s3" / name, work / "pushed" / name)
+        u_secs, u_rss, line = build("", work / "s3" / "site", work / "s3" / "cache", env,
+                                    ("cache", "pull", CACHE_URL))
+        print(f"pulled pull     {u_secs:7.1f} s  {u_rss:7.0f} MB  {line}", flush=True)
+        b_secs, b_rss, line = build("s3://runs", work / "s3" / "site", work / "s3" / "cache", env)
+        print(f"pulled add-one  {b_secs:7.1f} s  {b_rss:7.0f} MB  {line}", flush=True)
     print(f"\n{n} runs          local s    s3 s   s3/local   peak MB (local, s3)")
     for step in ("cold", "no-op", "add-one"):
         (ls, lm), (ss, sm) = rows["local"][step], rows["s3"][step]
@@ -128,6 +150,10 @@ def main() -> None:
           f"   -, {rss:.0f}   (add-one from an empty cache and --out, vs local add-one)")
     print(f"{'restored':12s} {'':10s} {r_secs:7.1f} {r_secs / rows['local']['add-one'][0]:10.2f}"
           f"   -, {r_rss:.0f}   (add-one with --cache and --out copied in, as a CI cache step does)")
+    total = u_secs + b_secs
+    print(f"{'pulled':12s} {'':10s} {total:7.1f} {total / rows['local']['add-one'][0]:10.2f}"
+          f"   -, {max(u_rss, b_rss):.0f}   (an empty runner: cache pull {u_secs:.1f} s + add-one "
+          f"{b_secs:.1f} s; the push before it took {p_secs:.1f} s)")
 
 
 if __name__ == "__main__":

@@ -193,7 +193,7 @@ def publish_cmd(ctx: click.Context, url: str, out_dir: Path | None, dry_run: boo
         fail(" ".join(str(exc).split()), EXIT_FAILED)
     if not quiet:
         verb = "Would publish" if dry_run else "Published"
-        click.echo(f"{verb} {directory} to {url}: {len(report.uploaded)} uploaded, "
+        click.echo(f"{verb} {directory} to {report.url}: {len(report.uploaded)} uploaded, "
                    f"{report.unchanged} unchanged, {len(report.removed)} removed", err=True)
 
 

@@ -28,6 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rundir import storage
+from rundir.redact import redact, redact_url
+
 MANIFEST = ".speed-matrix-publish.json"
 FORMAT = 1
 IMMUTABLE = "public, max-age=31536000, immutable"
@@ -133,19 +136,18 @@ def headers(protocol: str, entry: Entry) -> dict[str, Any]:
 
 
 def open_url(url: str) -> tuple[Any, str, str]:
-    """(filesystem, root path, protocol) for URL; SyncError in one line otherwise."""
+    """(filesystem, root path, protocol) for URL; SyncError in one line otherwise (the
+    URL's password and tokens redacted, as everywhere: rundir/storage.py)."""
     try:
-        import fsspec
-    except ImportError:
-        raise SyncError("publish needs fsspec (pip install fsspec)") from None
-    try:
-        fs, root = fsspec.core.url_to_fs(url)
-    except ImportError as exc:
-        raise SyncError(f"URL {url}: its filesystem is not installed ({exc})") from None
-    except (ValueError, TypeError) as exc:
-        raise SyncError(f"URL {url}: {exc}") from None
+        fs, root = storage.open_url(url)
+    except storage.StorageError as exc:
+        raise SyncError(str(exc)) from None
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     return fs, root.rstrip("/"), protocol
+
+
+def _one_line(url: str, text: str) -> SyncError:
+    return SyncError(redact(" ".join(text.split()), storage.secrets(url)))
 
 
 def publish_site(site: Path, url: str, dry_run: bool = False,
@@ -154,14 +156,15 @@ def publish_site(site: Path, url: str, dry_run: bool = False,
     has, then write the manifest (see the module's docstring for the order)."""
     new = local_files(site)
     fs, root, protocol = open_url(url)
-    where = f"{url.rstrip('/')}/{MANIFEST}"
+    shown = redact_url(url).rstrip("/")
+    where = f"{shown}/{MANIFEST}"
     manifest_path = posixpath.join(root, MANIFEST)
     try:
         old = parse_manifest(fs.cat_file(manifest_path), where) if fs.exists(manifest_path) else {}
     except OSError as exc:
-        raise SyncError(f"{where}: cannot read it: {exc}") from None
+        raise _one_line(url, f"{where}: cannot read it: {exc}") from None
     upload, remove, unchanged = changes(old, new)
-    report = SyncReport(url=url, uploaded=upload, removed=remove, unchanged=unchanged)
+    report = SyncReport(url=shown, uploaded=upload, removed=remove, unchanged=unchanged)
     if dry_run:
         for rel in upload:
             (say or print)(f"upload {rel} ({new[rel].content_type}; {new[rel].cache_control})")
@@ -183,5 +186,5 @@ def publish_site(site: Path, url: str, dry_run: bool = False,
             fs.pipe_file(manifest_path, render_manifest(new),
                          **headers(protocol, Entry("", 0, "application/json", REVALIDATE)))
     except OSError as exc:
-        raise SyncError(f"URL {url}: {exc}; publish again to finish (it is safe to retry)") from None
+        raise _one_line(url, f"URL {shown}: {exc}; publish again to finish (it is safe to retry)") from None
     return report

@@ -124,7 +124,7 @@ def test_dry_run_changes_nothing(built: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["nosuch://x"], "error: URL nosuch://x:"),
+    (["nosuch://x"], "error: nosuch://x: Protocol not known"),
     (["--out", "/nonexistent/site", "file:///tmp/x"], "error: --out: /nonexistent/site: no such folder"),
 ])
 def test_bad_input_is_one_line(args: list[str], says: str, tmp_path: Path) -> None:
@@ -134,6 +134,15 @@ def test_bad_input_is_one_line(args: list[str], says: str, tmp_path: Path) -> No
     assert res.returncode != 0
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(says), res.stderr
+
+
+def test_a_password_in_the_url_never_reaches_the_error(tmp_path: Path) -> None:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text("<p>x</p>")
+    res = run_cli("build-site", "publish", "https://user:s3cr3tpassw0rd@127.0.0.1:9/x", cwd=tmp_path)
+    assert res.returncode != 0
+    (line,) = res.stderr.strip().splitlines()
+    assert "s3cr3tpassw0rd" not in res.stdout + res.stderr and "<redacted>" in line, line
 
 
 def test_a_folder_that_is_not_a_site_and_a_broken_manifest_are_refused(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from bench.run.progress import Progress
 from bench.run.runner import FlagError, RunError, RunOptions, run_benchmark, secrets_of
 from bench.validate_cmd import validate_cmd
 from importer.cli import import_cmd
-from rundir import upload
+from rundir import download, upload
 from rundir.clierrors import EXIT_FAILED, EXIT_USAGE, OneLineGroup, fail
 from rundir.contract import ContractError
 from rundir.redact import redact
@@ -135,6 +135,42 @@ def upload_cmd(run_dir: Path, url: str) -> None:
     else:
         click.echo(f"{out.run_id}: uploaded to {out.where} ({len(out.sent)} file(s) sent, "
                    f"{len(out.skipped)} already there)")
+
+
+DOWNLOAD_HELP = """Fetch the run stored at URL into DEST/<key>/, checking every file's sha256.
+
+\b
+URL is a stored run's folder, as `bench upload` prints it (STAGING/<key>); the
+credentials come from the same variables as for upload. With --manifest FILE
+(the upload-manifest.json a pull request adds, docs/publishing-ci.md) the
+stored manifest must be the same bytes as FILE, so the run fetched is exactly
+the one FILE names. The run appears in DEST only when whole; a folder already
+there is never overwritten. Prints the run folder's path on stdout. It
+validates nothing: run `bench validate` on that path next.
+
+\b
+Exit status:
+  0  downloaded, or already there (the same files)
+  1  the stored run is not the one the manifest names (a file's sha256 or size
+     differs, the stored manifest differs from FILE), DEST/<key> holds another
+     run, or the download stopped
+"""
+
+
+@main.command("download", help=DOWNLOAD_HELP)
+@click.argument("url")
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--manifest", "manifest_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="the upload manifest the stored run must match, byte for byte")
+def download_cmd(url: str, dest: Path, manifest_file: Path | None) -> None:
+    try:
+        out = download.download(url, dest, manifest_file)
+    except StorageError as exc:
+        fail(redact(str(exc), secrets(url)), EXIT_FAILED)
+    except OSError as exc:  # writing DEST
+        fail(redact(f"{exc.filename or dest}: {exc.strerror or exc}", secrets(url)), EXIT_FAILED)
+    click.echo(redact(download.summary(out), secrets(url)), err=True)
+    click.echo(str(out.path))
 
 if __name__ == "__main__":
     main()

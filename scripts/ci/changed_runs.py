@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Print the run directories under DATA that changed since BASE, one a line.
+"""Print the run directories under DATA that changed since BASE, one a line, and list the
+upload manifests that changed in a file (--manifests).
 
 Used by .github/workflows/contribute.yml (docs/publishing-ci.md): a pull request's
 runs are validated and a merged push's runs uploaded, and both need the runs the
@@ -11,7 +12,8 @@ out would otherwise pass unchecked. Deleted files are left out (nothing to check
 BASE may be empty or all zeros (the first push of a branch, as GitHub reports it):
 then every run under DATA is printed.
 
-    python scripts/ci/changed_runs.py --base "$BASE_SHA" [--data data] [--head HEAD]
+    python scripts/ci/changed_runs.py --base "$BASE_SHA" [--data data] [--head HEAD] \
+        [--manifests manifests.txt]
 
 Exit status: 0 with the list (possibly empty), 1 for a changed file in no run
 directory, 2 when git cannot compare the two commits.
@@ -25,6 +27,7 @@ import sys
 from pathlib import PurePosixPath
 
 RUN_YAML = "run.yaml"
+UPLOAD_MANIFEST = "upload-manifest.json"
 
 
 def git(*args: str) -> str:
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", required=True, help="the commit to compare with (may be empty)")
     parser.add_argument("--head", default="HEAD")
     parser.add_argument("--data", default="data")
+    parser.add_argument("--manifests", default=None,
+                        help="write the changed upload manifests (in no run directory) here")
     args = parser.parse_args(argv)
     data = PurePosixPath(args.data.rstrip("/"))
     try:
@@ -60,13 +65,22 @@ def main(argv: list[str] | None = None) -> int:
               f"{' '.join(exc.stderr.split())}", file=sys.stderr)
         return 2
     runs: set[PurePosixPath] = set()
+    manifests: set[PurePosixPath] = set()
     for name in changed:
-        found = run_dir_of(PurePosixPath(name), data, lambda p: str(p) in tracked)
+        path = PurePosixPath(name)
+        found = run_dir_of(path, data, lambda p: str(p) in tracked)
+        if found is None and args.manifests is not None and path.name == UPLOAD_MANIFEST \
+                and data in path.parent.parents:
+            manifests.add(path)
+            continue
         if found is None:
             print(f"error: {name}: not in a run directory (no {RUN_YAML} in a folder above it "
                   f"under {data}/)", file=sys.stderr)
             return 1
         runs.add(found)
+    if args.manifests is not None:
+        with open(args.manifests, "w", encoding="utf-8") as fh:
+            fh.writelines(f"{m}\n" for m in sorted(manifests))
     for run in sorted(runs):
         print(run)
     return 0

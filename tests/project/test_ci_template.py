@@ -29,6 +29,8 @@ WORKFLOW = REPO / ".github" / "workflows" / "contribute.yml"
 GITHUB_ACTIONS = {"actions/checkout", "actions/setup-python", "actions/upload-artifact"}
 SKIPPED_STEPS = {"Install"}
 SCRIPT = Path("scripts") / "ci" / "changed_runs.py"
+FETCH_PR = "Fetch the runs the pull request's manifests name"
+FETCH_PUSH = "Fetch the runs the merged manifests name"
 
 
 def _workflow() -> dict:
@@ -68,7 +70,8 @@ def test_every_step_is_a_known_action_or_a_plain_command(job: str) -> None:
         used = set(re.findall(r"\$\{?([A-Z_][A-Z0-9_]*)", command))
         assert used <= env, f"{step['name']}: {used - env} not in the job's env"
         first = command.split()[0]
-        assert first in {"python", "xargs", "bench", "build-site"}, command
+        # `while`: the fetch steps' loop over manifests.txt (bench download for each line)
+        assert first in {"python", "xargs", "bench", "build-site", "while"}, command
     secrets = {k for k, v in _job(job).get("env", {}).items() if "secrets." in str(v)}
     for step in _job(job)["steps"]:  # a secret reaches only the environment, never a command line
         assert not any(name in step.get("run", "") for name in secrets)
@@ -113,11 +116,15 @@ def test_the_pull_request_job_finds_validates_and_builds_the_preview(scratch) ->
     repo, base = scratch
     steps = _steps("check")
     env = {"BASE_SHA": base}
-    assert set(steps) - SKIPPED_STEPS == {"Find the runs this pull request adds", "Validate them",
-                                          "Build the preview site"}
+    assert set(steps) - SKIPPED_STEPS == {"Find the runs this pull request adds", FETCH_PR,
+                                          "Validate them", "Build the preview site"}
     found = _run(steps["Find the runs this pull request adds"], repo, **env)
     assert found.returncode == 0, found.stderr
     assert (repo / "runs.txt").read_text() == "data/team/new-run\n"  # not the run at BASE
+    assert (repo / "manifests.txt").read_text() == ""  # written, empty: no upload manifest
+    fetched = _run(steps[FETCH_PR], repo, **env)
+    assert fetched.returncode == 0, fetched.stderr
+    assert (repo / "runs.txt").read_text() == "data/team/new-run\n"
     if _has_bench("validate"):
         checked = _run(steps["Validate them"], repo, **env)
         assert checked.returncode == 0, checked.stderr
@@ -217,3 +224,129 @@ def test_a_base_git_cannot_compare_is_one_line(scratch) -> None:
     assert res.returncode == 2
     (line,) = res.stderr.strip().splitlines()
     assert line.startswith(f"error: --base {'f' * 40}: git cannot compare it with HEAD")
+
+
+@pytest.fixture(scope="module")
+def by_manifest(scratch, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str, Path]:
+    """(repository, BASE, staging URL, the PR's manifest): a run uploaded to a file://
+    staging prefix, and a commit after BASE that adds only its upload manifest."""
+    from rundir import storage, upload
+    from rundir.manifest import seal
+
+    origin, _ = scratch
+    top = tmp_path_factory.mktemp("by-manifest")
+    repo = top / "repo"
+    shutil.copytree(origin, repo)
+    base = _git(repo, "rev-parse", "HEAD")
+    run = make_measured_run(top / "box" / "staged-run", run_id="staged-run", contexts=[1024],
+                            concurrency=[1, 2], duration_s=0.6, seed=6)
+    seal(run)
+    staging = (top / "staging").as_uri()
+    assert upload.upload(run, staging).state == upload.UPLOADED
+    manifest = repo / "data" / "contrib" / "staged-run" / storage.UPLOAD_MANIFEST
+    manifest.parent.mkdir(parents=True)
+    shutil.copy(top / "staging" / "staged-run" / storage.UPLOAD_MANIFEST, manifest)
+    _commit(repo, "a run by its upload manifest")
+    return repo, base, staging, manifest
+
+
+def test_a_pull_request_adding_an_upload_manifest_fetches_validates_and_previews(
+        by_manifest, tmp_path: Path) -> None:
+    origin, base, staging, _ = by_manifest
+    repo = tmp_path / "repo"
+    shutil.copytree(origin, repo)
+    steps = _steps("check")
+    env = {"BASE_SHA": base, "STAGING_URL": staging}
+    found = _run(steps["Find the runs this pull request adds"], repo, **env)
+    assert found.returncode == 0, found.stderr
+    assert (repo / "runs.txt").read_text() == ""
+    assert (repo / "manifests.txt").read_text() == "data/contrib/staged-run/upload-manifest.json\n"
+    fetched = _run(steps[FETCH_PR], repo, **env)
+    assert fetched.returncode == 0, fetched.stderr
+    assert (repo / "runs.txt").read_text() == "data/fetched/staged-run\n"
+    assert (repo / "data" / "fetched" / "staged-run" / "run.yaml").is_file()
+    checked = _run(steps["Validate them"], repo, **env)
+    assert checked.returncode == 0, checked.stderr
+    assert "staged-run" in (repo / "validate.json").read_text()
+    built = _run(steps["Build the preview site"], repo, **env)
+    assert built.returncode == 0, built.stderr
+    assert (repo / "preview-site" / "runs" / "staged-run" / "index.html").is_file()
+
+
+def test_a_run_changed_in_staging_after_its_manifest_fails_the_fetch(
+        by_manifest, tmp_path: Path) -> None:
+    origin, base, staging, _ = by_manifest
+    repo = tmp_path / "repo"
+    shutil.copytree(origin, repo)
+    moved = tmp_path / "staging"
+    shutil.copytree(Path(staging.removeprefix("file://")), moved)
+    cells = moved / "staged-run" / "cells.parquet"
+    raw = bytearray(cells.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # one byte of one file, after the pull request named them
+    cells.write_bytes(bytes(raw))
+    env = {"BASE_SHA": base, "STAGING_URL": moved.as_uri()}
+    steps = _steps("check")
+    assert _run(steps["Find the runs this pull request adds"], repo, **env).returncode == 0
+    res = _run(steps[FETCH_PR], repo, **env)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [
+        f"error: {moved.as_uri()}/staged-run/cells.parquet: sha256 or size differs from its "
+        "upload manifest; nothing fetched (the stored run is not the one the manifest names)"]
+    assert not (repo / "data" / "fetched").exists() or not any((repo / "data" / "fetched").iterdir())
+
+
+def test_a_manifest_the_pull_request_edited_fails_the_fetch(by_manifest, tmp_path: Path) -> None:
+    origin, base, staging, _ = by_manifest
+    repo = tmp_path / "repo"
+    shutil.copytree(origin, repo)
+    manifest = repo / "data" / "contrib" / "staged-run" / "upload-manifest.json"
+    manifest.write_text(manifest.read_text().replace('"source": "measured"', '"source":  "measured"'))
+    _commit(repo, "the manifest, edited")
+    env = {"BASE_SHA": base, "STAGING_URL": staging}
+    steps = _steps("check")
+    assert _run(steps["Find the runs this pull request adds"], repo, **env).returncode == 0
+    res = _run(steps[FETCH_PR], repo, **env)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [
+        f"error: {staging}/staged-run/upload-manifest.json: differs from "
+        "data/contrib/staged-run/upload-manifest.json; the stored run is not the one the manifest names"]
+
+
+def test_the_push_job_uploads_the_fetched_run(by_manifest, tmp_path: Path) -> None:
+    origin, base, staging, manifest = by_manifest
+    repo = tmp_path / "repo"
+    shutil.copytree(origin, repo)
+    steps = _steps("publish")
+    runs = tmp_path / "bucket" / "runs"
+    env = {"BEFORE_SHA": base, "STAGING_URL": staging, "RUNS_URL": runs.as_uri(),
+           "SITE_URL": (tmp_path / "www").as_uri()}
+    names = list(steps)
+    assert names.index(FETCH_PUSH) == names.index("Find the runs this push adds") + 1
+    assert names.index("Upload them") == names.index(FETCH_PUSH) + 1
+    for name in ("Restore the last build from the bucket", "Find the runs this push adds",
+                 FETCH_PUSH, "Upload them", "Build the site from the bucket",
+                 "Publish the changed files"):
+        res = _run(steps[name], repo, **env)
+        assert res.returncode == 0, (name, res.stderr)
+    assert (repo / "runs.txt").read_text() == "data/fetched/staged-run\n"
+    assert (runs / "staged-run" / "upload-manifest.json").read_bytes() == manifest.read_bytes()
+    stored = sorted(p.name for p in (runs / "staged-run").iterdir())
+    assert stored == sorted(p.name for p in (Path(staging.removeprefix("file://")) / "staged-run").iterdir())
+    assert (tmp_path / "www" / "runs" / "staged-run" / "index.html").is_file()
+
+
+def test_an_upload_manifest_is_an_error_without_manifests_and_its_neighbours_always(
+        by_manifest, tmp_path: Path) -> None:
+    origin, base, _, _ = by_manifest
+    repo = tmp_path / "repo"
+    shutil.copytree(origin, repo)
+    plain = _run(f"python {SCRIPT} --base {base} --data data", repo)
+    assert plain.returncode == 1
+    assert plain.stderr.strip() == ("error: data/contrib/staged-run/upload-manifest.json: not in a "
+                                    "run directory (no run.yaml in a folder above it under data/)")
+    (repo / "data" / "contrib" / "staged-run" / "notes.txt").write_text("more than the manifest")
+    _commit(repo, "a stray file beside the manifest")
+    res = _run(f"python {SCRIPT} --base {base} --data data --manifests m.txt", repo)
+    assert res.returncode == 1
+    assert res.stderr.strip() == ("error: data/contrib/staged-run/notes.txt: not in a run "
+                                  "directory (no run.yaml in a folder above it under data/)")

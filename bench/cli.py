@@ -101,7 +101,7 @@ def run_cmd(**kw: Any) -> None:
 main.add_command(import_cmd)
 main.add_command(validate_cmd)
 
-UPLOAD_HELP = """Validate a run directory and store it under URL/<run id>/ (docs/publishing.md).
+UPLOAD_HELP = """Validate a run directory and store it under URL/<key>/ (key: its run id as a slug).
 
 \b
 URL is any fsspec URL: s3://bucket/prefix, gs://bucket/prefix, file:///srv/runs.

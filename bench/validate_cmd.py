@@ -16,7 +16,7 @@ import click
 
 from rundir.clierrors import EXIT_FAILED, EXIT_OK
 from rundir.redact import redact, redact_tree
-from rundir.validate import ALLOW_EDITED_FLAG, validate_paths
+from rundir.validate import ALLOW_EDITED_FLAG, ERROR, RunReport, validate_paths
 
 VALIDATE_HELP = """Check run directories as build-site would, without building anything.
 
@@ -36,6 +36,17 @@ Exit status:
   1  a run has an error (or, with --strict, a warning)
   2  a bad flag
 """
+
+
+def summary(reports: list[RunReport], strict: bool = False) -> str:
+    """The closing line on stderr, so a run that passes says so (stdout: problems only)."""
+    bad = sum(not r.ok(strict) for r in reports)
+    warned = sum(1 for r in reports for p in r.problems if p.level != ERROR)
+    runs = f"{len(reports)} run{'s' if len(reports) != 1 else ''} checked"
+    if not bad:
+        return f"{runs}: all would build" + (f" ({warned} warning{'s' if warned != 1 else ''})"
+                                             if warned else "")
+    return f"{runs}: {bad} refused" + (f", {warned} warning{'s' if warned != 1 else ''}" if warned else "")
 
 
 @click.command("validate", help=VALIDATE_HELP)
@@ -58,4 +69,5 @@ def validate_cmd(run_dirs: tuple[Path, ...], as_json: bool, strict: bool,
         for report in reports:
             for problem in report.problems:
                 click.echo(redact(problem.line))  # a message may quote a run's text
+        click.echo(summary(reports, strict), err=True)
     sys.exit(EXIT_OK if all(r.ok(strict) for r in reports) else EXIT_FAILED)

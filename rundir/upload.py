@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from rundir import io, validate
-from rundir.contract import RunInfo
+from rundir.contract import RUN_YAML, RunInfo
 from rundir.redact import redact, redact_url
+from rundir.runsearch import no_runs
 from rundir.storage import (
     UPLOAD_MANIFEST,
     StorageError,
@@ -60,11 +61,17 @@ def _validate(run_dir: Path) -> RunInfo:
     an error there (the contract, files edited after measurement, a secret, a symlink
     leading out) refuses the upload with build-site's own words; warnings (a status
     the builder would publish differently) do not, as they do not stop a build."""
+    if not (run_dir / RUN_YAML).is_file():  # bench validate's and build-site's line
+        raise UploadRefused(no_runs(run_dir))
     report = validate.validate_run(run_dir)
     errors = [p for p in report.problems if p.level == validate.ERROR]
     if errors:
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise UploadRefused(f"{errors[0].text}{more}")
+        first = errors[0].text
+        if first.endswith(validate.EDITED_HINT):  # a flag upload does not have
+            first = first[:-len(validate.EDITED_HINT)] + \
+                "; bench upload stores runs only as measured: measure it again"
+        raise UploadRefused(f"{first}{more}")
     return io.read_run_info(run_dir)
 
 
@@ -116,7 +123,8 @@ def _transfer(fs: Any, run_dir: Path, names: list[str], data: dict, mine: bytes,
             other = parse_manifest(theirs, f"{where}/{UPLOAD_MANIFEST}")
             raise UploadRefused(
                 f"{where}: holds a different run (id {other['run_id']!r}, {_differs(other, data)}); "
-                "not overwritten: give this run another run_id")
+                "not overwritten: a run's id is its --out folder's name (else its start time, "
+                "model and engine), so measure it again into another --out folder")
         equal = True
     out = Outcome(run_id, where, UPLOADED)
     for name in names:

@@ -125,12 +125,16 @@ def survey(run_dir: Path) -> tuple[list[manifest.Edit], dict[str, manifest.Hash]
     return manifest.survey(run_dir, CHECKED_FILES, CHECKED_FILES[:-1])  # the manifest lists not itself
 
 
+# How build-site and `bench validate` end the line; `bench upload`, which has no such
+# flag and stores runs only as measured, ends it otherwise (rundir/upload.py).
+EDITED_HINT = f"; {ALLOW_EDITED_FLAG} publishes it marked as edited after measurement"
+
+
 def edited_line(run_dir: Path, edits: Sequence[manifest.Edit]) -> str:
     """The one line refusing a run edited after measurement."""
     more = f" (and {len(edits) - 1} more file{'s' if len(edits) > 2 else ''})" \
         if len(edits) > 1 else ""
-    return (f"{edits[0].line(run_dir)}{more}; {ALLOW_EDITED_FLAG} publishes it marked "
-            "as edited after measurement")
+    return f"{edits[0].line(run_dir)}{more}{EDITED_HINT}"
 
 
 def edited_warnings(run_dir: Path, edits: Sequence[manifest.Edit]) -> list[Problem]:

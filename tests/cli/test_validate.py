@@ -275,6 +275,6 @@ def test_json_document_and_exit_codes(tmp_path: Path) -> None:
 def test_exit_status_in_a_fresh_process(cli, tmp_path: Path) -> None:
     _run(tmp_path / "data")
     res = cli("bench", "validate", "data", cwd=tmp_path)
-    assert (res.returncode, res.stdout, res.stderr) == (0, "", "")
+    assert (res.returncode, res.stdout, res.stderr) == (0, "", "1 run checked: all would build\n")
     res = cli("bench", "validate", "data/r/run.yaml", cwd=tmp_path)
     assert res.returncode == 1 and res.stdout == "error: data/r/run.yaml: not a folder\n"

@@ -96,7 +96,7 @@ def test_reupload_is_a_no_op_and_a_different_run_with_the_id_is_refused(
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1, refused.stderr
     assert lines[0].startswith(f"error: {bucket}/run-a: holds a different run (id 'run-a', ")
-    assert "not overwritten" in lines[0]
+    assert "not overwritten" in lines[0] and "into another --out folder" in lines[0]
     assert stored(bucket) == before
 
 
@@ -137,8 +137,23 @@ def test_an_invalid_run_is_refused_before_anything_is_written(tmp_path: Path, bu
     result = run_cli("bench", "upload", str(run), bucket, env=aws_env())
     assert result.returncode == 1
     # build-site's and `bench validate`'s own line (rundir/validate.py)
-    assert result.stderr.strip().startswith(f"error: {run / 'run.yaml'}: edited after measurement "
-                                            "(sha256 differs from manifest.json)")
+    line = result.stderr.strip()
+    assert line.startswith(f"error: {run / 'run.yaml'}: edited after measurement "
+                           "(sha256 differs from manifest.json)")
+    # no flag of build-site's that upload does not have
+    assert line.endswith("; bench upload stores runs only as measured: measure it again"), line
+    assert "--allow-edited" not in line
+    assert stored(bucket) == {}
+
+
+def test_a_folder_without_run_yaml_is_refused_with_validates_line(tmp_path: Path, bucket: str) -> None:
+    run = sealed_run(tmp_path / "run-a")
+    (run / "run.yaml").unlink()
+    result = run_cli("bench", "upload", str(run), bucket, env=aws_env())
+    checked = run_cli("bench", "validate", str(run))
+    assert result.returncode == checked.returncode == 1
+    line = f"error: {run}: no run directories found (a run directory holds a run.yaml)"
+    assert result.stderr.strip() == line and checked.stdout.strip() == line
     assert stored(bucket) == {}
 
 

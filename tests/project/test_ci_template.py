@@ -55,6 +55,10 @@ def test_the_workflow_runs_on_pull_requests_and_pushes_to_main_touching_data() -
     on = flow.get("on", flow.get(True))  # YAML 1.1 reads a bare `on` as true
     assert on["pull_request"]["paths"] == ["data/**"]
     assert on["push"] == {"branches": ["main"], "paths": ["data/**"]}
+    # runs uploaded straight from a GPU box reach no commit: published on demand and daily
+    assert "workflow_dispatch" in on and on["schedule"][0]["cron"]
+    assert _job("publish")["if"] == "github.event_name != 'pull_request'"
+    assert _job("publish")["env"]["BEFORE_SHA"].startswith("${{ github.event.before || github.sha }}")
     assert flow["permissions"] == {"contents": "read"}
 
 
@@ -216,6 +220,20 @@ def test_the_push_job_uploads_builds_and_publishes(scratch, tmp_path: Path) -> N
     published = _run(steps["Publish the changed files"], nxt, **env)
     assert published.returncode == 0, published.stderr
     assert (tmp_path / "www" / "runs" / "third-run" / "index.html").is_file()
+    assert _run(steps["Keep this build in the bucket for the next runner"], nxt, **env).returncode == 0
+
+    # A run uploaded straight from a GPU box reaches no commit: a dispatch (or the daily
+    # schedule) runs every step with BEFORE_SHA = github.sha, finds nothing, publishes it.
+    box = make_measured_run(tmp_path / "gpu-box" / "box-run", run_id="box-run", contexts=[1024],
+                            concurrency=[1, 2], duration_s=0.6, seed=6)
+    assert _run(f'bench upload {box} "$RUNS_URL"', nxt, **env).returncode == 0
+    env["BEFORE_SHA"] = _git(nxt, "rev-parse", "HEAD")
+    for name, command in steps.items():
+        if name not in SKIPPED_STEPS:
+            res = _run(command, nxt, **env, STAGING_URL="file:///nowhere")
+            assert res.returncode == 0, (name, res.stderr)
+    assert (nxt / "runs.txt").read_text() == ""
+    assert (tmp_path / "www" / "runs" / "box-run" / "index.html").is_file()
 
 
 def test_a_base_git_cannot_compare_is_one_line(scratch) -> None:

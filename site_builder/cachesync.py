@@ -52,9 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rundir.manifest import file_hash
 from rundir.redact import redact, redact_url
 from rundir.storage import StorageError, is_local, open_url, secrets, write_whole
-from site_builder.restamp import restamp
+from site_builder.restamp import Stat, restamp
 from site_builder.sitewriter import inside, plain_relative
 
 INDEX = "index.json.gz"
@@ -67,7 +68,6 @@ FLAT_MAX = 256  # a folder with more files than this is packed by 1/256th of its
 _BLOCK = 1 << 20
 _SHA = re.compile(r"[0-9a-f]{64}")
 
-Stat = list[int]  # size, mtime_ns, ctime_ns, inode
 
 
 class CacheSyncError(StorageError):
@@ -108,14 +108,6 @@ def _stat(path: Path) -> Stat:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def _hash(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(_BLOCK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _roots(cache_dir: Path, out: Path) -> dict[str, Path]:
     return {"cache": Path(cache_dir), "site": Path(out)}
 
@@ -138,7 +130,7 @@ class _Record:
         if isinstance(hit, list) and len(hit) == 5 and hit[:4] == stat and isinstance(hit[4], str):
             sha = hit[4]
         else:
-            sha = _hash(path)
+            sha = file_hash(path)[0]
         self.fresh[key] = [*stat, sha]
         return sha
 
@@ -257,7 +249,7 @@ def push(url: str, cache_dir: Path, out: Path) -> SyncResult:
     fs, root, shown = _open(url)
     result = SyncResult(shown, files=len(files))
     try:
-        old = _read_index(fs, root, shown) or _Index()
+        stored = (_read_index(fs, root, shown) or _Index()).packs()
         index = _Index()
         todo: dict[str, list[_File]] = {}
         for rels in pack_groups(list(files)).values():
@@ -265,9 +257,10 @@ def push(url: str, cache_dir: Path, out: Path) -> SyncResult:
             pid = pack_id(members)
             for f in members:
                 index.files[f.rel] = [pid, f.sha, f.size, *f.stat[1:]]
-            if pid not in old.packs():
+            if pid not in stored:
                 todo[pid] = members
-        result.packs = len(index.packs())
+        named = index.packs()
+        result.packs = len(named)
         with tempfile.TemporaryDirectory(prefix="cachesync-") as tmp:
             locals_, remotes = [], []
             for pid, members in todo.items():
@@ -281,7 +274,7 @@ def push(url: str, cache_dir: Path, out: Path) -> SyncResult:
                 fs.put(locals_, remotes)
         result.moved = len(todo)
         _write_index(fs, root, index)
-        for pid in sorted(old.packs() - index.packs()):
+        for pid in sorted(stored - named):
             try:
                 fs.rm_file(f"{root}/{PACKS}/{pid}.tar.gz")
             except FileNotFoundError:
@@ -343,9 +336,11 @@ def pull(url: str, cache_dir: Path, out: Path) -> SyncResult:
             if pids:
                 fs.get([f"{root}/{PACKS}/{p}.tar.gz" for p in pids],
                        [str(Path(tmp) / f"{p}.tar.gz") for p in pids])
+            real = {top: folder.resolve() for top, folder in roots.items()}
+            checked: set[Path] = set()
             for pid in pids:
                 result.moved_files += _unpack(Path(tmp) / f"{pid}.tar.gz", want[pid], index,
-                                              record, f"{shown}/{PACKS}/{pid}.tar.gz", roots)
+                                              record, f"{shown}/{PACKS}/{pid}.tar.gz", real, checked)
     except CacheSyncError:
         raise
     except Exception as exc:
@@ -361,9 +356,23 @@ def pull(url: str, cache_dir: Path, out: Path) -> SyncResult:
     return result
 
 
+def _make_inside(folder: Path, root: Path) -> None:
+    """Create folder unless its nearest existing parent (a symlink followed) or the folder
+    itself lies outside root (resolved): a restore never writes through a link leading out."""
+    probe = folder
+    while not (probe.exists() or probe.is_symlink()) and probe.parent != probe:
+        probe = probe.parent
+    if inside(probe, root):
+        folder.mkdir(parents=True, exist_ok=True)
+        if inside(folder, root):
+            return
+    raise CacheSyncError(f"{folder}: leads outside {root}; refusing to write there")
+
+
 def _unpack(pack: Path, wanted: dict[str, Path], index: _Index, record: _Record,
-            where: str, roots: dict[str, Path]) -> int:
-    """Write the wanted files of one pack in place, each checked against its sha256."""
+            where: str, roots: dict[str, Path], checked: set[Path]) -> int:
+    """Write the wanted files of one pack in place, each checked against its sha256.
+    roots: resolved; checked: the folders already found inside them."""
     done: set[str] = set()
     try:
         with tarfile.open(pack, mode="r:gz") as tar:
@@ -376,10 +385,9 @@ def _unpack(pack: Path, wanted: dict[str, Path], index: _Index, record: _Record,
                 if source is None:
                     continue
                 tmp = path.with_name(f".{path.name}.{os.getpid()}.pull-tmp")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                top = member.name.split("/", 1)[0]
-                if not inside(path.parent, roots[top].resolve()):
-                    raise CacheSyncError(f"{path}: leads outside {roots[top]}; refusing to write there")
+                if path.parent not in checked:  # once a folder: a symlink must not lead out
+                    _make_inside(path.parent, roots[member.name.split("/", 1)[0]])
+                    checked.add(path.parent)
                 h = hashlib.sha256()
                 try:
                     with open(tmp, "wb") as fh:

@@ -200,3 +200,18 @@ def test_packs_follow_runs_and_split_a_large_flat_folder() -> None:
     aggregates = [g for g in groups if g.startswith("cache/aggregates#")]
     assert 100 < len(aggregates) <= 256
     assert sum(len(groups[g]) for g in aggregates) == cachesync.FLAT_MAX + 1
+
+
+def test_a_symlinked_folder_leading_outside_is_never_written_through(tmp_path: Path) -> None:
+    store, work, elsewhere = tmp_path / "store", tmp_path / "work", tmp_path / "elsewhere"
+    (work / "site" / "runs" / "r").mkdir(parents=True)
+    (work / "site" / "runs" / "r" / "index.html").write_text("<p>r</p>")
+    (work / "cache").mkdir()
+    sync("push", store.as_uri(), work)
+    fresh = tmp_path / "fresh"
+    (fresh / "site").mkdir(parents=True)
+    elsewhere.mkdir()
+    (fresh / "site" / "runs").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(cachesync.CacheSyncError, match="leads outside"):
+        sync("pull", store.as_uri(), fresh)
+    assert list(elsewhere.iterdir()) == []

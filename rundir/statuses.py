@@ -1,6 +1,6 @@
 """The status table: one record per contract status, everything a reader sees of it.
 
-The codes themselves are the contract's (rundir/contract.py); this table says
+The codes themselves are the contract's (rundir/contract/); this table says
 how each one reads (label, legend note, the heatmap's short and tiny forms),
 whether its cells carry numbers, and its colours. It lives in rundir/ because
 both towers read it: the collector's live matrix prints the labels and shows

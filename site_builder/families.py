@@ -5,7 +5,7 @@ quantizations ("Kimi-K2.6" in INT4 and "Kimi-K2.6-NVFP4" are one model in
 two formats), so the site groups runs by family rather than by exact name.
 Only the builder applies the rule (it groups pages by it), so it lives in
 site_builder/; what a run may state, `model.family`, is the contract's
-(rundir/contract.py).
+(rundir/contract/).
 
 The rule (documented in docs/data-format.md, "Model families"):
 

@@ -79,7 +79,7 @@ class RequestRecord:
     chunk_tokens: np.ndarray | list[int] = field(default_factory=list)
     content_tail: str | None = None
     reasoning_tail: str | None = None
-    # Traffic cells only (rundir/contract.py, requests.parquet's optional columns).
+    # Traffic cells only (rundir/contract/, requests.parquet's optional columns).
     prefix_reuse_target: int | None = None
     turn: int | None = None
     prefix_group: int | None = None

@@ -172,5 +172,6 @@ def download_cmd(url: str, dest: Path, manifest_file: Path | None) -> None:
     click.echo(redact(download.summary(out), secrets(url)), err=True)
     click.echo(str(out.path))
 
+
 if __name__ == "__main__":
     main()

@@ -148,19 +148,23 @@ def measure(url: str, n: int, work: Path, env: dict[str, str], *, repeats: int =
     say(f"{n} stored runs made in {rows['fill_s']:.1f} s", flush=True)
     cache = work / "cache"
     shutil.rmtree(cache, ignore_errors=True)
-    rows["listing"] = timed("listing", url, cache, env)
-    rows["cold"] = timed("mirror", url, cache, env)
     folder = cache / "runs-mirror"
+
+    def step(name: str, kind: str) -> dict[str, Any]:
+        got = timed(kind, url, cache, env)
+        say(f"{name:8s} {json.dumps(got, sort_keys=True)}", flush=True)
+        return got
+
+    rows["listing"] = step("listing", "listing")
+    rows["cold"] = step("cold", "mirror")
     rows["cold"]["mb"] = _size(folder) / 1e6
     for _ in range(repeats):
-        got = timed("mirror", url, cache, env)
+        got = step("no-op", "mirror")
         if "no-op" not in rows or got["process_s"] < rows["no-op"]["process_s"]:
             rows["no-op"] = got
     upload.upload(extra, url)
-    rows["add-one"] = timed("mirror", url, cache, env)
+    rows["add-one"] = step("add-one", "mirror")
     rows["add-one"]["mb"] = _size(folder) / 1e6 - rows["cold"]["mb"]
-    for step in ("listing", "cold", "no-op", "add-one"):
-        say(f"{step:8s} {json.dumps(rows[step], sort_keys=True)}", flush=True)
     return rows
 
 

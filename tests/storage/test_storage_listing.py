@@ -35,7 +35,7 @@ def test_three_stored_runs_are_listed_mirrored_once_and_then_not_fetched_again(
     assert (noop["runs"], noop["fetched"], noop["files"]) == (3, 0, 0)
     # nothing read beyond the listing
     assert {op for op in noop["requests"] if op[0].isupper()} == {"ListObjectsV2"}
-    assert noop["requests"]["list wait ms"] >= 0
+    assert noop["requests"]["list wait ms"] >= 0 and noop["requests"]["list parse ms"] >= 0
     assert (add["runs"], add["fetched"]) == (4, 1)
     assert all(rows[s]["rss_mb"] > 0 and rows[s]["process_s"] >= rows[s]["call_s"]
                for s in ("listing", "cold", "no-op", "add-one"))

@@ -33,10 +33,12 @@ listing's pages are counted too), and for the listing's pages the keys they
 held, the time waited on the server and the time their XML took to parse
 here; beside the goals: no-op listing <= 10 s, memory < 4 GB.
 
-Against moto the wait dominates and is moto's, not the protocol's: moto's
-server scans and sorts every key of the bucket for each page it answers, so
-a page costs more the bigger the bucket (a real S3 pages from an index); the
-"waited" figure is what to set aside when reading the no-op time.
+Against moto the wait dominates and grows with the bucket: moto's server
+scans and sorts every key of the bucket for each page it answers (its
+list_objects_v2), so each page costs more the bigger the bucket. At 10,000
+runs (50,000 keys, 50 pages) the listing took ~22 s here, ~18 s of it waited
+on moto and ~3.5 s parsing; a real bucket's page times were not measured.
+Filling 10,000 runs took ~9 minutes on a shared 2-core host; the cold pass ~10.
 """
 
 from __future__ import annotations

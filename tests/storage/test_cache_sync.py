@@ -190,6 +190,18 @@ def test_an_index_naming_a_path_outside_is_refused(tmp_path: Path) -> None:
         sync("pull", f"file://{store}", tmp_path / "fresh")
 
 
+def test_many_runs_share_packs_by_a_stable_256th() -> None:
+    rels = [f"site/runs/r{i}/{page}" for i in range(cachesync.FLAT_MAX + 1)
+            for page in ("index.html", "cells/a.html")]
+    groups = cachesync.pack_groups(rels)
+    assert 100 < len(groups) <= 256 and all(g.startswith("site/runs#") for g in groups)
+    (home,) = [g for g, names in groups.items() if "site/runs/r7/index.html" in names]
+    assert "site/runs/r7/cells/a.html" in groups[home]  # a run's files stay in one pack
+    more = cachesync.pack_groups([*rels, "site/runs/new/index.html"])
+    changed = [g for g in more if more[g] != groups.get(g)]
+    assert len(changed) == 1  # one more run changes one pack
+
+
 def test_packs_follow_runs_and_split_a_large_flat_folder() -> None:
     rels = [f"site/runs/r{i}/index.html" for i in range(3)] + ["site/runs/r1/cells/a.html"]
     rels += [f"cache/aggregates/{i:064x}.json" for i in range(cachesync.FLAT_MAX + 1)]

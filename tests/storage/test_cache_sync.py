@@ -9,6 +9,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -144,8 +145,8 @@ def test_the_cli_pulls_nothing_stored_then_pushes_and_restores(tmp_path: Path, b
     assert SECRET_KEY not in empty.stderr + pushed.stderr + pulled.stderr + rebuilt.stderr
 
 
-def test_a_damaged_pack_is_refused_in_one_line_and_nothing_half_written(
-        tmp_path: Path, bucket: str) -> None:
+def _one_run_pushed(tmp_path: Path, bucket: str) -> tuple[str, Any, str, dict]:
+    """(cache URL, its filesystem, root, the stored index) after one run's build and push."""
     data, work = tmp_path / "data", tmp_path / "work"
     work.mkdir()
     upload.upload(make_run(data, "run-a", seed=1), bucket)
@@ -153,7 +154,12 @@ def test_a_damaged_pack_is_refused_in_one_line_and_nothing_half_written(
     build(bucket, work)
     sync("push", url, work)
     fs, root = storage.open_url(url)
-    index = json.loads(gzip.decompress(fs.cat_file(f"{root}/{cachesync.INDEX}")))
+    return url, fs, root, json.loads(gzip.decompress(fs.cat_file(f"{root}/{cachesync.INDEX}")))
+
+
+def test_a_damaged_pack_is_refused_in_one_line_and_nothing_half_written(
+        tmp_path: Path, bucket: str) -> None:
+    url, fs, root, index = _one_run_pushed(tmp_path, bucket)
     pack = index["files"]["site/runs/run-a/index.html"][0]
     fs.pipe_file(f"{root}/{cachesync.PACKS}/{pack}.tar.gz", gzip.compress(b"not a tar"))
     fresh = tmp_path / "fresh"
@@ -164,15 +170,7 @@ def test_a_damaged_pack_is_refused_in_one_line_and_nothing_half_written(
 
 
 def test_a_file_that_differs_from_the_index_is_refused(tmp_path: Path, bucket: str) -> None:
-    data, work = tmp_path / "data", tmp_path / "work"
-    work.mkdir()
-    upload.upload(make_run(data, "run-a", seed=1), bucket)
-    url = f"{bucket}/.site-build-cache"
-    build(bucket, work)
-    sync("push", url, work)
-    fs, root = storage.open_url(url)
-    raw = fs.cat_file(f"{root}/{cachesync.INDEX}")
-    index = json.loads(gzip.decompress(raw))
+    url, fs, root, index = _one_run_pushed(tmp_path, bucket)
     index["files"]["site/index.html"][1] = "0" * 64  # the index vouches for other bytes
     fs.pipe_file(f"{root}/{cachesync.INDEX}", gzip.compress(json.dumps(index).encode()))
     with pytest.raises(cachesync.CacheSyncError, match="site/index.html: sha256 differs from the index"):

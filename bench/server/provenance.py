@@ -170,13 +170,20 @@ def collector_image(environ: Mapping[str, str]) -> str | None:
     """The image this collector runs from, by digest, as the runner passed it in
     BENCH_IMAGE_DIGEST; None when unset or empty (a collector outside an image, or a
     runner that did not say). A tag (`:latest`) is refused: it does not name content."""
-    value = environ.get(IMAGE_DIGEST_ENV, "").strip()
+    return _env_value(environ, IMAGE_DIGEST_ENV, IMAGE_DIGEST, ImageDigestError,
+                      "IMAGE@sha256:<64 hex> or sha256:<64 hex> "
+                      "(e.g. podman image inspect --format '{{.Digest}}' IMAGE)")
+
+
+def _env_value(environ: Mapping[str, str], name: str, pattern: re.Pattern[str],
+               error: type[ValueError], expected: str) -> str | None:
+    """A provenance variable the runner sets: None when unset or empty; a value that
+    does not match refuses the run in one line naming the variable."""
+    value = environ.get(name, "").strip()
     if not value:
         return None
-    if not IMAGE_DIGEST.fullmatch(value):
-        raise ImageDigestError(
-            f"{IMAGE_DIGEST_ENV}: expected IMAGE@sha256:<64 hex> or sha256:<64 hex> "
-            f"(e.g. podman image inspect --format '{{{{.Digest}}}}' IMAGE), got {value[:80]!r}")
+    if not pattern.fullmatch(value):
+        raise error(f"{name}: expected {expected}, got {value[:80]!r}")
     return value
 
 
@@ -209,15 +216,9 @@ def collector_revision(environ: Mapping[str, str], *, package_dir: Path = PACKAG
 
 def env_revision(environ: Mapping[str, str]) -> str | None:
     """BENCH_SOURCE_REVISION; None when unset or empty (an image built without the arg)."""
-    value = environ.get(SOURCE_REVISION_ENV, "").strip()
-    if not value:
-        return None
-    if not SOURCE_REVISION.fullmatch(value):
-        raise SourceRevisionError(
-            f"{SOURCE_REVISION_ENV}: expected a full git commit id (40 or 64 lowercase hex, "
-            f"optionally followed by -dirty; e.g. --build-arg SOURCE_REVISION=$(git rev-parse HEAD)), "
-            f"got {value[:80]!r}")
-    return value
+    return _env_value(environ, SOURCE_REVISION_ENV, SOURCE_REVISION, SourceRevisionError,
+                      "a full git commit id (40 or 64 lowercase hex, optionally followed by "
+                      "-dirty; e.g. --build-arg SOURCE_REVISION=$(git rev-parse HEAD))")
 
 
 def installed_revision(package_dir: Path, distribution: Callable[[str], Any] | None = None) -> str | None:
